@@ -1,0 +1,73 @@
+"""The Python a build runs in: one that holds exactly the profile's torch.
+
+Inside the builder image that is the image's own Python (pass ``--python``).
+Elsewhere kiln provisions a venv per (Python, torch, build tools) under its cache,
+once, and reuses it; a half-made venv (no completion marker) is made again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from kiln import proc
+from kiln.config import Profile
+from kiln.errors import ToolchainError
+
+log = logging.getLogger("kiln.buildenv")
+
+ENV_VAR = "KILN_BUILD_PYTHON"
+MARKER = ".kiln-complete"
+
+
+def _spec(profile: Profile) -> dict[str, object]:
+    return {"python": profile.python, "torch": profile.torch, "index": profile.torch_index,
+            "tools": list(profile.build_tools)}
+
+
+def env_dir(profile: Profile, cache: Path) -> Path:
+    digest = hashlib.sha256(json.dumps(_spec(profile), sort_keys=True).encode()).hexdigest()[:12]
+    return cache / "envs" / f"py{profile.python}-torch{profile.torch}-{digest}"
+
+
+def build_python(profile: Profile, cache: Path, explicit: str | None, log_dir: Path) -> Path:
+    """``--python``, else ``$KILN_BUILD_PYTHON``, else a provisioned venv."""
+    chosen = explicit or os.environ.get(ENV_VAR)
+    if chosen:
+        path = Path(chosen)
+        if not (path.exists() or shutil.which(chosen)):
+            raise ToolchainError(f"build Python {chosen} not found: fix --python/${ENV_VAR}")
+        return path if path.exists() else Path(shutil.which(chosen) or chosen)
+    return provision(profile, cache, log_dir)
+
+
+def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
+    venv = env_dir(profile, cache)
+    python = venv / "bin" / "python"
+    if (venv / MARKER).exists():
+        return python
+    base = shutil.which(f"python{profile.python}")
+    if base is None:
+        raise ToolchainError(
+            f"python{profile.python} not found on PATH: install Python {profile.python} or pass "
+            f"--python with an interpreter that has torch {profile.torch}"
+        )
+    if venv.exists():
+        shutil.rmtree(venv)
+    log.info("provisioning a build venv with torch %s at %s (once)", profile.torch, venv)
+    log_file = log_dir / "provision-build-env.log"
+    proc.run([base, "-m", "venv", venv], error=ToolchainError, log_file=log_file,
+             what="creating the build venv")
+    index = ["--extra-index-url", profile.torch_index] if profile.torch_index else []
+    proc.run(
+        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *index,
+         f"torch=={profile.torch}", *profile.build_tools],
+        error=ToolchainError, log_file=log_file,
+        what=f"installing torch=={profile.torch} into the build venv",
+    )
+    (venv / MARKER).write_text(json.dumps(_spec(profile), sort_keys=True))
+    return python

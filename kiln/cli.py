@@ -1,0 +1,139 @@
+"""``python -m kiln``: what the nox sessions (and, later, containers) call."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from kiln.errors import Interrupted, KilnError
+
+log = logging.getLogger("kiln")
+
+
+def _sigterm(_signo: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _add_build_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workspace", type=Path, default=Path("."),
+                   help="folder with kiln.toml, vendors/ and patches/ (default: .)")
+    p.add_argument("--artifacts", type=Path, default=Path("artifacts"))
+    p.add_argument("--cache", type=Path, default=Path(os.environ.get("KILN_CACHE_DIR", ".kiln-cache")))
+    p.add_argument("--work", type=Path, default=Path("build/work"),
+                   help="where work trees are checked out")
+    p.add_argument("--mirrors", type=Path, default=None,
+                   help="TOML mapping upstream URL prefixes to mirrors (or $KILN_MIRRORS)")
+    p.add_argument("--offline", action="store_true",
+                   help="never use the network: only the cache and local mirrors")
+    p.add_argument("--python", default=None,
+                   help="build Python holding the profile's torch (default: provisioned venv)")
+    p.add_argument("--cuda-home", default=None)
+    p.add_argument("--runner", default="local", choices=["local"])
+
+
+def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipeline.Options
+    from kiln.pipeline import Options
+
+    return Options(
+        workspace=args.workspace, vendors=vendors, artifacts=args.artifacts, cache=args.cache,
+        work=args.work, mirrors=args.mirrors, offline=args.offline, python=args.python,
+        cuda_home=args.cuda_home, runner=args.runner,
+    )
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from kiln import pipeline
+
+    release = pipeline.build(_options(args, args.vendor or None))
+    print(release)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from kiln import demo, pipeline
+
+    opts = _options(args, None)
+    mirrors = demo.prepare(args.workspace, opts.work / "demo-upstreams")
+    opts.mirrors, opts.offline = mirrors, True
+    release = pipeline.build(opts)
+    print(release)
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    from kiln import lock
+    from kiln.config import Workspace
+    from kiln.mirrors import Mirrors
+    from kiln.sources import GitCache
+
+    ws = Workspace(args.workspace)
+    cache = GitCache(args.cache, Mirrors.load(args.mirrors), args.offline)
+    for line in lock.lock(ws, cache):
+        print(line)
+    return 0
+
+
+def cmd_manifest_check(args: argparse.Namespace) -> int:
+    from kiln import manifest
+
+    problems = manifest.check(args.manifest)
+    for p in problems:
+        print(f"{p.path}: {p.problem}", file=sys.stderr)
+    if problems:
+        print(f"{args.manifest}: {len(problems)} file(s) differ from the manifest", file=sys.stderr)
+        return 1
+    print(f"{args.manifest}: every file matches")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="kiln", description=__doc__)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="build vendors of a workspace into a release folder")
+    _add_build_args(p)
+    p.add_argument("vendor", nargs="*", help="vendor names (default: all)")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("demo", help="the full pipeline over the bundled example, offline")
+    _add_build_args(p)
+    p.set_defaults(func=cmd_demo, workspace=Path("examples/demo"))
+
+    p = sub.add_parser("lock", help="resolve short SHAs, record submodule and patch hashes")
+    p.add_argument("--workspace", type=Path, default=Path("."))
+    p.add_argument("--cache", type=Path, default=Path(os.environ.get("KILN_CACHE_DIR", ".kiln-cache")))
+    p.add_argument("--mirrors", type=Path, default=None)
+    p.add_argument("--offline", action="store_true")
+    p.set_defaults(func=cmd_lock)
+
+    p = sub.add_parser("manifest", help="manifest tools")
+    msub = p.add_subparsers(dest="manifest_command", required=True)
+    c = msub.add_parser("check", help="re-hash every file a manifest lists")
+    c.add_argument("manifest", type=Path)
+    c.set_defaults(func=cmd_manifest_check)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="kiln: %(message)s",
+        stream=sys.stderr,
+    )
+    os.umask(0o022)  # zip member modes follow the umask
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        err = Interrupted("interrupted: nothing was published; partial output was removed")
+        print(f"kiln: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KilnError as err:
+        print(f"kiln: error: {err}", file=sys.stderr)
+        return err.exit_code

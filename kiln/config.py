@@ -1,0 +1,314 @@
+"""Read and validate a workspace: ``kiln.toml`` (release + profile), ``vendors/*.toml``
+(one lock entry per upstream) and ``patches/series.toml``.
+
+Everything is validated on load into frozen models; an error names the file and
+the key (``vendors/deepep.toml: source.commit: ...``). The engine knows nothing of
+any particular upstream: adding one means adding a TOML file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kiln.errors import ConfigError
+
+SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
+FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+WORKSPACE_FILE = "kiln.toml"
+SERIES_FILE = "series.toml"
+
+
+def _sha(value: str) -> str:
+    if not SHA_RE.match(value):
+        raise ValueError(f"{value!r} is not a commit SHA (7 to 40 lowercase hex digits)")
+    return value
+
+
+def _full_sha(value: str) -> str:
+    if not FULL_SHA_RE.match(value):
+        raise ValueError(f"{value!r} is not a full commit SHA (40 lowercase hex digits)")
+    return value
+
+
+def _arch(value: str) -> str:
+    if not ARCH_RE.match(value):
+        raise ValueError(f"{value!r} is not a GPU architecture like 'sm_100a' or 'sm_90a'")
+    return value
+
+
+def _name(value: str) -> str:
+    if not NAME_RE.match(value):
+        raise ValueError(f"{value!r} is not a name (lowercase letters, digits, '-' and '_')")
+    return value
+
+
+def _sha256(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise ValueError(f"{value!r} is not a sha256 (64 lowercase hex digits)")
+    return value
+
+
+def _unique(values: list[str]) -> list[str]:
+    dupes = sorted({v for v in values if values.count(v) > 1})
+    if dupes:
+        raise ValueError(f"listed twice: {', '.join(dupes)}")
+    return values
+
+
+Sha = Annotated[str, AfterValidator(_sha)]
+FullSha = Annotated[str, AfterValidator(_full_sha)]
+Arch = Annotated[str, AfterValidator(_arch)]
+Name = Annotated[str, AfterValidator(_name)]
+Sha256 = Annotated[str, AfterValidator(_sha256)]
+ArchList = Annotated[list[Arch], AfterValidator(_unique)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# --------------------------------------------------------------------------- profile
+
+
+class Profile(Strict):
+    """What the release targets: one CUDA, one Python, one torch, a set of GPU archs."""
+
+    cuda: Annotated[str, Field(pattern=r"^\d+\.\d+$")]
+    python: Annotated[str, Field(pattern=r"^3\.\d+$")]
+    torch: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(\+[a-z0-9.]+)?$")]
+    torch_index: str | None = None
+    archs: Annotated[ArchList, Field(min_length=1)]
+    image: str | None = None
+    platform: Literal["linux_x86_64", "linux_aarch64"] = "linux_x86_64"
+    build_tools: list[str] = Field(default_factory=list)
+
+    @property
+    def cuda_major(self) -> int:
+        return int(self.cuda.split(".")[0])
+
+    @property
+    def python_tag(self) -> str:
+        return "cp" + self.python.replace(".", "")
+
+    @property
+    def cuda_tag(self) -> str:
+        return "cu" + self.cuda.replace(".", "")
+
+
+class Release(Strict):
+    name: Name
+    description: str = ""
+
+
+class WorkspaceFile(Strict):
+    release: Release
+    profile: Profile
+
+
+# --------------------------------------------------------------------------- vendors
+
+
+class Submodule(Strict):
+    path: str
+    commit: FullSha | None = None
+
+
+class Source(Strict):
+    url: str
+    commit: Sha
+    submodules: list[Submodule] = Field(default_factory=list)
+    license: str = "LICENSE"
+
+
+ArchControl = Literal["torch-arch-list", "hardcoded", "none"]
+
+
+class Build(Strict):
+    """How one upstream is built.
+
+    ``arch_control`` says how the archs reach the compiler: ``torch-arch-list``
+    (kiln sets ``TORCH_CUDA_ARCH_LIST``), ``hardcoded`` (the upstream's setup.py
+    fixes them; kiln only checks), ``none`` (no device code at build time; the
+    wheel must hold none).
+    """
+
+    kind: Literal["wheel", "inplace"]
+    archs: ArchList = Field(default_factory=list)
+    arch_control: ArchControl
+    max_jobs: Annotated[int, Field(ge=1)] = 1
+    nvcc_threads: Annotated[int, Field(ge=1)] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    command: list[str] | None = None
+
+
+class Vendor(Strict):
+    name: str = ""  # filled from the file name
+    description: str = ""
+    source: Source
+    build: Build
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Vendor:
+        b = self.build
+        if b.arch_control == "none" and b.archs:
+            raise ValueError("build.archs must be empty when build.arch_control is 'none'")
+        if b.arch_control != "none" and not b.archs:
+            raise ValueError("build.archs is empty: list the archs this upstream builds")
+        if b.kind == "inplace" and not b.command:
+            raise ValueError("build.command is required for kind 'inplace'")
+        return self
+
+
+# --------------------------------------------------------------------------- patches
+
+
+class PatchEntry(Strict):
+    file: str
+    target: Name
+    source: str | None = None
+    sha256: Sha256 | None = None
+
+    @model_validator(mode="after")
+    def _plain(self) -> PatchEntry:
+        if "/" in self.file or self.file.startswith("."):
+            raise ValueError(f"patch.file {self.file!r} must be a plain file name under patches/")
+        if self.source and not self.source.startswith(("https://", "hf://")):
+            raise ValueError(f"patch.source {self.source!r} must be an https:// or hf:// URL")
+        return self
+
+
+class SeriesFile(Strict):
+    tags: dict[str, Name] = Field(default_factory=dict)
+    patch: list[PatchEntry] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- loading
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{loc}: unknown key"
+    if kind == "missing":
+        return f"{loc}: missing required key"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: file not found") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def parse(model: type[M], path: Path, data: dict[str, Any] | None = None) -> M:
+    """Validate ``data`` (or the TOML at ``path``) as ``model``; errors name file and key."""
+    if data is None:
+        data = read_toml(path)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigError(f"{path}: {_describe(errors[0])}{more}") from None
+
+
+class Workspace:
+    """A folder with ``kiln.toml``, ``vendors/`` and ``patches/``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        meta = parse(WorkspaceFile, self.root / WORKSPACE_FILE)
+        self.release = meta.release
+        self.profile = meta.profile
+        self.vendors = self._load_vendors()
+        self.series = self._load_series()
+
+    @property
+    def vendors_dir(self) -> Path:
+        return self.root / "vendors"
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    def vendor_file(self, name: str) -> Path:
+        return self.vendors_dir / f"{name}.toml"
+
+    def _load_vendors(self) -> dict[str, Vendor]:
+        if not self.vendors_dir.is_dir():
+            raise ConfigError(f"{self.vendors_dir}: no vendors/ folder in the workspace")
+        vendors: dict[str, Vendor] = {}
+        for path in sorted(self.vendors_dir.glob("*.toml")):
+            rel = path.relative_to(self.root)
+            try:
+                _name(path.stem)
+            except ValueError as exc:
+                raise ConfigError(f"{rel}: file name: {exc}") from None
+            data = read_toml(path)
+            if "name" in data:
+                raise ConfigError(f"{rel}: name: unknown key (the file name is the vendor name)")
+            vendor = parse(Vendor, rel, {**data, "name": path.stem})
+            extra = sorted(set(vendor.build.archs) - set(self.profile.archs))
+            if extra:
+                raise ConfigError(
+                    f"{rel}: build.archs: {', '.join(extra)} not in the profile's archs "
+                    f"({', '.join(self.profile.archs)}) in {WORKSPACE_FILE}"
+                )
+            vendors[path.stem] = vendor
+        if not vendors:
+            raise ConfigError(f"{self.vendors_dir}: no vendor TOML files")
+        return vendors
+
+    def _load_series(self) -> SeriesFile:
+        path = self.patches_dir / SERIES_FILE
+        if not path.exists():
+            return SeriesFile()
+        rel = path.relative_to(self.root)
+        series = parse(SeriesFile, rel, read_toml(path))
+        for i, entry in enumerate(series.patch):
+            if entry.target not in self.vendors:
+                raise ConfigError(
+                    f"{rel}: patch.{i}.target: unknown vendor {entry.target!r} "
+                    f"(known: {', '.join(self.vendors)})"
+                )
+        return series
+
+    def select(self, names: list[str] | None) -> list[Vendor]:
+        """The vendors to build, in a stable order; unknown names are an error."""
+        if not names:
+            return list(self.vendors.values())
+        unknown = [n for n in names if n not in self.vendors]
+        if unknown:
+            raise ConfigError(
+                f"unknown vendor {unknown[0]!r}: known vendors are {', '.join(self.vendors)} "
+                f"(files in {self.vendors_dir})"
+            )
+        return [self.vendors[n] for n in names]
+
+    def patches_for(self, vendor: str) -> list[PatchEntry]:
+        return [p for p in self.series.patch if p.target == vendor]
+
+
+def arch_to_torch(arch: str) -> str:
+    """``sm_100a`` -> ``10.0a`` (the form ``TORCH_CUDA_ARCH_LIST`` takes)."""
+    m = ARCH_RE.match(arch)
+    if not m:
+        raise ConfigError(f"{arch!r} is not a GPU architecture")
+    digits, suffix = m.groups()
+    return f"{digits[:-1]}.{digits[-1]}{suffix}"

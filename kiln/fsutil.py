@@ -1,0 +1,71 @@
+"""Hashing and all-or-nothing output: nothing half-written ever appears in ``artifacts/``."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+log = logging.getLogger("kiln.fs")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_staging(staging_root: Path) -> None:
+    """Drop staging folders left by runs that were killed (their PID is gone)."""
+    if not staging_root.is_dir():
+        return
+    for entry in staging_root.iterdir():
+        pid = entry.name.rsplit("-", 1)[-1].removesuffix(".old")
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            log.info("removing stale staging folder %s", entry)
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+@contextmanager
+def staged_dir(final: Path) -> Iterator[Path]:
+    """Yield a fresh folder beside ``final`` (under ``.staging/``); the caller fills it
+    and calls :func:`publish`. On any exception, Ctrl-C included, it is removed."""
+    staging_root = final.parent / ".staging"
+    remove_stale_staging(staging_root)
+    stage = staging_root / f"{final.name}-{os.getpid()}"
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    try:
+        yield stage
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
+        if staging_root.exists() and not any(staging_root.iterdir()):
+            staging_root.rmdir()
+
+
+def publish(stage: Path, final: Path) -> None:
+    """Swap ``stage`` in as ``final`` with two renames (the old one is removed after)."""
+    old = stage.with_name(stage.name + ".old")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(stage, final)
+    if old.exists():
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,187 @@
+"""The whole flow for a workspace: preflight, then per vendor fetch -> patch ->
+build (through a runner) -> verify, then the manifest, all into a staging folder
+that replaces the release folder only when everything passed."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kiln import __version__, buildenv, fsutil, manifest, patches, sources, toolchain, verify
+from kiln.config import Vendor, Workspace
+from kiln.errors import ConfigError, ToolchainError
+from kiln.mirrors import Mirrors
+from kiln.recipes import build_environment
+from kiln.runners import BuildStep, Runner, make_runner
+
+log = logging.getLogger("kiln.pipeline")
+
+
+@dataclass
+class Options:
+    workspace: Path
+    vendors: list[str] | None = None
+    artifacts: Path = Path("artifacts")
+    cache: Path = Path(".kiln-cache")
+    work: Path = Path("build/work")
+    mirrors: Path | None = None
+    offline: bool = False
+    python: str | None = None
+    cuda_home: str | None = None
+    runner: str = "local"
+
+
+@dataclass
+class Context:
+    ws: Workspace
+    opts: Options
+    git: sources.GitCache
+    runner: Runner
+    tc: toolchain.Toolchain
+    logs: Path
+    warnings: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def timed(timings: dict[str, float], step: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[step] = round(time.monotonic() - start, 3)
+
+
+def preflight(ws: Workspace, selected: list[Vendor], opts: Options, logs: Path
+              ) -> tuple[toolchain.Toolchain, list[str]]:
+    """Everything checkable before any fetch or compile: patches, toolchain, build Python."""
+    entries = [p for v in selected for p in ws.patches_for(v.name)]
+    patches.require_present(entries, ws.patches_dir)
+    warnings = patches.hash_report(entries, ws.patches_dir)
+    for vendor in selected:
+        if vendor.build.kind != "wheel":
+            raise ConfigError(
+                f"vendors/{vendor.name}.toml: build.kind {vendor.build.kind!r} is not supported "
+                f"by this kiln yet; build the other vendors with `nox -s build -- NAME`"
+            )
+    cuda_home = toolchain.find_cuda_home(opts.cuda_home)
+    nvcc, warns = toolchain.check_cuda(cuda_home, ws.profile)
+    python = buildenv.build_python(ws.profile, opts.cache, opts.python, logs)
+    tc = toolchain.probe(python, cuda_home, nvcc)
+    errors = toolchain.problems(tc, ws.profile)
+    if errors:
+        raise ToolchainError("; ".join(errors))
+    return tc, warnings + warns
+
+
+def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
+    timings: dict[str, float] = {}
+    what = vendor.name
+    tree = ctx.opts.work / ctx.ws.release.name / vendor.name
+    with timed(timings, "fetch"):
+        co = sources.checkout(ctx.git, vendor.source, tree, what)
+    with timed(timings, "patch"):
+        applied = patches.apply_series(tree, ctx.ws.patches_for(vendor.name),
+                                       ctx.ws.patches_dir, what)
+    env, recorded_env = build_environment(vendor, ctx.ws.profile, ctx.tc.cuda_home,
+                                          co.commit_time)
+    step = BuildStep(vendor.name, vendor.build.kind, Path(ctx.tc.python), tree,
+                     stage / "wheels", env, ctx.logs / f"{vendor.name}-build.log")
+    step.log_file.unlink(missing_ok=True)
+    log.info("%s: building at %s (log: %s)", what, co.commit[:12], step.log_file)
+    with timed(timings, "build"):
+        wheel = ctx.runner.build(step)
+    with timed(timings, "verify"):
+        report = verify.verify_wheel(wheel, list(vendor.build.archs), ctx.ws.profile)
+    log.info("%s: %s verified (%s)", what, wheel.name,
+             ", ".join(sorted({a for o in report.shared_objects for a in o.sass})) or "host only")
+    output = {
+        "path": f"wheels/{wheel.name}",
+        "sha256": fsutil.sha256_file(wheel),
+        "size": wheel.stat().st_size,
+        "kind": "wheel",
+        **{k: v for k, v in report.to_json().items() if k != "file"},
+    }
+    return {
+        "source": {
+            "url": co.url,
+            "requested": vendor.source.commit,
+            "commit": co.commit,
+            "commit_time": co.commit_time,
+            "submodules": [{"path": s.path, "url": s.url, "commit": s.commit}
+                           for s in co.submodules],
+        },
+        "patches": [{"file": p.file, "sha256": p.sha256, "locked_sha256": p.locked_sha256,
+                     "status": p.status} for p in applied],
+        "recipe": vendor.build.model_dump(mode="json"),
+        "environment": recorded_env,
+        "outputs": [output],
+        "timings": timings,
+    }
+
+
+def _carry_over(previous: Path, stage: Path, header: dict[str, Any],
+                rebuilt: set[str]) -> dict[str, Any]:
+    """Entries of the last release that this run did not rebuild, if made the same way."""
+    try:
+        old = manifest.read(previous / manifest.FILE_NAME)
+    except Exception:  # no previous release, or an unreadable one: start afresh
+        return {}
+    same = all(old.get(k) == header[k] for k in ("profile", "toolchain", "runner"))
+    if not same:
+        log.warning("the previous release in %s was made with another profile or toolchain; "
+                    "it is replaced, not merged", previous)
+        return {}
+    if manifest.check(previous / manifest.FILE_NAME):
+        log.warning("the previous release in %s no longer matches its manifest; not merged",
+                    previous)
+        return {}
+    kept = {}
+    for name, entry in old["vendors"].items():
+        if name in rebuilt:
+            continue
+        for out in entry["outputs"]:
+            dest = stage / out["path"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(previous / out["path"], dest)
+        kept[name] = entry
+    return kept
+
+
+def build(opts: Options) -> Path:
+    """Build the selected vendors of ``opts.workspace``; return the release folder."""
+    ws = Workspace(opts.workspace)
+    selected = ws.select(opts.vendors)
+    opts.artifacts, opts.work, opts.cache = (p.resolve() for p in
+                                             (opts.artifacts, opts.work, opts.cache))
+    release_dir = opts.artifacts / ws.release.name
+    logs = opts.artifacts / "logs" / ws.release.name
+    logs.mkdir(parents=True, exist_ok=True)
+    tc, warnings = preflight(ws, selected, opts, logs)
+    for w in warnings:
+        log.warning("%s", w)
+    runner = make_runner(opts.runner)
+    ctx = Context(ws, opts, sources.GitCache(opts.cache, Mirrors.load(opts.mirrors),
+                                             opts.offline), runner, tc, logs, warnings)
+    header = {
+        "schema": manifest.SCHEMA_ID,
+        "kiln_version": __version__,
+        "release": ws.release.model_dump(mode="json"),
+        "profile": ws.profile.model_dump(mode="json"),
+        "toolchain": tc.to_json(),
+        "runner": {"kind": runner.kind, "image": runner.image},
+    }
+    with fsutil.staged_dir(release_dir) as stage:
+        built = {v.name: build_vendor(ctx, v, stage) for v in selected}
+        kept = _carry_over(release_dir, stage, header, set(built))
+        data = {**header, "warnings": warnings,
+                "vendors": dict(sorted({**kept, **built}.items()))}
+        manifest.write(stage / manifest.FILE_NAME, data)
+        fsutil.publish(stage, release_dir)
+    log.info("release ready: %s", release_dir)
+    return release_dir

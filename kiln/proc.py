@@ -1,0 +1,107 @@
+"""The one place kiln starts subprocesses.
+
+Every command is logged (to the logger, and to a per-step log file when one is
+given). On failure the error carries the tail of the output and the log's path,
+so the user sees why without digging.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.errors import BuildError, KilnError
+
+log = logging.getLogger("kiln.proc")
+
+TAIL_LINES = 25
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    output: str
+
+
+def _render(cmd: Sequence[str | os.PathLike[str]]) -> str:
+    return shlex.join(str(c) for c in cmd)
+
+
+def run(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    log_file: Path | None = None,
+    check: bool = True,
+    error: type[KilnError] = BuildError,
+    what: str | None = None,
+    echo: bool = False,
+    timeout: float | None = None,
+) -> Result:
+    """Run ``cmd``; return its combined stdout+stderr.
+
+    ``log_file`` receives the command line and the full output (appended).
+    ``echo`` also streams the output to kiln's logger line by line (long builds).
+    With ``check`` a non-zero exit raises ``error`` naming ``what`` (or the
+    command), the exit code, the output's last lines and the log path.
+    """
+    line = _render(cmd)
+    log.debug("$ %s%s", line, f"  (in {cwd})" if cwd else "")
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    chunks: list[str] = []
+    sink = None
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        sink = log_file.open("a", encoding="utf-8", errors="replace")
+        sink.write(f"$ {line}\n")
+        sink.flush()
+    try:
+        try:
+            proc = subprocess.Popen(
+                [str(c) for c in cmd],
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+            )
+        except FileNotFoundError as exc:
+            raise error(f"{what or line}: command not found: {cmd[0]} (install it or fix PATH)") from exc
+        assert proc.stdout is not None
+        try:
+            for out_line in proc.stdout:
+                chunks.append(out_line)
+                tail.append(out_line.rstrip("\n"))
+                if sink is not None:
+                    sink.write(out_line)
+                if echo:
+                    log.info("%s", out_line.rstrip("\n"))
+            rc = proc.wait(timeout=timeout)
+        except BaseException:
+            # Ctrl-C, timeout, or anything else: never leave the child running.
+            proc.kill()
+            proc.wait()
+            raise
+    finally:
+        if sink is not None:
+            sink.close()
+    output = "".join(chunks)
+    if check and rc != 0:
+        where = f"; full log: {log_file}" if log_file else ""
+        tail_text = "\n".join(f"    {t}" for t in tail)
+        raise error(f"{what or line} failed with exit code {rc}{where}\n{tail_text}")
+    return Result(rc, output)
+
+
+def output(cmd: Sequence[str | os.PathLike[str]], **kwargs: object) -> str:
+    """Run a short query command and return its stripped output."""
+    return run(cmd, **kwargs).output.strip()  # type: ignore[arg-type]
