@@ -25,8 +25,12 @@ MARKER = ".kiln-complete"
 
 
 def _spec(profile: Profile) -> dict[str, object]:
-    return {"python": profile.python, "torch": profile.torch, "index": profile.torch_index,
-            "tools": list(profile.build_tools)}
+    return {
+        "python": profile.python,
+        "torch": profile.torch,
+        "index": profile.torch_index,
+        "tools": list(profile.build_tools),
+    }
 
 
 def env_dir(profile: Profile, cache: Path) -> Path:
@@ -60,13 +64,27 @@ def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
         shutil.rmtree(venv)
     log.info("provisioning a build venv with torch %s at %s (once)", profile.torch, venv)
     log_file = log_dir / "provision-build-env.log"
-    proc.run([base, "-m", "venv", venv], error=ToolchainError, log_file=log_file,
-             what="creating the build venv")
+    proc.run(
+        [base, "-m", "venv", venv],
+        error=ToolchainError,
+        log_file=log_file,
+        what="creating the build venv",
+    )
     index = ["--extra-index-url", profile.torch_index] if profile.torch_index else []
     proc.run(
-        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *index,
-         f"torch=={profile.torch}", *profile.build_tools],
-        error=ToolchainError, log_file=log_file,
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            *index,
+            f"torch=={profile.torch}",
+            *profile.build_tools,
+        ],
+        error=ToolchainError,
+        log_file=log_file,
         what=f"installing torch=={profile.torch} into the build venv",
     )
     (venv / MARKER).write_text(json.dumps(_spec(profile), sort_keys=True))

@@ -13,24 +13,41 @@ from kiln.errors import Interrupted, KilnError
 
 log = logging.getLogger("kiln")
 
+DEFAULT_CACHE = Path(os.environ.get("KILN_CACHE_DIR", ".kiln-cache"))
+
 
 def _sigterm(_signo: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
 def _add_build_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workspace", type=Path, default=Path("."),
-                   help="folder with kiln.toml, vendors/ and patches/ (default: .)")
+    p.add_argument(
+        "--workspace",
+        type=Path,
+        default=Path("."),
+        help="folder with kiln.toml, vendors/ and patches/ (default: .)",
+    )
     p.add_argument("--artifacts", type=Path, default=Path("artifacts"))
-    p.add_argument("--cache", type=Path, default=Path(os.environ.get("KILN_CACHE_DIR", ".kiln-cache")))
-    p.add_argument("--work", type=Path, default=Path("build/work"),
-                   help="where work trees are checked out")
-    p.add_argument("--mirrors", type=Path, default=None,
-                   help="TOML mapping upstream URL prefixes to mirrors (or $KILN_MIRRORS)")
-    p.add_argument("--offline", action="store_true",
-                   help="never use the network: only the cache and local mirrors")
-    p.add_argument("--python", default=None,
-                   help="build Python holding the profile's torch (default: provisioned venv)")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    p.add_argument(
+        "--work", type=Path, default=Path("build/work"), help="where work trees are checked out"
+    )
+    p.add_argument(
+        "--mirrors",
+        type=Path,
+        default=None,
+        help="TOML mapping upstream URL prefixes to mirrors (or $KILN_MIRRORS)",
+    )
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="never use the network: only the cache and local mirrors",
+    )
+    p.add_argument(
+        "--python",
+        default=None,
+        help="build Python holding the profile's torch (default: provisioned venv)",
+    )
     p.add_argument("--cuda-home", default=None)
     p.add_argument("--runner", default="local", choices=["local"])
 
@@ -39,9 +56,16 @@ def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipelin
     from kiln.pipeline import Options
 
     return Options(
-        workspace=args.workspace, vendors=vendors, artifacts=args.artifacts, cache=args.cache,
-        work=args.work, mirrors=args.mirrors, offline=args.offline, python=args.python,
-        cuda_home=args.cuda_home, runner=args.runner,
+        workspace=args.workspace,
+        vendors=vendors,
+        artifacts=args.artifacts,
+        cache=args.cache,
+        work=args.work,
+        mirrors=args.mirrors,
+        offline=args.offline,
+        python=args.python,
+        cuda_home=args.cuda_home,
+        runner=args.runner,
     )
 
 
@@ -106,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("lock", help="resolve short SHAs, record submodule and patch hashes")
     p.add_argument("--workspace", type=Path, default=Path("."))
-    p.add_argument("--cache", type=Path, default=Path(os.environ.get("KILN_CACHE_DIR", ".kiln-cache")))
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--mirrors", type=Path, default=None)
     p.add_argument("--offline", action="store_true")
     p.set_defaults(func=cmd_lock)

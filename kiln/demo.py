@@ -31,12 +31,23 @@ def prepare(workspace: Path, dest: Path) -> Path:
         files = snapshot(src)
         commits = []
         for step in repo["commit"]:
-            chosen = {k: v for k, v in files.items()
-                      if any(k == g or k.startswith(g.rstrip("/") + "/") for g in step["add"])}
-            subs = {path: (f"{base_url}{sub}.git", heads[sub])
-                    for path, sub in step.get("submodules", {}).items()}
-            commits.append(CommitSpec(step["message"], chosen, submodules=subs,
-                                      executable=set(step.get("executable", []))))
+            chosen = {
+                k: v
+                for k, v in files.items()
+                if any(k == g or k.startswith(g.rstrip("/") + "/") for g in step["add"])
+            }
+            subs = {
+                path: (f"{base_url}{sub}.git", heads[sub])
+                for path, sub in step.get("submodules", {}).items()
+            }
+            commits.append(
+                CommitSpec(
+                    step["message"],
+                    chosen,
+                    submodules=subs,
+                    executable=set(step.get("executable", [])),
+                )
+            )
         heads[name] = make_repo(dest / f"{name}.git", commits)[-1]
     dest = dest.resolve()
     mirrors = dest / "mirrors.toml"

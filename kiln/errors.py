@@ -54,6 +54,17 @@ class ManifestError(KilnError):
     exit_code = 8
 
 
+class PreflightError(KilnError):
+    """The machine cannot run this build; every reason found is listed at once."""
+
+    exit_code = 9
+
+    def __init__(self, headline: str, problems: list[str], advice: str) -> None:
+        body = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{headline}\n{body}\n{advice}")
+        self.problems = problems
+
+
 class Interrupted(KilnError):
     """The user or the system stopped the run (SIGINT/SIGTERM)."""
 

@@ -29,9 +29,12 @@ class CommitSpec:
 def _identity(epoch: int) -> dict[str, str]:
     stamp = f"{epoch} +0000"
     return {
-        "GIT_AUTHOR_NAME": "kiln fixture", "GIT_AUTHOR_EMAIL": "fixture@kiln.invalid",
-        "GIT_COMMITTER_NAME": "kiln fixture", "GIT_COMMITTER_EMAIL": "fixture@kiln.invalid",
-        "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp,
+        "GIT_AUTHOR_NAME": "kiln fixture",
+        "GIT_AUTHOR_EMAIL": "fixture@kiln.invalid",
+        "GIT_COMMITTER_NAME": "kiln fixture",
+        "GIT_COMMITTER_EMAIL": "fixture@kiln.invalid",
+        "GIT_AUTHOR_DATE": stamp,
+        "GIT_COMMITTER_DATE": stamp,
     }
 
 
@@ -58,17 +61,29 @@ def make_repo(dest: Path, commits: list[CommitSpec], epoch: int = BASE_EPOCH) ->
             modules[path] = url
             git("update-index", "--add", "--cacheinfo", f"160000,{sha},{path}", cwd=dest)
         if spec.submodules:
-            text = "".join(f'[submodule "{p}"]\n\tpath = {p}\n\turl = {u}\n'
-                           for p, u in sorted(modules.items()))
+            text = "".join(
+                f'[submodule "{p}"]\n\tpath = {p}\n\turl = {u}\n'
+                for p, u in sorted(modules.items())
+            )
             (dest / ".gitmodules").write_text(text)
             git("add", ".gitmodules", cwd=dest)
-        git("commit", "--quiet", "--allow-empty", "-m", spec.message, cwd=dest,
-            env=_identity(epoch + 60 * i))
+        git(
+            "commit",
+            "--quiet",
+            "--allow-empty",
+            "-m",
+            spec.message,
+            cwd=dest,
+            env=_identity(epoch + 60 * i),
+        )
         shas.append(git_out("rev-parse", "HEAD", cwd=dest))
     return shas
 
 
 def snapshot(folder: Path) -> dict[str, bytes | str]:
     """Every file under ``folder`` as a ``files`` mapping for :class:`CommitSpec`."""
-    return {str(p.relative_to(folder)): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }

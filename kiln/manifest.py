@@ -87,5 +87,5 @@ def check(path: Path) -> list[Mismatch]:
             continue
         digest = sha256_file(target)
         if digest != out["sha256"]:
-            problems.append(Mismatch(out["path"], f"sha256 {digest}, manifest says {out['sha256']}"))
+            problems.append(Mismatch(out["path"], f"sha256 {digest}, manifest: {out['sha256']}"))
     return problems

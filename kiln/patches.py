@@ -68,8 +68,15 @@ def hash_report(entries: list[PatchEntry], patches_dir: Path) -> list[str]:
 
 def _git_apply(tree: Path, patch: Path, *flags: str) -> tuple[bool, str]:
     # GIT_CEILING_DIRECTORIES: never let git discover a repository above the tree.
-    res = git("apply", "--whitespace=nowarn", *flags, patch, cwd=tree, check=False,
-              env={"GIT_CEILING_DIRECTORIES": str(tree.parent)})
+    res = git(
+        "apply",
+        "--whitespace=nowarn",
+        *flags,
+        patch,
+        cwd=tree,
+        check=False,
+        env={"GIT_CEILING_DIRECTORIES": str(tree.parent)},
+    )
     return res.returncode == 0, res.output
 
 
@@ -101,8 +108,11 @@ def _first_error(output: str) -> str:
 
 
 def _failed_file(output: str) -> str:
-    for pattern in (r"error: patch failed: (.+?):\d+", r"error: (.+?): (?:patch does not apply|"
-                    r"does not exist in index|No such file or directory|already exists)"):
+    for pattern in (
+        r"error: patch failed: (.+?):\d+",
+        r"error: (.+?): (?:patch does not apply|"
+        r"does not exist in index|No such file or directory|already exists)",
+    ):
         m = re.search(pattern, output)
         if m:
             return m.group(1)
@@ -130,8 +140,10 @@ def apply_series(
         if status == "applied":
             ok, out = _git_apply(tree, path)
             if not ok:  # the scratch check passed, so this means the tree changed under us
-                raise PatchError(f"{what}: patch {entry.file} failed on {_failed_file(out)} "
-                                 f"after passing its check; the tree changed during the run")
+                raise PatchError(
+                    f"{what}: patch {entry.file} failed on {_failed_file(out)} "
+                    f"after passing its check; the tree changed during the run"
+                )
             log.info("%s: applied %s", what, entry.file)
         else:
             log.warning("%s: %s is already applied; not applying it twice", what, entry.file)

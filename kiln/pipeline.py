@@ -15,10 +15,10 @@ from typing import Any
 
 from kiln import __version__, buildenv, fsutil, manifest, patches, sources, toolchain, verify
 from kiln.config import Vendor, Workspace
-from kiln.errors import ConfigError, ToolchainError
+from kiln.errors import PatchError, PreflightError, ToolchainError
 from kiln.mirrors import Mirrors
 from kiln.recipes import build_environment
-from kiln.runners import BuildStep, Runner, make_runner
+from kiln.runners import SUPPORTED_KINDS, BuildStep, Runner, make_runner
 
 log = logging.getLogger("kiln.pipeline")
 
@@ -57,26 +57,57 @@ def timed(timings: dict[str, float], step: str) -> Iterator[None]:
         timings[step] = round(time.monotonic() - start, 3)
 
 
-def preflight(ws: Workspace, selected: list[Vendor], opts: Options, logs: Path
-              ) -> tuple[toolchain.Toolchain, list[str]]:
-    """Everything checkable before any fetch or compile: patches, toolchain, build Python."""
+def offline_advice(ws: Workspace) -> str:
+    image = ws.profile.image or "the profile's builder image"
+    return (
+        f"To build offline: on a machine with network run `nox -s lock` and copy its "
+        f".kiln-cache/ here (or mirror each upstream and pass --mirrors FILE --offline), put "
+        f"the series' patches under patches/, and run inside {image} (or pass --cuda-home "
+        f"with CUDA {ws.profile.cuda} and --python with Python {ws.profile.python} + torch "
+        f"{ws.profile.torch})."
+    )
+
+
+def preflight(
+    ws: Workspace, selected: list[Vendor], opts: Options, cache: sources.GitCache, logs: Path
+) -> tuple[toolchain.Toolchain, list[str]]:
+    """Check everything checkable before any fetch or compile, and report every problem
+    at once: patches, build kinds, CUDA, sources, then the build Python and its torch."""
+    found: list[str] = []
     entries = [p for v in selected for p in ws.patches_for(v.name)]
-    patches.require_present(entries, ws.patches_dir)
-    warnings = patches.hash_report(entries, ws.patches_dir)
+    for entry in entries:
+        try:
+            patches.require_present([entry], ws.patches_dir)
+        except PatchError as exc:
+            found.append(str(exc))
     for vendor in selected:
-        if vendor.build.kind != "wheel":
-            raise ConfigError(
-                f"vendors/{vendor.name}.toml: build.kind {vendor.build.kind!r} is not supported "
-                f"by this kiln yet; build the other vendors with `nox -s build -- NAME`"
+        if vendor.build.kind not in SUPPORTED_KINDS:
+            found.append(
+                f"vendors/{vendor.name}.toml: build.kind {vendor.build.kind!r} is not "
+                f"supported by this kiln yet"
             )
     cuda_home = toolchain.find_cuda_home(opts.cuda_home)
-    nvcc, warns = toolchain.check_cuda(cuda_home, ws.profile)
-    python = buildenv.build_python(ws.profile, opts.cache, opts.python, logs)
-    tc = toolchain.probe(python, cuda_home, nvcc)
-    errors = toolchain.problems(tc, ws.profile)
-    if errors:
-        raise ToolchainError("; ".join(errors))
-    return tc, warnings + warns
+    nvcc = ""
+    try:
+        nvcc = toolchain.check_cuda(cuda_home, ws.profile)
+    except ToolchainError as exc:
+        found.append(str(exc))
+    for vendor in selected:
+        problem = sources.availability(cache, vendor.source.url, vendor.source.commit, vendor.name)
+        if problem:
+            found.append(problem)
+    if not found:
+        python = buildenv.build_python(ws.profile, opts.cache, opts.python, logs)
+        tc = toolchain.probe(python, cuda_home, nvcc)
+        found.extend(toolchain.problems(tc, ws.profile))
+    if found:
+        raise PreflightError(
+            f"cannot build {ws.release.name} here ({len(found)} "
+            f"problem{'s' if len(found) > 1 else ''}):",
+            found,
+            offline_advice(ws),
+        )
+    return tc, patches.hash_report(entries, ws.patches_dir)
 
 
 def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
@@ -86,20 +117,31 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     with timed(timings, "fetch"):
         co = sources.checkout(ctx.git, vendor.source, tree, what)
     with timed(timings, "patch"):
-        applied = patches.apply_series(tree, ctx.ws.patches_for(vendor.name),
-                                       ctx.ws.patches_dir, what)
-    env, recorded_env = build_environment(vendor, ctx.ws.profile, ctx.tc.cuda_home,
-                                          co.commit_time)
-    step = BuildStep(vendor.name, vendor.build.kind, Path(ctx.tc.python), tree,
-                     stage / "wheels", env, ctx.logs / f"{vendor.name}-build.log")
+        applied = patches.apply_series(
+            tree, ctx.ws.patches_for(vendor.name), ctx.ws.patches_dir, what
+        )
+    env, recorded_env = build_environment(vendor, ctx.ws.profile, ctx.tc.cuda_home, co.commit_time)
+    step = BuildStep(
+        vendor.name,
+        vendor.build.kind,
+        Path(ctx.tc.python),
+        tree,
+        stage / "wheels",
+        env,
+        ctx.logs / f"{vendor.name}-build.log",
+    )
     step.log_file.unlink(missing_ok=True)
     log.info("%s: building at %s (log: %s)", what, co.commit[:12], step.log_file)
     with timed(timings, "build"):
         wheel = ctx.runner.build(step)
     with timed(timings, "verify"):
         report = verify.verify_wheel(wheel, list(vendor.build.archs), ctx.ws.profile)
-    log.info("%s: %s verified (%s)", what, wheel.name,
-             ", ".join(sorted({a for o in report.shared_objects for a in o.sass})) or "host only")
+    log.info(
+        "%s: %s verified (%s)",
+        what,
+        wheel.name,
+        ", ".join(sorted({a for o in report.shared_objects for a in o.sass})) or "host only",
+    )
     output = {
         "path": f"wheels/{wheel.name}",
         "sha256": fsutil.sha256_file(wheel),
@@ -113,11 +155,19 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
             "requested": vendor.source.commit,
             "commit": co.commit,
             "commit_time": co.commit_time,
-            "submodules": [{"path": s.path, "url": s.url, "commit": s.commit}
-                           for s in co.submodules],
+            "submodules": [
+                {"path": s.path, "url": s.url, "commit": s.commit} for s in co.submodules
+            ],
         },
-        "patches": [{"file": p.file, "sha256": p.sha256, "locked_sha256": p.locked_sha256,
-                     "status": p.status} for p in applied],
+        "patches": [
+            {
+                "file": p.file,
+                "sha256": p.sha256,
+                "locked_sha256": p.locked_sha256,
+                "status": p.status,
+            }
+            for p in applied
+        ],
         "recipe": vendor.build.model_dump(mode="json"),
         "environment": recorded_env,
         "outputs": [output],
@@ -125,8 +175,9 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     }
 
 
-def _carry_over(previous: Path, stage: Path, header: dict[str, Any],
-                rebuilt: set[str]) -> dict[str, Any]:
+def _carry_over(
+    previous: Path, stage: Path, header: dict[str, Any], rebuilt: set[str]
+) -> dict[str, Any]:
     """Entries of the last release that this run did not rebuild, if made the same way."""
     try:
         old = manifest.read(previous / manifest.FILE_NAME)
@@ -134,12 +185,16 @@ def _carry_over(previous: Path, stage: Path, header: dict[str, Any],
         return {}
     same = all(old.get(k) == header[k] for k in ("profile", "toolchain", "runner"))
     if not same:
-        log.warning("the previous release in %s was made with another profile or toolchain; "
-                    "it is replaced, not merged", previous)
+        log.warning(
+            "the previous release in %s was made with another profile or toolchain; "
+            "it is replaced, not merged",
+            previous,
+        )
         return {}
     if manifest.check(previous / manifest.FILE_NAME):
-        log.warning("the previous release in %s no longer matches its manifest; not merged",
-                    previous)
+        log.warning(
+            "the previous release in %s no longer matches its manifest; not merged", previous
+        )
         return {}
     kept = {}
     for name, entry in old["vendors"].items():
@@ -156,18 +211,20 @@ def _carry_over(previous: Path, stage: Path, header: dict[str, Any],
 def build(opts: Options) -> Path:
     """Build the selected vendors of ``opts.workspace``; return the release folder."""
     ws = Workspace(opts.workspace)
-    selected = ws.select(opts.vendors)
-    opts.artifacts, opts.work, opts.cache = (p.resolve() for p in
-                                             (opts.artifacts, opts.work, opts.cache))
+    # Wheels first, then trees built in place (DeepInfer builds against the others).
+    selected = sorted(ws.select(opts.vendors), key=lambda v: v.build.kind != "wheel")
+    opts.artifacts, opts.work, opts.cache = (
+        p.resolve() for p in (opts.artifacts, opts.work, opts.cache)
+    )
     release_dir = opts.artifacts / ws.release.name
     logs = opts.artifacts / "logs" / ws.release.name
     logs.mkdir(parents=True, exist_ok=True)
-    tc, warnings = preflight(ws, selected, opts, logs)
+    cache = sources.GitCache(opts.cache, Mirrors.load(opts.mirrors), opts.offline)
+    tc, warnings = preflight(ws, selected, opts, cache, logs)
     for w in warnings:
         log.warning("%s", w)
     runner = make_runner(opts.runner)
-    ctx = Context(ws, opts, sources.GitCache(opts.cache, Mirrors.load(opts.mirrors),
-                                             opts.offline), runner, tc, logs, warnings)
+    ctx = Context(ws, opts, cache, runner, tc, logs, warnings)
     header = {
         "schema": manifest.SCHEMA_ID,
         "kiln_version": __version__,
@@ -179,8 +236,7 @@ def build(opts: Options) -> Path:
     with fsutil.staged_dir(release_dir) as stage:
         built = {v.name: build_vendor(ctx, v, stage) for v in selected}
         kept = _carry_over(release_dir, stage, header, set(built))
-        data = {**header, "warnings": warnings,
-                "vendors": dict(sorted({**kept, **built}.items()))}
+        data = {**header, "warnings": warnings, "vendors": dict(sorted({**kept, **built}.items()))}
         manifest.write(stage / manifest.FILE_NAME, data)
         fsutil.publish(stage, release_dir)
     log.info("release ready: %s", release_dir)

@@ -75,7 +75,9 @@ def run(
                 errors="replace",
             )
         except FileNotFoundError as exc:
-            raise error(f"{what or line}: command not found: {cmd[0]} (install it or fix PATH)") from exc
+            raise error(
+                f"{what or line}: command not found: {cmd[0]} (install it or fix PATH)"
+            ) from exc
         assert proc.stdout is not None
         try:
             for out_line in proc.stdout:

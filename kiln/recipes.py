@@ -19,8 +19,14 @@ from kiln.config import Profile, Vendor, arch_to_torch
 from kiln.errors import BuildError
 
 # Variables that would leak the caller's machine into the build.
-_SCRUBBED = ("TORCH_CUDA_ARCH_LIST", "PYTHONPATH", "PIP_REQUIRE_VIRTUALENV", "MAX_JOBS",
-             "NVCC_THREADS", "CUDA_PATH")
+_SCRUBBED = (
+    "TORCH_CUDA_ARCH_LIST",
+    "PYTHONPATH",
+    "PIP_REQUIRE_VIRTUALENV",
+    "MAX_JOBS",
+    "NVCC_THREADS",
+    "CUDA_PATH",
+)
 
 
 def build_environment(
@@ -69,9 +75,24 @@ def build_wheel(
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
     proc.run(
-        [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir",
-         "--verbose", "--wheel-dir", out_dir, tree],
-        cwd=tree, env=env, log_file=log_file, what=f"building {what}", error=BuildError,
+        [
+            python,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-cache-dir",
+            "--verbose",
+            "--wheel-dir",
+            out_dir,
+            tree,
+        ],
+        cwd=tree,
+        env=env,
+        log_file=log_file,
+        what=f"building {what}",
+        error=BuildError,
     )
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if len(made) != 1:

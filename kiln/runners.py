@@ -12,6 +12,8 @@ from typing import Protocol
 from kiln import recipes
 from kiln.errors import ConfigError
 
+SUPPORTED_KINDS = ("wheel",)
+
 
 @dataclass(frozen=True)
 class BuildStep:
@@ -40,8 +42,9 @@ class LocalRunner:
     def build(self, step: BuildStep) -> Path:
         if step.kind != "wheel":
             raise ConfigError(f"{step.vendor}: build kind {step.kind!r} is not supported yet")
-        return recipes.build_wheel(step.python, step.tree, step.out_dir, step.env,
-                                   step.log_file, step.vendor)
+        return recipes.build_wheel(
+            step.python, step.tree, step.out_dir, step.env, step.log_file, step.vendor
+        )
 
 
 def make_runner(kind: str) -> Runner:

@@ -12,13 +12,15 @@ import hashlib
 import logging
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from kiln import proc
 from kiln.config import FULL_SHA_RE, Source
 from kiln.errors import SourceError
-from kiln.git import commit_time, git, git_out
+from kiln.git import commit_time, git, git_env, git_out
 from kiln.mirrors import Mirrors, is_remote
 
 log = logging.getLogger("kiln.sources")
@@ -85,8 +87,14 @@ class GitCache:
         log.info("fetching %s", shown)
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *extra_refs]
         git(
-            "fetch", "--quiet", "--prune", "--no-write-fetch-head", source, *refspecs,
-            cwd=self.bare(url), what=f"{what}: fetching {shown}",
+            "fetch",
+            "--quiet",
+            "--prune",
+            "--no-write-fetch-head",
+            source,
+            *refspecs,
+            cwd=self.bare(url),
+            what=f"{what}: fetching {shown}",
         )
 
     def _candidates(self, repo: Path, prefix: str) -> list[str]:
@@ -124,6 +132,37 @@ class GitCache:
         return full
 
 
+def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float = 20) -> str | None:
+    """None when ``sha`` can be had (cached, or its source answers); else the problem."""
+    try:
+        if cache.lookup(url, sha, what):
+            return None
+    except SourceError as exc:
+        return str(exc)
+    source = cache.mirrors.map(url)
+    if not is_remote(source):
+        path = Path(source.removeprefix("file://"))
+        return None if path.exists() else f"{what}: mirror {source} for {url} does not exist"
+    if cache.offline:
+        return (
+            f"{what}: {url} is not in the cache and --offline forbids fetching it; "
+            f"add a local mirror for it (--mirrors FILE)"
+        )
+    try:
+        res = proc.run(
+            ["git", "ls-remote", "--exit-code", source, "HEAD"],
+            check=False,
+            env=git_env(),
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{what}: {source} did not answer within {timeout:.0f} s (no network?)"
+    if res.returncode != 0:
+        reason = (res.output.strip().splitlines() or ["no answer"])[-1]
+        return f"{what}: cannot reach {source} ({reason})"
+    return None
+
+
 def checkout(cache: GitCache, source: Source, dest: Path, what: str) -> Checkout:
     """A fresh detached work tree of ``source`` at its pinned commit, with submodules."""
     full = cache.resolve(source.url, source.commit, what)
@@ -154,12 +193,19 @@ def _gitmodules(repo: Path) -> dict[str, tuple[str, str]]:
     """Submodule path -> (name, url) from the checked-out ``.gitmodules``."""
     if not (repo / ".gitmodules").exists():
         return {}
-    res = git("config", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$",
-              cwd=repo, check=False)
+    res = git(
+        "config",
+        "-f",
+        ".gitmodules",
+        "--get-regexp",
+        r"^submodule\..*\.(path|url)$",
+        cwd=repo,
+        check=False,
+    )
     names: dict[str, dict[str, str]] = {}
     for line in res.output.splitlines():
         key, _, value = line.partition(" ")
-        name, attr = key[len("submodule."):].rsplit(".", 1)
+        name, attr = key[len("submodule.") :].rsplit(".", 1)
         names.setdefault(name, {})[attr] = value
     return {v["path"]: (n, v.get("url", "")) for n, v in names.items() if "path" in v}
 
@@ -178,8 +224,16 @@ def _init_submodules(
         url = resolve_relative(raw_url, repo_url)
         cache.resolve(url, commit, shown)  # fetches if needed; raises when the commit is absent
         git("config", f"submodule.{name}.url", cache.bare(url), cwd=repo)
-        git("submodule", "--quiet", "update", "--init", "--", path, cwd=repo,
-            what=f"{shown}: checkout {commit}")
+        git(
+            "submodule",
+            "--quiet",
+            "update",
+            "--init",
+            "--",
+            path,
+            cwd=repo,
+            what=f"{shown}: checkout {commit}",
+        )
         states.append(SubmoduleState(prefix + path, url, commit))
         states.extend(_init_submodules(cache, repo / path, url, what, prefix=f"{prefix}{path}/"))
     return states
@@ -189,8 +243,7 @@ def _check_declared(source: Source, subs: tuple[SubmoduleState, ...], what: str)
     """The lock's submodule list, when given, must match the tree's top level exactly."""
     if not source.submodules:
         return
-    top = {s.path: s.commit for s in subs
-           if not any(s.path.startswith(o.path + "/") for o in subs)}
+    top = {s.path: s.commit for s in subs if not any(s.path.startswith(o.path + "/") for o in subs)}
     declared = {d.path: d.commit for d in source.submodules}
     for path in sorted(set(declared) ^ set(top)):
         where = "lists" if path in declared else "omits"

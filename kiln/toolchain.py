@@ -81,24 +81,26 @@ def gcc_version() -> str:
     return proc.output([cxx, "-dumpfullversion"], error=ToolchainError, what=f"{cxx} version")
 
 
-def check_cuda(cuda_home: Path, profile: Profile) -> tuple[str, list[str]]:
-    """(nvcc version, warnings); another CUDA major than the profile's is an error."""
+def check_cuda(cuda_home: Path, profile: Profile) -> str:
+    """nvcc's version; any other CUDA major.minor than the profile's is an error (spill
+    checks, minimum-version asserts and JIT cache keys all depend on it)."""
     version = nvcc_version(cuda_home)
-    major_minor = ".".join(version.split(".")[:2])
-    if int(version.split(".")[0]) != profile.cuda_major:
+    if ".".join(version.split(".")[:2]) != profile.cuda:
+        kind = "major" if int(version.split(".")[0]) != profile.cuda_major else "minor"
         raise ToolchainError(
-            f"nvcc at {cuda_home} is CUDA {version}, the profile asks for CUDA {profile.cuda}: "
-            f"run inside the profile's builder image ({profile.image or 'see kiln.toml'}) or "
-            f"point --cuda-home at CUDA {profile.cuda}"
+            f"nvcc at {cuda_home} is CUDA {version} (another {kind} version), the profile asks "
+            f"for CUDA {profile.cuda}: run inside the profile's builder image "
+            f"({profile.image or 'see kiln.toml'}) or point --cuda-home at CUDA {profile.cuda}"
         )
-    if major_minor != profile.cuda:
-        return version, [f"nvcc is CUDA {version}, the profile says {profile.cuda}"]
-    return version, []
+    return version
 
 
 def probe(python: Path, cuda_home: Path, nvcc: str) -> Toolchain:
-    raw = proc.output([python, "-c", _TORCH_PROBE], error=ToolchainError,
-                      what=f"reading torch's version with {python}")
+    raw = proc.output(
+        [python, "-c", _TORCH_PROBE],
+        error=ToolchainError,
+        what=f"reading torch's version with {python}",
+    )
     facts = json.loads(raw.splitlines()[-1])
     return Toolchain(
         cuda_home=str(cuda_home),

@@ -55,8 +55,12 @@ def device_archs(path: Path) -> tuple[list[str], list[str]]:
         elif text.startswith("arch =") and current is not None:
             current.add(text.split("=", 1)[1].strip())
             current = None
-    if not sass and not ptx and "does not contain device code" not in res.output \
-            and res.returncode not in (0, 255):
+    if (
+        not sass
+        and not ptx
+        and "does not contain device code" not in res.output
+        and res.returncode not in (0, 255)
+    ):
         raise VerifyError(f"cuobjdump could not read {path}: {res.output.strip()[-300:]}")
     return sorted(sass), sorted(ptx)
 
@@ -83,7 +87,8 @@ def check_archs(report_name: str, objects: list[SharedObject], expected: list[st
         missing, extra = sorted(want - have), sorted(have - want)
         if missing or extra:
             parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
-                [f"unexpected {', '.join(extra)}"] if extra else [])
+                [f"unexpected {', '.join(extra)}"] if extra else []
+            )
             raise VerifyError(
                 f"{report_name}: {o.path} has SASS for {', '.join(sorted(have)) or 'nothing'}: "
                 f"{'; '.join(parts)} (the recipe asks for {', '.join(sorted(want))}); "
@@ -100,7 +105,8 @@ def check_tags(wheel: Path, profile: Profile) -> tuple[str, str, list[str]]:
     machine = profile.platform.split("_", 1)[1]
     for tag in tags:
         plat_ok = tag.platform == profile.platform or (
-            tag.platform.startswith("manylinux_") and tag.platform.endswith("_" + machine))
+            tag.platform.startswith("manylinux_") and tag.platform.endswith("_" + machine)
+        )
         if tag.interpreter != py or tag.abi != py or not plat_ok:
             raise VerifyError(
                 f"{wheel.name}: tag {tag} does not match the profile ({py}-{py}-"
@@ -110,23 +116,23 @@ def check_tags(wheel: Path, profile: Profile) -> tuple[str, str, list[str]]:
 
 
 def auditwheel_show(wheel: Path) -> dict[str, object]:
-    res = proc.run([sys.executable, "-m", "auditwheel", "show", wheel], check=False,
-                   what="auditwheel show")
+    res = proc.run(
+        [sys.executable, "-m", "auditwheel", "show", wheel], check=False, what="auditwheel show"
+    )
     return {"returncode": res.returncode, "output": res.output.strip()}
 
 
 def verify_wheel(wheel: Path, expected: list[str], profile: Profile) -> WheelReport:
     name, version, tags = check_tags(wheel, profile)
     report = WheelReport(wheel.name, name, version, tags)
-    with tempfile.TemporaryDirectory(prefix="kiln-verify-") as tmp:
-        with zipfile.ZipFile(wheel) as zf:
-            members = sorted(m for m in zf.namelist() if m.endswith(".so") or ".so." in m)
-            for member in members:
-                target = Path(tmp) / member
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(zf.read(member))
-                sass, ptx = device_archs(target)
-                report.shared_objects.append(SharedObject(member, sass, ptx))
+    with tempfile.TemporaryDirectory(prefix="kiln-verify-") as tmp, zipfile.ZipFile(wheel) as zf:
+        members = sorted(m for m in zf.namelist() if m.endswith(".so") or ".so." in m)
+        for member in members:
+            target = Path(tmp) / member
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(member))
+            sass, ptx = device_archs(target)
+            report.shared_objects.append(SharedObject(member, sass, ptx))
     check_archs(wheel.name, report.shared_objects, expected)
     report.auditwheel = auditwheel_show(wheel)
     return report

@@ -1,0 +1,104 @@
+"""``kiln lock``: pin what can be pinned, on a machine with network.
+
+Rewrites each vendor TOML's ``source.commit`` to the full 40-character SHA and
+records its submodules' commits from the pinned tree; fetches absent patches from
+their published source and records every present patch's sha256 in the series.
+Files are edited with tomlkit, so comments and layout survive.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import tomlkit
+
+from kiln.config import SERIES_FILE, PatchEntry, Workspace
+from kiln.errors import PatchError
+from kiln.fsutil import sha256_file
+from kiln.sources import GitCache, gitlinks
+
+
+def _write_toml(path: Path, doc: tomlkit.TOMLDocument) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(tomlkit.dumps(doc))
+    os.replace(tmp, path)
+
+
+def lock_vendor(ws: Workspace, name: str, cache: GitCache) -> list[str]:
+    vendor = ws.vendors[name]
+    path = ws.vendor_file(name)
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    changes = []
+    full = cache.resolve(vendor.source.url, vendor.source.commit, name)
+    if full != vendor.source.commit:
+        doc["source"]["commit"] = full  # type: ignore[index]
+        changes.append(f"{name}: source.commit {vendor.source.commit} -> {full}")
+    links = gitlinks(cache.bare(vendor.source.url), full)
+    for i, sub in enumerate(vendor.source.submodules):
+        recorded = links.get(sub.path)
+        if recorded is None:
+            changes.append(f"{name}: submodule {sub.path} is not in the tree at {full[:12]}")
+            continue
+        if sub.commit != recorded:
+            doc["source"]["submodules"][i]["commit"] = recorded  # type: ignore[index]
+            changes.append(f"{name}: submodule {sub.path} -> {recorded}")
+    for path_ in sorted(set(links) - {s.path for s in vendor.source.submodules}):
+        changes.append(f"{name}: the tree also records submodule {path_}; add it to the TOML")
+    if changes:
+        _write_toml(path, doc)
+    return changes
+
+
+def fetch_patch(entry: PatchEntry, dest: Path) -> None:
+    """Download a published patch (https:// or hf://REPO/PATH on the Hugging Face Hub)."""
+    assert entry.source
+    tmp = dest.with_name(f".{dest.name}.part")
+    try:
+        if entry.source.startswith("hf://"):
+            from huggingface_hub import hf_hub_download
+
+            parts = entry.source.removeprefix("hf://").split("/")
+            cached = hf_hub_download("/".join(parts[:2]), "/".join(parts[2:]))
+            tmp.write_bytes(Path(cached).read_bytes())
+        else:
+            with urllib.request.urlopen(entry.source, timeout=60) as resp:  # noqa: S310
+                tmp.write_bytes(resp.read())
+        os.replace(tmp, dest)
+    except Exception as exc:
+        tmp.unlink(missing_ok=True)
+        raise PatchError(f"patch {entry.file}: cannot fetch {entry.source}: {exc}") from None
+
+
+def lock_series(ws: Workspace) -> list[str]:
+    path = ws.patches_dir / SERIES_FILE
+    if not ws.series.patch:
+        return []
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    changes = []
+    for i, entry in enumerate(ws.series.patch):
+        target = ws.patches_dir / entry.file
+        if not target.exists() and entry.source:
+            fetch_patch(entry, target)
+            changes.append(f"patch {entry.file}: fetched from {entry.source}")
+        if not target.exists():
+            changes.append(f"patch {entry.file}: absent and has no source; not recorded")
+            continue
+        digest = sha256_file(target)
+        if entry.sha256 != digest:
+            doc["patch"][i]["sha256"] = digest  # type: ignore[index]
+            was = f" (was {entry.sha256})" if entry.sha256 else ""
+            changes.append(f"patch {entry.file}: sha256 {digest}{was}")
+    _write_toml(path, doc)
+    return changes
+
+
+def lock(ws: Workspace, cache: GitCache) -> list[str]:
+    changes = []
+    for name in ws.vendors:
+        changes.extend(lock_vendor(ws, name, cache))
+    changes.extend(lock_series(ws))
+    return changes or ["everything already pinned"]
