@@ -65,7 +65,7 @@ def fetch_patch(entry: PatchEntry, dest: Path) -> None:
             cached = hf_hub_download("/".join(parts[:2]), "/".join(parts[2:]))
             tmp.write_bytes(Path(cached).read_bytes())
         else:
-            with urllib.request.urlopen(entry.source, timeout=60) as resp:  # noqa: S310
+            with urllib.request.urlopen(entry.source, timeout=60) as resp:
                 tmp.write_bytes(resp.read())
         os.replace(tmp, dest)
     except Exception as exc:

@@ -5,6 +5,7 @@ that replaces the release folder only when everything passed."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 
 from kiln import __version__, buildenv, fsutil, manifest, patches, sources, toolchain, verify
 from kiln.config import Vendor, Workspace
-from kiln.errors import PatchError, PreflightError, ToolchainError
+from kiln.errors import BuildError, PatchError, PreflightError, ToolchainError
 from kiln.mirrors import Mirrors
 from kiln.recipes import build_environment
 from kiln.runners import SUPPORTED_KINDS, BuildStep, Runner, make_runner
@@ -46,6 +47,7 @@ class Context:
     tc: toolchain.Toolchain
     logs: Path
     warnings: list[str] = field(default_factory=list)
+    made: dict[str, str] = field(default_factory=dict)  # output file name -> vendor
 
 
 @contextmanager
@@ -110,6 +112,21 @@ def preflight(
     return tc, patches.hash_report(entries, ws.patches_dir)
 
 
+def _place(built: Path, folder: Path, vendor: str, made: dict[str, str]) -> Path:
+    """Move a verified output into the release; two vendors may not make one file name."""
+    if built.name in made:
+        raise BuildError(
+            f"{vendor} made {built.name}, which {made[built.name]} made too: "
+            f"give one of them another distribution name or version"
+        )
+    made[built.name] = vendor
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / built.name
+    os.replace(built, dest)
+    shutil.rmtree(built.parent, ignore_errors=True)
+    return dest
+
+
 def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     timings: dict[str, float] = {}
     what = vendor.name
@@ -126,7 +143,7 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         vendor.build.kind,
         Path(ctx.tc.python),
         tree,
-        stage / "wheels",
+        stage / f".out-{vendor.name}",
         env,
         ctx.logs / f"{vendor.name}-build.log",
     )
@@ -136,6 +153,7 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         wheel = ctx.runner.build(step)
     with timed(timings, "verify"):
         report = verify.verify_wheel(wheel, list(vendor.build.archs), ctx.ws.profile)
+    wheel = _place(wheel, stage / "wheels", vendor.name, ctx.made)
     log.info(
         "%s: %s verified (%s)",
         what,

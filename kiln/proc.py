@@ -7,10 +7,13 @@ so the user sees why without digging.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
+import signal
 import subprocess
+import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +30,11 @@ TAIL_LINES = 25
 class Result:
     returncode: int
     output: str
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _render(cmd: Sequence[str | os.PathLike[str]]) -> str:
@@ -73,12 +81,18 @@ def run(
                 stdin=subprocess.DEVNULL,
                 text=True,
                 errors="replace",
+                # Its own process group, so an abort can stop the whole tree (pip ->
+                # setup.py -> ninja -> nvcc), not just the first child.
+                start_new_session=True,
             )
         except FileNotFoundError as exc:
             raise error(
                 f"{what or line}: command not found: {cmd[0]} (install it or fix PATH)"
             ) from exc
         assert proc.stdout is not None
+        timer = threading.Timer(timeout, _kill_group, (proc,)) if timeout else None
+        if timer:
+            timer.start()
         try:
             for out_line in proc.stdout:
                 chunks.append(out_line)
@@ -87,12 +101,17 @@ def run(
                     sink.write(out_line)
                 if echo:
                     log.info("%s", out_line.rstrip("\n"))
-            rc = proc.wait(timeout=timeout)
+            rc = proc.wait()
         except BaseException:
-            # Ctrl-C, timeout, or anything else: never leave the child running.
-            proc.kill()
+            # Ctrl-C or anything else: never leave the children running.
+            _kill_group(proc)
             proc.wait()
             raise
+        finally:
+            if timer:
+                timer.cancel()
+        if timer and timer.finished.is_set() and rc == -signal.SIGKILL:
+            raise subprocess.TimeoutExpired([str(c) for c in cmd], timeout or 0)
     finally:
         if sink is not None:
             sink.close()

@@ -97,6 +97,10 @@ class GitCache:
             what=f"{what}: fetching {shown}",
         )
 
+    def cached(self, url: str) -> Path | None:
+        path = self.root / _cache_name(url)
+        return path if (path / "HEAD").exists() else None
+
     def _candidates(self, repo: Path, prefix: str) -> list[str]:
         res = git("rev-parse", "--disambiguate=" + prefix, cwd=repo, check=False)
         objects = [line for line in res.output.split() if FULL_SHA_RE.match(line)]
@@ -104,7 +108,8 @@ class GitCache:
 
     def lookup(self, url: str, sha: str, what: str) -> str | None:
         """The full SHA of the one commit starting with ``sha`` in the cache, or None."""
-        found = self._candidates(self.bare(url), sha)
+        repo = self.cached(url)
+        found = self._candidates(repo, sha) if repo else []
         if len(found) > 1:
             raise SourceError(
                 f"{what}: commit {sha} is ambiguous in {url}: it matches "

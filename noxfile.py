@@ -1,0 +1,61 @@
+"""Sessions users run. Thin on purpose: each one calls the engine (``python -m kiln``).
+
+nox -s demo                  the whole pipeline over the bundled example, offline
+nox -s build_all             every upstream of the release (kiln.toml, vendors/)
+nox -s build -- deepep       one upstream
+nox -s lock                  pin short SHAs, submodules and patch hashes (needs network)
+nox -s tests / nox -s lint
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "tests"]
+
+
+def _kiln(session: nox.Session, *args: str) -> None:
+    session.install("-e", ".")
+    session.run("python", "-m", "kiln", *args, *session.posargs)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Build the bundled example (examples/demo) end to end, offline."""
+    _kiln(session, "demo")
+
+
+@nox.session
+def build_all(session: nox.Session) -> None:
+    """Build every upstream in vendors/ into artifacts/<release>/."""
+    _kiln(session, "build")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build the named upstreams: nox -s build -- deepep [flashmla ...]."""
+    if not session.posargs:
+        session.error("name the vendor(s) to build: nox -s build -- deepep")
+    _kiln(session, "build")
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Resolve short SHAs to full ones, record submodules and patch sha256s."""
+    _kiln(session, "lock")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite: real git, real nvcc, real torch extensions, real cuobjdump."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kiln import buildenv
+from kiln.config import Profile
+from kiln.pipeline import Options
+from tests import upstreams as fixture_upstreams
+from tests.workspace import PROFILE
+
+REPO = Path(__file__).resolve().parents[1]
+# Shared across runs (and with `nox -s demo`): the provisioned torch venv lives here.
+CACHE = Path(os.environ.get("KILN_CACHE_DIR", REPO / ".kiln-cache"))
+
+
+@pytest.fixture(scope="session")
+def build_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python with the test profile's torch (provisioned once into kiln's cache)."""
+    profile = Profile.model_validate(PROFILE)
+    return buildenv.build_python(profile, CACHE, None, tmp_path_factory.mktemp("provision"))
+
+
+@pytest.fixture(scope="session")
+def upstreams(tmp_path_factory: pytest.TempPathFactory) -> fixture_upstreams.Upstreams:
+    return fixture_upstreams.make(tmp_path_factory.mktemp("upstreams"))
+
+
+@pytest.fixture
+def options(tmp_path: Path, upstreams: fixture_upstreams.Upstreams, build_python: Path):
+    def make(workspace: Path, **overrides: object) -> Options:
+        opts = Options(
+            workspace=workspace,
+            artifacts=tmp_path / "artifacts",
+            cache=tmp_path / "cache",
+            work=tmp_path / "work",
+            mirrors=upstreams.mirrors,
+            offline=True,
+            python=str(build_python),
+        )
+        for key, value in overrides.items():
+            setattr(opts, key, value)
+        return opts
+
+    return make
+
+
+def run_kiln(
+    *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kiln", *map(str, args)],
+        cwd=cwd or REPO,
+        text=True,
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def artifacts_files(artifacts: Path) -> list[str]:
+    """Everything under artifacts/ except logs (which are kept on failure, on purpose)."""
+    if not artifacts.exists():
+        return []
+    return sorted(
+        str(p.relative_to(artifacts))
+        for p in artifacts.rglob("*")
+        if p.is_file() and p.relative_to(artifacts).parts[0] != "logs"
+    )

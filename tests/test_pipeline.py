@@ -1,0 +1,256 @@
+"""The pipeline end to end on fixture upstreams: real git, real nvcc, real cuobjdump."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kiln import manifest, pipeline
+from kiln.errors import BuildError, PreflightError, VerifyError
+from tests.conftest import REPO, artifacts_files, run_kiln
+from tests.upstreams import Upstreams
+from tests.workspace import PROFILE, plain_vendor, write
+
+PATCH = """\
+--- a/plainext/__init__.py
++++ b/plainext/__init__.py
+@@ -1,2 +1,2 @@
+ VERSION = "1.2.0"
+-GREETING = "hello from plainext"
++GREETING = "hello from patched plainext"
+"""
+
+
+def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options) -> None:
+    ws = write(
+        tmp_path / "ws",
+        {"plain": plain_vendor(upstreams.plain[2][:7])},
+        patches={"greeting.patch": PATCH},
+        series=[{"file": "greeting.patch", "target": "plain"}],
+    )
+    release = pipeline.build(options(ws))
+
+    data = json.loads((release / "manifest.json").read_text())
+    entry = data["vendors"]["plain"]
+    assert entry["source"]["commit"] == upstreams.plain[2]
+    assert entry["source"]["requested"] == upstreams.plain[2][:7]
+    assert entry["source"]["submodules"] == [
+        {
+            "path": "third_party/hdr",
+            "url": "https://fixtures.invalid/hdr.git",
+            "commit": upstreams.hdr[0],
+        }
+    ]
+    assert entry["patches"][0]["file"] == "greeting.patch"
+    assert entry["patches"][0]["status"] == "applied"
+    assert set(entry["timings"]) == {"fetch", "patch", "build", "verify"}
+    assert data["toolchain"]["nvcc_version"].startswith("13.0")
+    assert data["toolchain"]["torch_version"] == "2.14.1+cu130"
+    assert data["runner"] == {"kind": "local", "image": None}
+
+    (out,) = entry["outputs"]
+    wheel = release / out["path"]
+    assert wheel.name == "plainext-1.2.0-cp311-cp311-linux_x86_64.whl"
+    objects = {o["path"].split(".")[0]: o for o in out["shared_objects"]}
+    assert objects["plainext/_kernels"]["sass"] == ["sm_100a", "sm_103a"]
+    assert objects["plainext/_host"]["sass"] == []
+    assert "auditwheel" in out and out["auditwheel"]["output"]
+    with zipfile.ZipFile(wheel) as zf:
+        assert b"hello from patched plainext" in zf.read("plainext/__init__.py")
+
+    assert manifest.check(release / "manifest.json") == []
+    assert (tmp_path / "artifacts/logs/test-release/plain-build.log").exists()
+
+
+def test_wheel_missing_an_arch_fails_and_leaves_nothing(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    """plain@1 compiles sm_100a only; the recipe asks for sm_100a and sm_103a."""
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[1])})
+    with pytest.raises(VerifyError) as info:
+        pipeline.build(options(ws))
+    msg = str(info.value)
+    assert "plainext/_kernels" in msg and "missing sm_103a" in msg
+    assert artifacts_files(tmp_path / "artifacts") == []
+
+
+def test_host_only_wheel_passes_when_recipe_builds_no_device_code(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[0], archs=[])})
+    release = pipeline.build(options(ws))
+    (out,) = json.loads((release / "manifest.json").read_text())["vendors"]["plain"]["outputs"]
+    assert [o["sass"] for o in out["shared_objects"]] == [[]]
+
+
+def test_device_code_where_recipe_says_none_fails(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2], archs=[])})
+    with pytest.raises(VerifyError, match="holds device code .* the recipe builds none"):
+        pipeline.build(options(ws))
+    assert artifacts_files(tmp_path / "artifacts") == []
+
+
+def test_absent_patch_stops_before_any_work(tmp_path: Path, upstreams: Upstreams, options) -> None:
+    ws = write(
+        tmp_path / "ws",
+        {"plain": plain_vendor(upstreams.plain[2])},
+        series=[{"file": "missing.patch", "target": "plain"}],
+    )
+    with pytest.raises(PreflightError, match=r"missing.patch \(for plain\) is listed .* absent"):
+        pipeline.build(options(ws))
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "work").exists()
+
+
+def test_nvcc_missing(tmp_path: Path, upstreams: Upstreams, options) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
+    with pytest.raises(PreflightError, match=r"nvcc not found at /nonexistent/bin/nvcc"):
+        pipeline.build(options(ws, cuda_home="/nonexistent"))
+
+
+def test_nvcc_of_another_cuda_major(tmp_path: Path, upstreams: Upstreams, options) -> None:
+    ws = write(
+        tmp_path / "ws",
+        {"plain": plain_vendor(upstreams.plain[2], archs=["sm_90a"])},
+        profile={**PROFILE, "cuda": "12.8", "archs": ["sm_90a"]},
+    )
+    with pytest.raises(
+        PreflightError,
+        match=r"is CUDA 13\.0\.\d+ \(another major version\), "
+        r"the profile asks for CUDA 12\.8",
+    ):
+        pipeline.build(options(ws))
+
+
+def test_torch_of_another_version_is_refused(tmp_path: Path, upstreams: Upstreams, options) -> None:
+    ws = write(
+        tmp_path / "ws",
+        {"plain": plain_vendor(upstreams.plain[2])},
+        profile={**PROFILE, "torch": "2.13.0+cu130"},
+    )
+    with pytest.raises(
+        PreflightError,
+        match=r"torch in .* is 2\.14\.1\+cu130, the profile "
+        r"pins 2\.13\.0\+cu130",
+    ):
+        pipeline.build(options(ws))
+
+
+def test_rebuilding_one_vendor_keeps_the_others(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    beta = plain_vendor(upstreams.plain[0], archs=[], env={"PLAIN_DIST_NAME": "plainbeta"})
+    ws = write(tmp_path / "ws", {"alpha": plain_vendor(upstreams.plain[0], archs=[]), "beta": beta})
+    release = pipeline.build(options(ws))
+    first = json.loads((release / "manifest.json").read_text())
+    pipeline.build(options(ws, vendors=["alpha"]))
+    second = json.loads((release / "manifest.json").read_text())
+    assert set(second["vendors"]) == {"alpha", "beta"}
+    assert second["vendors"]["beta"] == first["vendors"]["beta"]
+    assert manifest.check(release / "manifest.json") == []
+
+
+def test_two_vendors_making_one_wheel_name_is_an_error(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    ws = write(
+        tmp_path / "ws",
+        {
+            "alpha": plain_vendor(upstreams.plain[0], archs=[]),
+            "beta": plain_vendor(upstreams.plain[0], archs=[]),
+        },
+    )
+    with pytest.raises(BuildError, match="beta made plainext-1.2.0-.*whl, which alpha made"):
+        pipeline.build(options(ws))
+    assert artifacts_files(tmp_path / "artifacts") == []
+
+
+def test_cli_unknown_vendor(tmp_path: Path, upstreams: Upstreams) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
+    res = run_kiln("build", "--workspace", ws, "deepep")
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        f"kiln: error: unknown vendor 'deepep': known vendors are plain (files in {ws}/vendors)"
+    )
+
+
+def test_build_all_here_says_what_is_missing(tmp_path: Path) -> None:
+    """The real release cannot build on this machine: one clear report, no traceback."""
+    res = run_kiln(
+        "build",
+        "--artifacts",
+        tmp_path / "a",
+        "--cache",
+        tmp_path / "c",
+        "--work",
+        tmp_path / "w",
+        "--offline",
+    )
+    assert res.returncode == 9, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "cannot build deepinfer-sm100-cu132 here" in res.stderr
+    assert "the profile asks for CUDA 13.2" in res.stderr
+    assert "deepinfer-prefix-cache.patch" in res.stderr
+    assert "deepep: https://github.com/deepseek-ai/DeepEP is not in the cache" in res.stderr
+    assert "To build offline" in res.stderr
+    assert not (tmp_path / "a" / "deepinfer-sm100-cu132").exists()
+
+
+def _descendants_running(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if marker in ln and "ps -eo" not in ln]
+
+
+def test_interrupted_build_leaves_no_partial_output(
+    tmp_path: Path, upstreams: Upstreams, build_python: Path
+) -> None:
+    vendor = plain_vendor(upstreams.plain[2])
+    vendor["build"]["env"] = {"PLAIN_BUILD_DELAY": "60"}
+    ws = write(tmp_path / "ws", {"plain": vendor})
+    work = tmp_path / "work-interrupt"
+    log = tmp_path / "artifacts/logs/test-release/plain-build.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kiln",
+            "build",
+            "--workspace",
+            ws,
+            "--artifacts",
+            tmp_path / "artifacts",
+            "--cache",
+            tmp_path / "cache",
+            "--work",
+            work,
+            "--mirrors",
+            upstreams.mirrors,
+            "--offline",
+            "--python",
+            build_python,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (log.exists() and "plainext: compiling" in log.read_text()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the build never started compiling"
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert artifacts_files(tmp_path / "artifacts") == []
+    assert _descendants_running(str(work)) == []
