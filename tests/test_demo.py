@@ -1,0 +1,89 @@
+"""`kiln demo`: the bundled torch CUDA extension, end to end, offline; then the
+manifest check that must pass on it and fail after one byte of a wheel changes."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kiln.verify import device_archs
+from tests.conftest import CACHE, run_kiln
+
+
+@pytest.fixture(scope="module")
+def demo_release(tmp_path_factory: pytest.TempPathFactory, build_python: Path) -> Path:
+    root = tmp_path_factory.mktemp("demo")
+    res = run_kiln(
+        "demo",
+        "--artifacts",
+        root / "artifacts",
+        "--work",
+        root / "work",
+        "--cache",
+        CACHE,
+        "--python",
+        build_python,
+    )
+    assert res.returncode == 0, res.stderr
+    return root / "artifacts" / "kiln-demo"
+
+
+def test_demo_leaves_wheel_manifest_and_logs(demo_release: Path) -> None:
+    (wheel,) = (demo_release / "wheels").glob("*.whl")
+    assert wheel.name == "vecadd-0.3.0-cp311-cp311-linux_x86_64.whl"
+    data = json.loads((demo_release / "manifest.json").read_text())
+    entry = data["vendors"]["vecadd"]
+    assert entry["environment"]["TORCH_CUDA_ARCH_LIST"] == "10.0a;10.3a"
+    assert entry["source"]["submodules"][0]["path"] == "third_party/mathlib"
+    assert [p["file"] for p in entry["patches"]] == ["vecadd-scale.patch"]
+    assert (demo_release.parent / "logs" / "kiln-demo" / "vecadd-build.log").stat().st_size > 0
+    with zipfile.ZipFile(wheel) as zf:
+        assert b"def scale(" in zf.read("vecadd/__init__.py")  # the patch is in
+
+
+def test_demo_extension_holds_both_archs(demo_release: Path, tmp_path: Path) -> None:
+    """cuobjdump, run on the torch extension's .so by hand, shows sm_100a and sm_103a."""
+    (wheel,) = (demo_release / "wheels").glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        (so,) = [m for m in zf.namelist() if m.endswith(".so")]
+        zf.extract(so, tmp_path)
+    assert device_archs(tmp_path / so) == (["sm_100a", "sm_103a"], [])
+
+
+def test_manifest_check_passes_then_fails_after_one_byte(
+    demo_release: Path, tmp_path: Path
+) -> None:
+    res = run_kiln("manifest", "check", demo_release / "manifest.json")
+    assert res.returncode == 0, res.stderr
+    assert "every file matches" in res.stdout
+
+    copy = tmp_path / "release"
+    copy.mkdir()
+    (copy / "wheels").mkdir()
+    (copy / "manifest.json").write_bytes((demo_release / "manifest.json").read_bytes())
+    (wheel,) = (demo_release / "wheels").glob("*.whl")
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (copy / "wheels" / wheel.name).write_bytes(bytes(data))
+    res = run_kiln("manifest", "check", copy / "manifest.json")
+    assert res.returncode == 1
+    assert f"wheels/{wheel.name}: sha256" in res.stderr
+    assert "1 file(s) differ from the manifest" in res.stderr
+
+
+def test_manifest_check_reports_a_missing_file(demo_release: Path, tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_bytes((demo_release / "manifest.json").read_bytes())
+    res = run_kiln("manifest", "check", tmp_path / "manifest.json")
+    assert res.returncode == 1 and ": missing" in res.stderr
+
+
+def test_manifest_check_rejects_a_malformed_manifest(demo_release: Path, tmp_path: Path) -> None:
+    data = json.loads((demo_release / "manifest.json").read_text())
+    data["vendors"]["vecadd"]["source"]["commit"] = "abc"
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    res = run_kiln("manifest", "check", tmp_path / "manifest.json")
+    assert res.returncode == 8
+    assert "vendors/vecadd/source/commit" in res.stderr

@@ -1,0 +1,80 @@
+"""`kiln lock`: short SHAs become full ones, submodule commits and patch hashes are
+recorded, and comments in the TOML files survive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kiln.config import Workspace
+from kiln.fsutil import sha256_file
+from kiln.lock import lock
+from kiln.mirrors import Mirrors
+from kiln.sources import GitCache
+from tests.conftest import run_kiln
+from tests.upstreams import BASE_URL, Upstreams
+from tests.workspace import write
+
+VENDOR = f"""\
+# the fixture upstream
+[source]
+url = "{BASE_URL}plain.git"
+commit = "{{short}}"  # pinned by hand
+
+[[source.submodules]]
+path = "third_party/hdr"
+
+[build]
+kind = "wheel"
+archs = ["sm_100a", "sm_103a"]
+arch_control = "hardcoded"
+"""
+
+
+def test_lock_pins_full_shas_submodules_and_patch_hashes(
+    tmp_path: Path, upstreams: Upstreams
+) -> None:
+    ws_dir = write(
+        tmp_path / "ws",
+        {},
+        patches={"a.patch": "--- a/x\n+++ b/x\n"},
+        series=[{"file": "a.patch", "target": "plain"}],
+    )
+    (ws_dir / "vendors" / "plain.toml").write_text(VENDOR.format(short=upstreams.plain[2][:7]))
+    cache = GitCache(tmp_path / "cache", Mirrors.load(upstreams.mirrors), offline=True)
+
+    changes = lock(Workspace(ws_dir), cache)
+    assert f"plain: source.commit {upstreams.plain[2][:7]} -> {upstreams.plain[2]}" in changes
+
+    text = (ws_dir / "vendors" / "plain.toml").read_text()
+    assert f'commit = "{upstreams.plain[2]}"  # pinned by hand' in text
+    assert "# the fixture upstream" in text
+    ws = Workspace(ws_dir)
+    assert ws.vendors["plain"].source.submodules[0].commit == upstreams.hdr[0]
+    assert ws.series.patch[0].sha256 == sha256_file(ws_dir / "patches" / "a.patch")
+    assert lock(ws, cache) == ["everything already pinned"]
+
+
+def test_lock_with_unknown_commit_fails(tmp_path: Path, upstreams: Upstreams) -> None:
+    ws_dir = write(tmp_path / "ws", {})
+    (ws_dir / "vendors" / "plain.toml").write_text(VENDOR.format(short="deadbee"))
+    res = run_kiln(
+        "lock",
+        "--workspace",
+        ws_dir,
+        "--cache",
+        tmp_path / "cache",
+        "--mirrors",
+        upstreams.mirrors,
+        "--offline",
+    )
+    assert res.returncode == 3
+    assert "plain: commit deadbee is not in" in res.stderr
+    assert 'commit = "deadbee"' in (ws_dir / "vendors" / "plain.toml").read_text()
+
+
+def test_lock_with_malformed_commit_fails(tmp_path: Path) -> None:
+    ws_dir = write(tmp_path / "ws", {})
+    (ws_dir / "vendors" / "plain.toml").write_text(VENDOR.format(short="not-a-sha"))
+    res = run_kiln("lock", "--workspace", ws_dir, "--cache", tmp_path / "cache")
+    assert res.returncode == 2
+    assert "vendors/plain.toml: source.commit: 'not-a-sha' is not a commit SHA" in res.stderr
