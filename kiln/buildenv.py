@@ -14,6 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
+from packaging.version import Version
+
 from kiln import proc
 from kiln.config import Profile
 from kiln.errors import ToolchainError
@@ -71,6 +73,11 @@ def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
         what="creating the build venv",
     )
     index = ["--extra-index-url", profile.torch_index] if profile.torch_index else []
+    # Pin the public version: PyPI's CUDA wheels are filed as plain 2.14.1 although
+    # torch.__version__ says 2.14.1+cu130, while the PyTorch index files 2.13.0+cu132.
+    # `==2.13.0` matches both forms (PEP 440 ignores the local label), pip prefers the
+    # labelled build, and preflight then checks torch.__version__ against the profile.
+    public = Version(profile.torch).public
     proc.run(
         [
             python,
