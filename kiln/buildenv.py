@@ -87,7 +87,7 @@ def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
             "--quiet",
             "--disable-pip-version-check",
             *index,
-            f"torch=={profile.torch}",
+            f"torch=={public}",
             *profile.build_tools,
         ],
         error=ToolchainError,
