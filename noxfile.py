@@ -59,3 +59,24 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def rebuild_c(session: nox.Session) -> None:
+    """Re-apply a patch to an installed tree, rebuild only its _C: -- TREE [PATCH]."""
+    if not session.posargs:
+        session.error("name the installed tree: nox -s rebuild_c -- /workspace/deepinfer [patch]")
+    _kiln(session, "rebuild-c")
+
+
+@nox.session
+def pack_jit_cache(session: nox.Session) -> None:
+    """Pack JIT caches into the release: -- DIR --name LABEL [--release FOLDER]."""
+    _kiln(session, "pack-jit-cache")
+
+
+@nox.session
+def bench_rebuild_c(session: nox.Session) -> None:
+    """Full in-place build vs rebuild_c after a one-line patch edit (benchmarks/)."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/rebuild_c.py", *session.posargs)

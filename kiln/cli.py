@@ -101,6 +101,27 @@ def cmd_lock(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rebuild_c(args: argparse.Namespace) -> int:
+    from kiln.config import Workspace
+    from kiln.rebuildc import rebuild_c
+    from kiln.toolchain import find_cuda_home
+
+    ws = Workspace(args.workspace)
+    took, objects = rebuild_c(
+        ws, args.tree, args.patch, args.python, str(find_cuda_home(args.cuda_home))
+    )
+    archs = sorted({a for o in objects for a in o.sass})
+    print(f"rebuilt {', '.join(o.path for o in objects)} ({', '.join(archs)}) in {took:.1f} s")
+    return 0
+
+
+def cmd_pack_jit_cache(args: argparse.Namespace) -> int:
+    from kiln.jitcache import pack_into_release
+
+    print(pack_into_release(args.cache_dir, args.name, args.release))
+    return 0
+
+
 def cmd_manifest_check(args: argparse.Namespace) -> int:
     from kiln import manifest
 
@@ -134,6 +155,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mirrors", type=Path, default=None)
     p.add_argument("--offline", action="store_true")
     p.set_defaults(func=cmd_lock)
+
+    p = sub.add_parser("rebuild-c", help="re-apply a patch to an installed tree, rebuild its _C")
+    p.add_argument("tree", type=Path, help="the installed tree (the folder install.sh unpacked)")
+    p.add_argument(
+        "patch",
+        nargs="?",
+        default=None,
+        help="a patch file, or a name under patches/ (default: the vendor's last)",
+    )
+    p.add_argument("--workspace", type=Path, default=Path("."))
+    p.add_argument(
+        "--python",
+        default=None,
+        help="the Python with torch (default: the one install.sh recorded)",
+    )
+    p.add_argument("--cuda-home", default=None)
+    p.set_defaults(func=cmd_rebuild_c)
+
+    p = sub.add_parser("pack-jit-cache", help="pack DeepGEMM/TileLang JIT caches into a release")
+    p.add_argument("cache_dir", type=Path, help="folder holding deep_gemm/ and/or tilelang/")
+    p.add_argument("--name", required=True, help="label: jit-cache/jit-cache-<name>.tar.zst")
+    p.add_argument(
+        "--release",
+        type=Path,
+        default=None,
+        help="release folder (default: artifacts/<release name of ./kiln.toml>)",
+    )
+    p.set_defaults(func=cmd_pack_jit_cache)
 
     p = sub.add_parser("manifest", help="manifest tools")
     msub = p.add_subparsers(dest="manifest_command", required=True)

@@ -121,11 +121,15 @@ class Submodule(Strict):
     commit: FullSha | None = None
 
 
+LicenseId = Literal["MIT", "Apache-2.0", "BSD-3-Clause"]
+
+
 class Source(Strict):
     url: str
     commit: Sha
     submodules: list[Submodule] = Field(default_factory=list)
     license: str = "LICENSE"
+    license_id: LicenseId | None = None
 
 
 ArchControl = Literal["torch-arch-list", "hardcoded", "none"]
@@ -146,7 +150,14 @@ class Build(Strict):
     max_jobs: Annotated[int, Field(ge=1)] = 1
     nvcc_threads: Annotated[int, Field(ge=1)] | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    # kind "inplace": the upstream's own build command, run in the tree; the files it
+    # leaves that kiln verifies (globs); a module to import as a smoke test; extra
+    # tarball exclusions; and the command that rebuilds only the extension (rebuild_c).
     command: list[str] | None = None
+    outputs: list[str] = Field(default_factory=list)
+    import_check: str | None = None
+    exclude: list[str] = Field(default_factory=list)
+    rebuild_command: list[str] | None = None
 
 
 class Vendor(Strict):
@@ -162,8 +173,10 @@ class Vendor(Strict):
             raise ValueError("build.archs must be empty when build.arch_control is 'none'")
         if b.arch_control != "none" and not b.archs:
             raise ValueError("build.archs is empty: list the archs this upstream builds")
-        if b.kind == "inplace" and not b.command:
-            raise ValueError("build.command is required for kind 'inplace'")
+        if b.kind == "inplace" and not (b.command and b.outputs):
+            raise ValueError("build.command and build.outputs are required for kind 'inplace'")
+        if b.kind == "wheel" and (b.command or b.outputs or b.rebuild_command):
+            raise ValueError("build.command/outputs/rebuild_command are for kind 'inplace' only")
         return self
 
 

@@ -62,7 +62,8 @@ def read(path: Path) -> dict[str, Any]:
 
 
 def outputs(data: dict[str, Any]) -> list[dict[str, Any]]:
-    return [o for v in data["vendors"].values() for o in v["outputs"]]
+    """Every file the manifest lists: the vendors' outputs and the release-level files."""
+    return [o for v in data["vendors"].values() for o in v["outputs"]] + data.get("files", [])
 
 
 @dataclass(frozen=True)

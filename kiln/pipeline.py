@@ -14,9 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln import __version__, buildenv, fsutil, manifest, patches, sources, toolchain, verify
+from kiln import (
+    __version__,
+    buildenv,
+    fsutil,
+    inplace,
+    licenses,
+    manifest,
+    patches,
+    release,
+    sources,
+    toolchain,
+    verify,
+)
 from kiln.config import Vendor, Workspace
-from kiln.errors import BuildError, PatchError, PreflightError, ToolchainError
+from kiln.errors import BuildError, ConfigError, PatchError, PreflightError, ToolchainError
 from kiln.mirrors import Mirrors
 from kiln.recipes import build_environment
 from kiln.runners import SUPPORTED_KINDS, BuildStep, Runner, make_runner
@@ -127,6 +139,89 @@ def _place(built: Path, folder: Path, vendor: str, made: dict[str, str]) -> Path
     return dest
 
 
+def _output(path: Path, stage: Path, kind: str, **extra: Any) -> dict[str, Any]:
+    return {**release.file_entry(path, stage, kind), **extra}
+
+
+def _wheel_outputs(
+    ctx: Context, vendor: Vendor, step: BuildStep, stage: Path, timings: dict[str, float]
+) -> list[dict[str, Any]]:
+    with timed(timings, "build"):
+        wheel = ctx.runner.build(step)
+    with timed(timings, "verify"):
+        report = verify.verify_wheel(wheel, list(vendor.build.archs), ctx.ws.profile)
+    wheel = _place(wheel, stage / "wheels", vendor.name, ctx.made)
+    archs = sorted({a for o in report.shared_objects for a in o.sass})
+    log.info("%s: %s verified (%s)", vendor.name, wheel.name, ", ".join(archs) or "host only")
+    details = {k: v for k, v in report.to_json().items() if k != "file"}
+    return [_output(wheel, stage, "wheel", **details)]
+
+
+def _inplace_outputs(
+    ctx: Context,
+    vendor: Vendor,
+    step: BuildStep,
+    stage: Path,
+    co: sources.Checkout,
+    applied: list[patches.AppliedPatch],
+    recorded_env: dict[str, str],
+    timings: dict[str, float],
+) -> list[dict[str, Any]]:
+    with timed(timings, "build"):
+        ctx.runner.build(step)
+    with timed(timings, "verify"):
+        objects = inplace.verify_outputs(step.tree, vendor)
+        smoke = (
+            inplace.import_check(step.tree, vendor.build.import_check, step.python)
+            if vendor.build.import_check
+            else None
+        )
+    log.info(
+        "%s: %s verified (%s)%s",
+        vendor.name,
+        ", ".join(o.path for o in objects),
+        ", ".join(sorted({a for o in objects for a in o.sass})) or "host only",
+        f"; import {smoke['status']}" if smoke else "",
+    )
+    inplace.write_tree_metadata(
+        step.tree, vendor, co.commit, applied, ctx.ws.patches_dir, recorded_env
+    )
+    tag = ctx.ws.series.tags.get(vendor.name) or ("unpatched" if not applied else None)
+    if tag is None:
+        raise ConfigError(
+            f"patches/series.toml: tags.{vendor.name}: missing; name the patch "
+            f'set for the tarball (e.g. tags = {{ {vendor.name} = "prefixcache" }})'
+        )
+    name = inplace.tarball_name(vendor, co.commit, tag, ctx.ws.profile)
+    with timed(timings, "package"):
+        tarball = inplace.pack_tree(step.tree, stage / name, vendor, co.commit_time)
+    if tarball.name in ctx.made:
+        raise BuildError(f"{vendor.name} made {tarball.name}, which {ctx.made[name]} made too")
+    ctx.made[tarball.name] = vendor.name
+    extra: dict[str, Any] = {"shared_objects": [o.__dict__ for o in objects]}
+    if smoke:
+        extra["import_check"] = smoke
+    return [_output(tarball, stage, "tarball", **extra)]
+
+
+def _license_output(vendor: Vendor, tree: Path, stage: Path) -> dict[str, Any]:
+    dest = stage / "licenses" / f"{vendor.name}-{Path(vendor.source.license).name}"
+    licenses.collect(vendor, tree, dest)
+    return _output(dest, stage, "license")
+
+
+def _patch_outputs(
+    ctx: Context, applied: list[patches.AppliedPatch], stage: Path
+) -> list[dict[str, Any]]:
+    out = []
+    for p in applied:
+        dest = stage / "patches" / p.file
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ctx.ws.patches_dir / p.file, dest)
+        out.append(_output(dest, stage, "patch"))
+    return out
+
+
 def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     timings: dict[str, float] = {}
     what = vendor.name
@@ -137,11 +232,16 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         applied = patches.apply_series(
             tree, ctx.ws.patches_for(vendor.name), ctx.ws.patches_dir, what
         )
+    python = Path(ctx.tc.python)
     env, recorded_env = build_environment(vendor, ctx.ws.profile, ctx.tc.cuda_home, co.commit_time)
+    if vendor.build.kind == "inplace":
+        inplace.install_kit(tree)
+        env.update(inplace.kit_environment(tree, python, ctx.tc.cuda_home, env))
     step = BuildStep(
         vendor.name,
         vendor.build.kind,
-        Path(ctx.tc.python),
+        vendor.build.command,
+        python,
         tree,
         stage / f".out-{vendor.name}",
         env,
@@ -149,24 +249,12 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     )
     step.log_file.unlink(missing_ok=True)
     log.info("%s: building at %s (log: %s)", what, co.commit[:12], step.log_file)
-    with timed(timings, "build"):
-        wheel = ctx.runner.build(step)
-    with timed(timings, "verify"):
-        report = verify.verify_wheel(wheel, list(vendor.build.archs), ctx.ws.profile)
-    wheel = _place(wheel, stage / "wheels", vendor.name, ctx.made)
-    log.info(
-        "%s: %s verified (%s)",
-        what,
-        wheel.name,
-        ", ".join(sorted({a for o in report.shared_objects for a in o.sass})) or "host only",
-    )
-    output = {
-        "path": f"wheels/{wheel.name}",
-        "sha256": fsutil.sha256_file(wheel),
-        "size": wheel.stat().st_size,
-        "kind": "wheel",
-        **{k: v for k, v in report.to_json().items() if k != "file"},
-    }
+    if vendor.build.kind == "inplace":
+        outputs = _inplace_outputs(ctx, vendor, step, stage, co, applied, recorded_env, timings)
+    else:
+        outputs = _wheel_outputs(ctx, vendor, step, stage, timings)
+    outputs.append(_license_output(vendor, tree, stage))
+    outputs.extend(_patch_outputs(ctx, applied, stage))
     return {
         "source": {
             "url": co.url,
@@ -188,7 +276,7 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         ],
         "recipe": vendor.build.model_dump(mode="json"),
         "environment": recorded_env,
-        "outputs": [output],
+        "outputs": outputs,
         "timings": timings,
     }
 
@@ -255,6 +343,7 @@ def build(opts: Options) -> Path:
         built = {v.name: build_vendor(ctx, v, stage) for v in selected}
         kept = _carry_over(release_dir, stage, header, set(built))
         data = {**header, "warnings": warnings, "vendors": dict(sorted({**kept, **built}.items()))}
+        data["files"] = release.write_files(stage, ws, data, release_dir)
         manifest.write(stage / manifest.FILE_NAME, data)
         fsutil.publish(stage, release_dir)
     log.info("release ready: %s", release_dir)

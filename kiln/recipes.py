@@ -98,3 +98,18 @@ def build_wheel(
     if len(made) != 1:
         raise BuildError(f"building {what} made {len(made)} wheels, expected one; see {log_file}")
     return made[0]
+
+
+def run_inplace(
+    command: list[str], tree: Path, env: Mapping[str, str], log_file: Path, what: str
+) -> Path:
+    """Run the upstream's own build command in its tree (e.g. ``./build.sh``)."""
+    proc.run(
+        command,
+        cwd=tree,
+        env=env,
+        log_file=log_file,
+        what=f"building {what} in place",
+        error=BuildError,
+    )
+    return tree

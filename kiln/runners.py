@@ -12,7 +12,7 @@ from typing import Protocol
 from kiln import recipes
 from kiln.errors import ConfigError
 
-SUPPORTED_KINDS = ("wheel",)
+SUPPORTED_KINDS = ("wheel", "inplace")
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class BuildStep:
 
     vendor: str
     kind: str
+    command: list[str] | None
     python: Path
     tree: Path
     out_dir: Path
@@ -40,8 +41,12 @@ class LocalRunner:
     image: str | None = None
 
     def build(self, step: BuildStep) -> Path:
-        if step.kind != "wheel":
-            raise ConfigError(f"{step.vendor}: build kind {step.kind!r} is not supported yet")
+        """The wheel made (kind "wheel") or the tree built in place (kind "inplace")."""
+        if step.kind == "inplace":
+            assert step.command
+            return recipes.run_inplace(
+                step.command, step.tree, step.env, step.log_file, step.vendor
+            )
         return recipes.build_wheel(
             step.python, step.tree, step.out_dir, step.env, step.log_file, step.vendor
         )

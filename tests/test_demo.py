@@ -4,6 +4,7 @@ manifest check that must pass on it and fail after one byte of a wheel changes."
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -44,6 +45,23 @@ def test_demo_leaves_wheel_manifest_and_logs(demo_release: Path) -> None:
         assert b"def scale(" in zf.read("vecadd/__init__.py")  # the patch is in
 
 
+def test_demo_release_layout_matches_the_model_card(demo_release: Path) -> None:
+    names = {p.name for p in demo_release.iterdir()}
+    (tb,) = [n for n in names if n.endswith(".tar.zst")]
+    assert tb == "tinyinfer-3a0e763-prefixcache-sm100-cu130-cp311.tar.zst"
+    assert names == {
+        "wheels",
+        tb,
+        "patches",
+        "install.sh",
+        "rebuild-tinyinfer-C.sh",
+        "licenses",
+        "manifest.json",
+        "README.md",
+        "requirements.txt",
+    }
+
+
 def test_demo_extension_holds_both_archs(demo_release: Path, tmp_path: Path) -> None:
     """cuobjdump, run on the torch extension's .so by hand, shows sm_100a and sm_103a."""
     (wheel,) = (demo_release / "wheels").glob("*.whl")
@@ -61,13 +79,11 @@ def test_manifest_check_passes_then_fails_after_one_byte(
     assert "every file matches" in res.stdout
 
     copy = tmp_path / "release"
-    copy.mkdir()
-    (copy / "wheels").mkdir()
-    (copy / "manifest.json").write_bytes((demo_release / "manifest.json").read_bytes())
-    (wheel,) = (demo_release / "wheels").glob("*.whl")
+    shutil.copytree(demo_release, copy)
+    wheel = next((copy / "wheels").glob("*.whl"))
     data = bytearray(wheel.read_bytes())
     data[len(data) // 2] ^= 0x01
-    (copy / "wheels" / wheel.name).write_bytes(bytes(data))
+    wheel.write_bytes(bytes(data))
     res = run_kiln("manifest", "check", copy / "manifest.json")
     assert res.returncode == 1
     assert f"wheels/{wheel.name}: sha256" in res.stderr

@@ -56,7 +56,9 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     assert data["toolchain"]["torch_version"] == "2.14.1+cu130"
     assert data["runner"] == {"kind": "local", "image": None}
 
-    (out,) = entry["outputs"]
+    out, license_out, patch_out = entry["outputs"]
+    assert license_out["kind"] == "license" and license_out["path"] == "licenses/plain-LICENSE"
+    assert patch_out["kind"] == "patch" and patch_out["path"] == "patches/greeting.patch"
     wheel = release / out["path"]
     assert wheel.name == "plainext-1.2.0-cp311-cp311-linux_x86_64.whl"
     objects = {o["path"].split(".")[0]: o for o in out["shared_objects"]}
@@ -87,7 +89,8 @@ def test_host_only_wheel_passes_when_recipe_builds_no_device_code(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[0], archs=[])})
     release = pipeline.build(options(ws))
-    (out,) = json.loads((release / "manifest.json").read_text())["vendors"]["plain"]["outputs"]
+    outputs = json.loads((release / "manifest.json").read_text())["vendors"]["plain"]["outputs"]
+    (out,) = [o for o in outputs if o["kind"] == "wheel"]
     assert [o["sass"] for o in out["shared_objects"]] == [[]]
 
 

@@ -1,0 +1,165 @@
+"""Deterministic ``.tar.zst`` archives and safe unpacking.
+
+Packing: members sorted, mtime fixed (``SOURCE_DATE_EPOCH``), owner 0:0 with no
+names, modes normalised (0755 for directories and executables, 0644 otherwise), no
+``.git``; compressed by the zstandard library, single-threaded (its output then
+depends on the bytes alone). Unpacking refuses any member that would land outside
+the target folder: absolute paths, ``..``, links pointing out, devices.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+import zstandard
+
+from kiln.errors import KilnError
+
+ZSTD_LEVEL = 19
+ALWAYS_EXCLUDED = (".git", ".git/**")
+
+
+class ArchiveError(KilnError):
+    exit_code = 10
+
+
+def _excluded(rel: str, patterns: Iterable[str]) -> bool:
+    parts = rel.split("/")
+    for pattern in patterns:
+        bare = pattern.rstrip("/")
+        if fnmatch.fnmatchcase(rel, bare) or fnmatch.fnmatchcase(rel, pattern):
+            return True
+        if "/" not in bare and any(fnmatch.fnmatchcase(p, bare) for p in parts):
+            return True  # a bare name matches at any depth (e.g. __pycache__, *.o)
+        if rel.startswith(bare + "/"):
+            return True
+    return False
+
+
+def members(root: Path, exclude: Iterable[str] = ()) -> list[str]:
+    """Relative paths under ``root`` to pack, sorted, directories included."""
+    patterns = [*ALWAYS_EXCLUDED, *exclude]
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in list(dirnames):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if _excluded(rel, patterns):
+                dirnames.remove(name)
+            else:
+                found.append(rel)
+        for name in filenames:
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if not _excluded(rel, patterns):
+                found.append(rel)
+    return sorted(found)
+
+
+def _tarinfo(path: Path, arcname: str, mtime: int) -> tarfile.TarInfo:
+    st = path.lstat()
+    info = tarfile.TarInfo(arcname)
+    info.mtime = mtime
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if stat.S_ISLNK(st.st_mode):
+        info.type = tarfile.SYMTYPE
+        info.linkname = os.readlink(path)
+        info.mode = 0o777
+    elif stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o755
+    elif stat.S_ISREG(st.st_mode):
+        info.size = st.st_size
+        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+    else:
+        raise ArchiveError(f"{path}: not a file, folder or link; cannot pack it")
+    return info
+
+
+def pack(
+    sources: list[tuple[Path, str]], dest: Path, mtime: int, exclude: Iterable[str] = ()
+) -> Path:
+    """Pack each (folder, name-in-archive) of ``sources`` into ``dest`` (.tar.zst).
+
+    Written to a temporary file beside ``dest`` and renamed, so a failure (a full
+    disk) leaves no partial archive.
+    """
+    exclude = list(exclude)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}-", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=0)
+            with (
+                cctx.stream_writer(raw, closefd=False) as zw,
+                tarfile.open(fileobj=zw, mode="w|", format=tarfile.GNU_FORMAT) as tar,
+            ):
+                for folder, name in sources:
+                    tar.addfile(_tarinfo(folder, name, mtime))
+                    for rel in members(folder, exclude):
+                        path = folder / rel
+                        info = _tarinfo(path, f"{name}/{rel}", mtime)
+                        if info.isreg():
+                            with path.open("rb") as fh:
+                                tar.addfile(info, fh)
+                        else:
+                            tar.addfile(info)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ArchiveError(f"writing {dest}: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _check_member(info: tarfile.TarInfo, archive: Path) -> None:
+    name = PurePosixPath(info.name)
+    where = f"{archive.name}: member {info.name!r}"
+    if name.is_absolute() or ".." in name.parts:
+        raise ArchiveError(f"{where} escapes the target folder; refusing to unpack")
+    if info.issym() or info.islnk():
+        target = PurePosixPath(info.linkname)
+        base = name.parent if info.issym() else PurePosixPath()
+        resolved = os.path.normpath(str(base / target))
+        if target.is_absolute() or resolved == ".." or resolved.startswith("../"):
+            raise ArchiveError(
+                f"{where} links to {info.linkname!r}, outside the target folder; refusing to unpack"
+            )
+    elif not (info.isreg() or info.isdir()):
+        raise ArchiveError(f"{where} is a device or fifo; refusing to unpack")
+
+
+def list_members(archive: Path) -> list[tarfile.TarInfo]:
+    """Every member's header, streaming (the archive is never held in memory)."""
+    with archive.open("rb") as raw:
+        reader = zstandard.ZstdDecompressor().stream_reader(raw)
+        with tarfile.open(fileobj=reader, mode="r|") as tar:
+            return list(tar)
+
+
+def unpack(archive: Path, dest: Path) -> None:
+    """Unpack a ``.tar.zst`` into ``dest``, refusing escaping members (checked before
+    anything is written, then again by tarfile's ``data`` filter)."""
+    try:
+        infos = list_members(archive)
+    except (zstandard.ZstdError, tarfile.TarError) as exc:
+        raise ArchiveError(f"{archive}: not a readable .tar.zst: {exc}") from None
+    for info in infos:
+        _check_member(info, archive)
+    dest.mkdir(parents=True, exist_ok=True)
+    with archive.open("rb") as raw:
+        reader = zstandard.ZstdDecompressor().stream_reader(raw)
+        with tarfile.open(fileobj=reader, mode="r|") as tar:
+            try:
+                tar.extractall(dest, filter="data")
+            except tarfile.FilterError as exc:
+                raise ArchiveError(f"{archive}: {exc}; refusing to unpack") from None

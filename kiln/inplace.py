@@ -1,0 +1,174 @@
+"""Builds in place (DeepInfer): a tree that ships as a tarball, not as a wheel.
+
+Before the upstream's own build command runs, kiln puts a small kit into the tree's
+``.kiln/`` folder: the object cache (``objcache.py`` with compiler wrappers in
+``bin/``) and ``rebuild.py``, both stand-alone. The build's compiles go through the
+object cache, so the tarball carries every object it made; ``rebuild_c`` on an
+installed tree then recompiles only what a patch changed. After the build kiln
+verifies the declared outputs (SASS archs), tries the import, and writes
+``.kiln/tree.json`` (what was built, how to rebuild) and ``.kiln/applied/`` (the
+patches as applied, so an edited patch can be swapped in later).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kiln import archive, proc
+from kiln.config import Profile, Vendor
+from kiln.errors import VerifyError
+from kiln.patches import AppliedPatch
+from kiln.verify import SharedObject, check_archs, device_archs
+
+log = logging.getLogger("kiln.inplace")
+
+KIT = ".kiln"
+TREE_FILE = "tree.json"
+# Build leftovers that never go into the tarball (the kit's object cache does).
+DEFAULT_EXCLUDE = (
+    "build",
+    "dist",
+    "__pycache__",
+    "*.pyc",
+    "*.egg-info",
+    ".ninja_log",
+    ".ninja_deps",
+    "tmpxft_*",
+)
+WRAPPERS = {"gcc": "KILN_REAL_CC", "g++": "KILN_REAL_CXX", "nvcc": "KILN_REAL_NVCC"}
+WRAPPER_DEFAULTS = {"gcc": "gcc", "g++": "g++", "nvcc": "nvcc"}
+
+
+def install_kit(tree: Path) -> Path:
+    kit = tree / KIT
+    (kit / "bin").mkdir(parents=True, exist_ok=True)
+    shipped = resources.files("kiln.shipped")
+    for name in ("objcache.py", "rebuild.py"):
+        (kit / name).write_text(shipped.joinpath(name).read_text())
+    for name, var in WRAPPERS.items():
+        wrapper = kit / "bin" / name
+        wrapper.write_text(
+            "#!/bin/sh\n# kiln: compile through the object cache (see ../objcache.py)\n"
+            f'exec "${{KILN_OBJCACHE_PYTHON:-python3}}" "$(dirname "$0")/../objcache.py" '
+            f'"${{{var}:-{WRAPPER_DEFAULTS[name]}}}" "$@"\n'
+        )
+        wrapper.chmod(0o755)
+    return kit
+
+
+def site_packages(python: Path) -> str:
+    return proc.output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+
+
+def kit_environment(
+    tree: Path, python: Path, cuda_home: str, base: dict[str, str]
+) -> dict[str, str]:
+    """Compiler wrappers and object-cache settings for a build in ``tree``."""
+    kit = tree / KIT
+    return {
+        "KILN_OBJCACHE_DIR": str(kit / "objcache"),
+        "KILN_OBJCACHE_ROOTS": f"TREE={tree};SITE={site_packages(python)};CUDA={cuda_home}",
+        "KILN_OBJCACHE_PYTHON": str(python),
+        "KILN_REAL_CC": base.get("CC", "gcc"),
+        "KILN_REAL_CXX": base.get("CXX", "g++"),
+        "KILN_REAL_NVCC": f"{cuda_home}/bin/nvcc",
+        "CC": str(kit / "bin" / "gcc"),
+        "CXX": str(kit / "bin" / "g++"),
+        "NVCC": str(kit / "bin" / "nvcc"),
+        "PYTORCH_NVCC": str(kit / "bin" / "nvcc"),
+        # A clean Python environment: the build Python first on PATH.
+        "PATH": f"{python.parent}:{base['PATH']}",
+    }
+
+
+def find_outputs(tree: Path, patterns: list[str], what: str) -> list[Path]:
+    found = sorted({p for pattern in patterns for p in tree.glob(pattern) if p.is_file()})
+    if not found:
+        raise VerifyError(
+            f"{what}: the build left none of {', '.join(patterns)} in the tree; "
+            f"check build.outputs or the build log"
+        )
+    return found
+
+
+def verify_outputs(tree: Path, vendor: Vendor) -> list[SharedObject]:
+    objects = []
+    for path in find_outputs(tree, vendor.build.outputs, vendor.name):
+        sass, ptx = device_archs(path)
+        objects.append(SharedObject(str(path.relative_to(tree)), sass, ptx))
+    check_archs(vendor.name, objects, list(vendor.build.archs))
+    return objects
+
+
+def import_check(tree: Path, module: str, python: Path) -> dict[str, Any]:
+    """Import ``module`` from the tree. A missing driver (libcuda) means "skipped here",
+    any other failure is an error: a module that cannot load is not a build."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    res = subprocess.run(
+        [str(python), "-c", f"import {module}"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if res.returncode == 0:
+        return {"module": module, "status": "ok"}
+    text = (res.stderr or res.stdout).strip()
+    if "libcuda.so" in text or "no CUDA-capable device" in text:
+        return {"module": module, "status": "skipped", "reason": text.splitlines()[-1]}
+    raise VerifyError(f"import {module} from the built tree failed: {text.splitlines()[-1]}")
+
+
+def write_tree_metadata(
+    tree: Path,
+    vendor: Vendor,
+    commit: str,
+    applied: list[AppliedPatch],
+    patches_dir: Path,
+    recorded_env: dict[str, str],
+) -> None:
+    kit = tree / KIT
+    applied_dir = kit / "applied"
+    if applied_dir.exists():
+        shutil.rmtree(applied_dir)
+    applied_dir.mkdir(parents=True)
+    for p in applied:
+        shutil.copy2(patches_dir / p.file, applied_dir / p.file)
+    machine = {"CUDA_HOME", "PATH", "SOURCE_DATE_EPOCH"}
+    meta = {
+        "vendor": vendor.name,
+        "commit": commit,
+        "command": vendor.build.command,
+        "rebuild_command": vendor.build.rebuild_command or vendor.build.command,
+        "outputs": vendor.build.outputs,
+        "archs": list(vendor.build.archs),
+        "env": {k: v for k, v in sorted(recorded_env.items()) if k not in machine},
+        "patches": [{"file": p.file, "sha256": p.sha256} for p in applied],
+    }
+    (kit / TREE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def arch_family(archs: list[str]) -> str:
+    """``['sm_100a', 'sm_103a']`` -> ``sm100`` (the family name the model card uses)."""
+    majors = sorted({a[3:].rstrip("af")[:-1] for a in archs}, key=int)
+    return "-".join(f"sm{m}0" for m in majors) or "host"
+
+
+def tarball_name(vendor: Vendor, commit: str, tag: str, profile: Profile) -> str:
+    return (
+        f"{vendor.name}-{commit[:7]}-{tag}-{arch_family(list(vendor.build.archs))}-"
+        f"{profile.cuda_tag}-{profile.python_tag}.tar.zst"
+    )
+
+
+def pack_tree(tree: Path, dest: Path, vendor: Vendor, mtime: int) -> Path:
+    exclude = [*DEFAULT_EXCLUDE, *vendor.build.exclude]
+    return archive.pack([(tree, vendor.name)], dest, mtime, exclude)

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""A relocatable, deterministic object cache for compiler calls (stdlib only).
+
+Used as ``objcache.py REAL_COMPILER ARGS...`` through small wrappers that kiln puts
+in ``.kiln/bin`` and names in ``CC``, ``CXX``, ``NVCC`` and ``PYTORCH_NVCC``. A
+compile (``-c SRC -o OUT``) is looked up by its command line, with the tree, the
+Python's site-packages and the CUDA home written as placeholders
+(``KILN_OBJCACHE_ROOTS="TREE=/path;SITE=/path;CUDA=/path"``), and by the content of
+every file the compile read (its dependency list). A hit copies the object and
+writes the depfile the build asked for; anything else runs the real compiler.
+
+Why not ccache: ccache entries carry creation times and its manifests the mtimes
+and ctimes of headers, so a cache shipped inside a release tarball would make that
+tarball differ on every build. This cache holds only content: ``objects/<sha256>.o``
+and ``entries/<key>.json`` with sorted keys. It is what lets ``rebuild_c`` recompile
+one changed file of an installed tree in seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
+DEP_FLAGS_WITH_VALUE = ("-MF", "-MT", "-MQ", "--dependency-output", "-odir")
+DEP_FLAGS = (
+    "-MD",
+    "-MMD",
+    "--generate-dependencies-with-compile",
+    "--generate-nonsystem-dependencies-with-compile",
+)
+
+
+def _roots() -> list[tuple[str, str]]:
+    pairs = []
+    raw = os.environ.get("KILN_OBJCACHE_ROOTS", "")
+    for item in raw.split(";"):
+        name, _, path = item.partition("=")
+        if name and path:
+            pairs.append((name, os.path.realpath(path)))
+    return sorted(pairs, key=lambda p: -len(p[1]))
+
+
+def normalize(text: str, roots: list[tuple[str, str]]) -> str:
+    for name, path in roots:
+        text = text.replace(path, f"@{name}@")
+    return text
+
+
+def expand(text: str, roots: list[tuple[str, str]]) -> str:
+    for name, path in roots:
+        text = text.replace(f"@{name}@", path)
+    return text
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def parse_depfile(text: str) -> list[str]:
+    body = text.replace("\\\n", " ")
+    _, _, deps = body.partition(": ")
+    out, current = [], ""
+    for token in deps.split(" "):
+        if token.endswith("\\"):  # an escaped space inside a path
+            current += token[:-1] + " "
+            continue
+        current += token
+        if current.strip():
+            out.append(current.strip())
+        current = ""
+    return out
+
+
+class Call:
+    """One compiler invocation, split into what the cache needs to know."""
+
+    def __init__(self, compiler: str, args: list[str]) -> None:
+        self.compiler = compiler
+        self.args = args
+        self.out: str | None = None
+        self.depfile: str | None = None
+        self.source: str | None = None
+        self.cacheable = False
+        self._parse()
+
+    def _parse(self) -> None:
+        a = self.args
+        if "-c" not in a or any(x in a for x in ("-E", "-M", "-MM", "-")):
+            return
+        sources = [x for x in a if x.endswith(SOURCE_SUFFIXES) and os.path.isfile(x)]
+        if "-o" not in a or len(sources) != 1:
+            return
+        self.out = a[a.index("-o") + 1]
+        self.source = sources[0]
+        for flag in ("-MF", "--dependency-output"):
+            if flag in a:
+                self.depfile = a[a.index(flag) + 1]
+        self.cacheable = True
+
+    def key_args(self) -> list[str]:
+        """The command line without the output names (they do not change the object)."""
+        skip = {self.out, self.depfile}
+        return [x for x in self.args if x not in skip]
+
+    def deps_args(self) -> list[str]:
+        """The same compile turned into ``-M`` (list every file read, to stdout)."""
+        out, skip_next = [], False
+        for x in self.args:
+            if skip_next:
+                skip_next = False
+                continue
+            if x in ("-o", *DEP_FLAGS_WITH_VALUE):
+                skip_next = True
+                continue
+            if x in ("-c", *DEP_FLAGS):
+                continue
+            out.append(x)
+        return [*out, "-M"]
+
+
+def compiler_identity(compiler: str) -> str:
+    res = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    return hashlib.sha256((res.stdout + res.stderr).encode()).hexdigest()
+
+
+def run_real(call: Call) -> int:
+    return subprocess.call([call.compiler, *call.args])
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print("usage: objcache.py REAL_COMPILER ARGS...", file=sys.stderr)
+        return 2
+    call = Call(argv[1], argv[2:])
+    cache_dir = os.environ.get("KILN_OBJCACHE_DIR")
+    if not call.cacheable or not cache_dir or os.environ.get("KILN_OBJCACHE_DISABLE"):
+        return run_real(call)
+    cache = Path(cache_dir)
+    roots = _roots()
+    key_material = json.dumps(
+        [
+            os.path.basename(call.compiler),
+            compiler_identity(call.compiler),
+            normalize(os.getcwd(), roots),
+            [
+                normalize(os.path.abspath(x) if x == call.source else x, roots)
+                for x in call.key_args()
+            ],
+        ]
+    )
+    key = hashlib.sha256(key_material.encode()).hexdigest()
+    entry_path = cache / "entries" / f"{key}.json"
+    assert call.out is not None
+    if entry_path.exists():
+        entry = json.loads(entry_path.read_text())
+        deps = [expand(p, roots) for p, _ in entry["deps"]]
+        if all(
+            os.path.isfile(d) and sha256_file(d) == h
+            for d, (_, h) in zip(deps, entry["deps"], strict=True)
+        ):
+            obj = cache / "objects" / f"{entry['object']}.o"
+            if obj.is_file():
+                Path(call.out).write_bytes(obj.read_bytes())
+                if call.depfile:
+                    Path(call.depfile).write_text(
+                        f"{call.out}: " + " ".join(d.replace(" ", "\\ ") for d in deps) + "\n"
+                    )
+                if os.environ.get("KILN_OBJCACHE_VERBOSE"):
+                    print(f"objcache: hit {call.source}", file=sys.stderr)
+                return 0
+    rc = run_real(call)
+    if rc != 0:
+        return rc
+    if call.depfile and os.path.isfile(call.depfile):
+        deps = parse_depfile(Path(call.depfile).read_text())
+    else:
+        res = subprocess.run(
+            [call.compiler, *call.deps_args()], capture_output=True, text=True, check=False
+        )
+        if res.returncode != 0:
+            return 0  # compiled fine; just not cacheable
+        deps = parse_depfile(res.stdout)
+    deps = sorted({os.path.realpath(d) for d in deps})
+    obj_hash = sha256_file(call.out)
+    _write_atomic(cache / "objects" / f"{obj_hash}.o", Path(call.out).read_bytes())
+    entry = {
+        "deps": [[normalize(d, roots), sha256_file(d)] for d in deps],
+        "object": obj_hash,
+        "command": normalize(shlex.join(call.key_args()), roots),
+    }
+    _write_atomic(entry_path, json.dumps(entry, indent=1, sort_keys=True).encode())
+    if os.environ.get("KILN_OBJCACHE_VERBOSE"):
+        print(f"objcache: miss {call.source}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

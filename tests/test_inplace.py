@@ -1,0 +1,453 @@
+"""A DeepInfer-shaped upstream (tinyinfer: build.sh, a package with a `_C` of twelve
+CUDA files, a patch) through the whole flow: built in place, packed as a tarball, a
+release folder, install.sh into a fresh venv from local wheels, import from the
+installed tree, and rebuild_c after a patch edit."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from kiln import archive, demo, manifest, pipeline
+from kiln.config import Workspace
+from kiln.errors import BuildError, VerifyError
+from kiln.inplace import arch_family, pack_tree
+from tests.conftest import REPO, run_kiln
+from tests.upstreams import Upstreams
+from tests.workspace import plain_vendor, write
+
+DEMO = REPO / "examples" / "demo"
+DEP = "kiln_fixture_dep"
+
+
+def make_wheel(folder: Path) -> Path:
+    """A tiny pure-Python wheel for install.sh to install from a local folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{DEP}-1.0-py3-none-any.whl"
+    files = {
+        f"{DEP}/__init__.py": b"VALUE = 42\n",
+        f"{DEP}-1.0.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: {DEP}\nVersion: 1.0\n".encode()
+        ),
+        f"{DEP}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: kiln-tests\n"
+        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{DEP}-1.0.dist-info/RECORD,,")
+    files[f"{DEP}-1.0.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(
+    tmp_path_factory: pytest.TempPathFactory, upstreams: Upstreams, build_python: Path
+) -> dict:
+    """A release of tinyinfer (in place) and plainext (a host-only wheel), built once."""
+    root = tmp_path_factory.mktemp("tiny")
+    demo_mirrors = demo.prepare(DEMO, root / "demo-upstreams")
+    mirrors = root / "mirrors.toml"
+    mirrors.write_text(
+        demo_mirrors.read_text() + upstreams.mirrors.read_text().replace("[mirrors]\n", "")
+    )
+    wheelhouse = root / "wheelhouse"
+    dep = make_wheel(wheelhouse)
+    ws = write(
+        root / "ws",
+        {
+            "tinyinfer": _vendor_toml("tinyinfer"),
+            "plain": plain_vendor(upstreams.plain[0], archs=[]),
+        },
+        patches={
+            "tinyinfer-prefix-cache.patch": (
+                DEMO / "patches/tinyinfer-prefix-cache.patch"
+            ).read_text()
+        },
+        series=[{"file": "tinyinfer-prefix-cache.patch", "target": "tinyinfer"}],
+    )
+    series = ws / "patches/series.toml"
+    series.write_text('tags = { tinyinfer = "prefixcache" }\n' + series.read_text())
+    digest = hashlib.sha256(dep.read_bytes()).hexdigest()
+    (ws / "runtime-requirements.txt").write_text(f"{DEP}==1.0 --hash=sha256:{digest}\n")
+    opts = pipeline.Options(
+        workspace=ws,
+        artifacts=root / "artifacts",
+        cache=root / "cache",
+        work=root / "work",
+        mirrors=mirrors,
+        offline=True,
+        python=str(build_python),
+    )
+    release = pipeline.build(opts)
+    return {
+        "root": root,
+        "ws": ws,
+        "release": release,
+        "wheelhouse": wheelhouse,
+        "opts": opts,
+        "python": build_python,
+        "mirrors": mirrors,
+    }
+
+
+def _vendor_toml(name: str) -> dict:
+    return tomllib.loads((DEMO / "vendors" / f"{name}.toml").read_text())
+
+
+def tarball(release: Path) -> Path:
+    (tb,) = release.glob("*.tar.zst")
+    return tb
+
+
+def test_release_layout_matches_the_model_card(tiny: dict) -> None:
+    release = tiny["release"]
+    names = sorted(p.name for p in release.iterdir())
+    tb = tarball(release).name
+    assert names == sorted(
+        [
+            "wheels",
+            tb,
+            "patches",
+            "install.sh",
+            "rebuild-tinyinfer-C.sh",
+            "licenses",
+            "manifest.json",
+            "README.md",
+            "requirements.txt",
+        ]
+    )
+    assert tb.startswith("tinyinfer-3a0e763-prefixcache-sm100-cu130-cp311")
+    assert sorted(p.name for p in (release / "licenses").iterdir()) == [
+        "plain-LICENSE",
+        "tinyinfer-LICENSE",
+    ]
+    assert [p.name for p in (release / "patches").iterdir()] == ["tinyinfer-prefix-cache.patch"]
+    assert manifest.check(release / "manifest.json") == []
+    data = json.loads((release / "manifest.json").read_text())
+    out = data["vendors"]["tinyinfer"]["outputs"][0]
+    assert out["kind"] == "tarball"
+    assert out["shared_objects"][0]["sass"] == ["sm_100a", "sm_103a"]
+    assert out["import_check"] == {"module": "tinyinfer._C", "status": "ok"}
+    readme = (release / "README.md").read_text()
+    assert "3a0e7637e2fd8f17325b1fb722d55b6478835a70" in readme
+    assert "bash install.sh" in readme and "DG_JIT_CACHE_DIR" in readme
+
+
+def test_tarball_is_deterministic_and_clean(tiny: dict, tmp_path: Path) -> None:
+    tb = tarball(tiny["release"])
+    infos = archive.list_members(tb)
+    names = [i.name for i in infos]
+    data = json.loads((tiny["release"] / "manifest.json").read_text())
+    epoch = data["vendors"]["tinyinfer"]["source"]["commit_time"]
+    assert names == sorted(names)
+    assert {i.mtime for i in infos} == {epoch}
+    assert {(i.uid, i.gid, i.uname, i.gname) for i in infos} == {(0, 0, "", "")}
+    assert {i.mode for i in infos} <= {0o644, 0o755, 0o777}
+    assert not any("/.git" in n or "/build/" in n or "__pycache__" in n for n in names)
+    assert "tinyinfer/.kiln/tree.json" in names
+    assert any(n.startswith("tinyinfer/.kiln/objcache/objects/") for n in names)
+    assert "tinyinfer/build.sh" in names and any(n.endswith(".so") for n in names)
+
+    # The same tree packed again, from another folder: the same bytes.
+    tree = tiny["opts"].work / "test-release" / "tinyinfer"
+    copy = tmp_path / "elsewhere" / "tinyinfer"
+    shutil.copytree(tree, copy, symlinks=True)
+
+    vendor = Workspace(tiny["ws"]).vendors["tinyinfer"]
+    again = pack_tree(copy, tmp_path / "out" / tb.name, vendor, epoch)
+    assert (
+        hashlib.sha256(again.read_bytes()).hexdigest()
+        == hashlib.sha256(tb.read_bytes()).hexdigest()
+    )
+
+
+def test_arch_family() -> None:
+    assert arch_family(["sm_100a", "sm_103a"]) == "sm100"
+    assert arch_family(["sm_90a"]) == "sm90"
+    assert arch_family(["sm_90a", "sm_100a"]) == "sm90-sm100"
+
+
+def _bad_archive(path: Path, member: str, kind: str = "file", link: str = "") -> Path:
+    raw = path.with_suffix("")
+    with tarfile.open(raw, "w") as tar:
+        info = tarfile.TarInfo(member)
+        if kind == "symlink":
+            info.type, info.linkname = tarfile.SYMTYPE, link
+            tar.addfile(info)
+        else:
+            info.size = 4
+            import io
+
+            tar.addfile(info, io.BytesIO(b"evil"))
+    path.write_bytes(zstandard.ZstdCompressor().compress(raw.read_bytes()))
+    return path
+
+
+@pytest.mark.parametrize(
+    "member,kind,link",
+    [
+        ("../evil.txt", "file", ""),
+        ("/tmp/kiln-evil-absolute.txt", "file", ""),
+        ("tree/x/../../../evil.txt", "file", ""),
+        ("tree/passwd", "symlink", "/etc/passwd"),
+        ("tree/up", "symlink", "../../outside"),
+    ],
+)
+def test_unpack_refuses_escaping_members(tmp_path: Path, member: str, kind: str, link: str) -> None:
+    bad = _bad_archive(tmp_path / "bad.tar.zst", member, kind, link)
+    dest = tmp_path / "dest"
+    with pytest.raises(archive.ArchiveError, match="refusing to unpack"):
+        archive.unpack(bad, dest)
+    assert not dest.exists() or not any(dest.rglob("*"))
+    assert not (tmp_path / "evil.txt").exists()
+    assert not Path("/tmp/kiln-evil-absolute.txt").exists()
+
+
+def _tree_state(tree: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(tree.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.name != "rebuild.log"
+    }
+
+
+@pytest.fixture
+def installed(tiny: dict, tmp_path: Path) -> Path:
+    archive.unpack(tarball(tiny["release"]), tmp_path / "installed")
+    return tmp_path / "installed" / "tinyinfer"
+
+
+def _call(tree: Path, python: Path, fn: str) -> str:
+    res = subprocess.run(
+        [str(python), "-c", f"import tinyinfer; print(tinyinfer.{fn}())"],
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    return res.stdout.strip()
+
+
+def test_rebuild_c_after_a_patch_edit_recompiles_only_what_changed(
+    tiny: dict, installed: Path, tmp_path: Path
+) -> None:
+    assert _call(installed, tiny["python"], "prefix_cache_block_size") == "64"
+    edited = tmp_path / "tinyinfer-prefix-cache.patch"
+    edited.write_text(
+        (tiny["ws"] / "patches/tinyinfer-prefix-cache.patch")
+        .read_text()
+        .replace("prefix_cache_block_tokens = 64", "prefix_cache_block_tokens = 128")
+    )
+    res = run_kiln(
+        "rebuild-c",
+        installed,
+        edited,
+        "--workspace",
+        tiny["ws"],
+        "--python",
+        tiny["python"],
+        env={"KILN_OBJCACHE_VERBOSE": "1"},
+    )
+    assert res.returncode == 0, res.stderr
+    assert "rebuilt tinyinfer/_C" in res.stdout and "sm_100a, sm_103a" in res.stdout
+    assert _call(installed, tiny["python"], "prefix_cache_block_size") == "128"
+    log = (installed / ".kiln/rebuild.log").read_text()
+    misses = [ln.split()[-1] for ln in log.splitlines() if ln.startswith("objcache: miss")]
+    hits = [ln for ln in log.splitlines() if ln.startswith("objcache: hit")]
+    assert [Path(m).name for m in misses] == ["module.cpp"], log[-2000:]
+    assert len(hits) == 12
+    # and the edit loop goes on: the 128 version is now the one reverted next time
+    assert "= 128" in (installed / ".kiln/applied/tinyinfer-prefix-cache.patch").read_text()
+    again = edited.read_text().replace("= 128", "= 256")
+    edited.write_text(again)
+    res = run_kiln(
+        "rebuild-c", installed, edited, "--workspace", tiny["ws"], "--python", tiny["python"]
+    )
+    assert res.returncode == 0, res.stderr
+    assert _call(installed, tiny["python"], "prefix_cache_block_size") == "256"
+
+
+def test_rebuild_c_with_a_patch_that_does_not_apply_leaves_the_tree(
+    tiny: dict, installed: Path, tmp_path: Path
+) -> None:
+    before = _tree_state(installed)
+    bad = tmp_path / "tinyinfer-prefix-cache.patch"
+    bad.write_text(
+        (tiny["ws"] / "patches/tinyinfer-prefix-cache.patch")
+        .read_text()
+        .replace(" static PyObject* engine_name", " static PyObject* engine_nom")
+    )
+    res = run_kiln(
+        "rebuild-c", installed, bad, "--workspace", tiny["ws"], "--python", tiny["python"]
+    )
+    assert res.returncode == 11
+    assert "tinyinfer-prefix-cache.patch fails on csrc/module.cpp" in res.stderr
+    assert "the tree was left unchanged" in res.stderr
+    assert _tree_state(installed) == before
+
+
+def test_rebuild_c_refuses_a_tree_not_built_by_kiln(tiny: dict, tmp_path: Path) -> None:
+    res = run_kiln("rebuild-c", tmp_path, "--workspace", tiny["ws"])
+    assert res.returncode == 11
+    assert "is not a tree built by kiln (no .kiln/tree.json)" in res.stderr
+
+
+def test_shipped_rebuild_script_runs_without_kiln(
+    tiny: dict, installed: Path, tmp_path: Path
+) -> None:
+    """rebuild-tinyinfer-C.sh uses only the tree's .kiln/ kit and the Python given."""
+    script = tiny["release"] / "rebuild-tinyinfer-C.sh"
+    edited = tmp_path / "tinyinfer-prefix-cache.patch"
+    edited.write_text(
+        (tiny["release"] / "patches/tinyinfer-prefix-cache.patch")
+        .read_text()
+        .replace("= 64", "= 96")
+    )
+    res = subprocess.run(
+        ["bash", str(script), str(installed), str(edited)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": str(tiny["python"]), "PYTHONPATH": ""},
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    assert _call(installed, tiny["python"], "prefix_cache_block_size") == "96"
+
+
+def test_install_sh_is_clean_shell(tiny: dict) -> None:
+    for script in ("install.sh", "rebuild-tinyinfer-C.sh"):
+        path = tiny["release"] / script
+        subprocess.run(["bash", "-n", str(path)], check=True)
+        shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+        res = subprocess.run([shellcheck, str(path)], capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout
+
+
+def test_install_sh_installs_for_real(tiny: dict, tmp_path: Path) -> None:
+    venv, target = tmp_path / "venv", tmp_path / "workspace"
+    res = subprocess.run(
+        [
+            "bash",
+            str(tiny["release"] / "install.sh"),
+            str(venv),
+            str(target),
+            "--find-links",
+            str(tiny["wheelhouse"]),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHON": "python3.11", "PIP_NO_INDEX": "1"},
+    )
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "--require-hashes" in (tiny["release"] / "install.sh").read_text()
+    check = (
+        "import tinyinfer, plainext, kiln_fixture_dep;"
+        "print(tinyinfer.kernel_count(), tinyinfer.prefix_cache_block_size(),"
+        " plainext.GREETING, kiln_fixture_dep.VALUE, tinyinfer.__file__)"
+    )
+    out = subprocess.run(
+        [str(venv / "bin/python"), "-c", check], capture_output=True, text=True, check=True, cwd="/"
+    ).stdout.split()
+    assert out[:2] == ["12", "64"] and out[-2] == "42"
+    assert out[-1].startswith(str(target / "tinyinfer"))
+    assert (target / "tinyinfer/.kiln/python").read_text().strip() == str(venv / "bin/python")
+
+
+def other_python() -> str:
+    """A runnable Python that is not 3.11 (pyenv's shims need the real binary)."""
+    candidates = sorted(Path.home().glob(".pyenv/versions/3.1[02]*/bin/python3.1[02]"))
+    candidates += [Path(p) for p in (shutil.which("python3.12"), shutil.which("python3.10")) if p]
+    for c in candidates:
+        if subprocess.run([str(c), "-c", "pass"], capture_output=True).returncode == 0:
+            return str(c)
+    pytest.skip("no Python other than 3.11 on this machine")
+
+
+def test_install_sh_refuses_the_wrong_python(tiny: dict, tmp_path: Path) -> None:
+    wrong = other_python()
+    res = subprocess.run(
+        ["bash", str(tiny["release"] / "install.sh"), str(tmp_path / "v"), str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHON": wrong},
+    )
+    assert res.returncode == 1
+    assert f"{wrong} is Python 3.1" in res.stderr
+    assert "this release is built for Python 3.11" in res.stderr
+    assert not (tmp_path / "v").exists()
+
+
+def test_pack_jit_cache_into_the_release(tiny: dict, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    shutil.copytree(tiny["release"], release)
+    caches = tmp_path / "run"
+    (caches / "deep_gemm/cache").mkdir(parents=True)
+    (caches / "deep_gemm/cache/kernel.gemm.abc").write_bytes(b"cubin")
+    (caches / "tilelang/x").mkdir(parents=True)
+    (caches / "tilelang/x/k.so").write_bytes(b"so")
+    res = run_kiln("pack-jit-cache", caches, "--name", "1xgpu-smoke", "--release", release)
+    assert res.returncode == 0, res.stderr
+    packed = release / "jit-cache/jit-cache-1xgpu-smoke.tar.zst"
+    names = [i.name for i in archive.list_members(packed)]
+    assert "jit-cache/deep_gemm/cache/kernel.gemm.abc" in names
+    assert "jit-cache/tilelang/x/k.so" in names
+    assert manifest.check(release / "manifest.json") == []
+    assert "jit-cache-1xgpu-smoke.tar.zst" in (release / "README.md").read_text()
+    first = packed.read_bytes()
+    res = run_kiln("pack-jit-cache", caches, "--name", "1xgpu-smoke", "--release", release)
+    assert res.returncode == 0 and packed.read_bytes() == first
+    res = run_kiln("pack-jit-cache", tmp_path / "nothing", "--name", "x", "--release", release)
+    assert res.returncode == 2 and "holds neither deep_gemm/ nor tilelang/" in res.stderr
+
+
+def test_upstream_without_a_license_fails(tmp_path: Path, upstreams: Upstreams, options) -> None:
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["source"]["license"] = "COPYING"
+    ws = write(tmp_path / "ws", {"plain": vendor})
+    with pytest.raises(VerifyError, match="plain: no license file at COPYING in its source"):
+        pipeline.build(options(ws))
+
+
+def test_license_that_does_not_match_its_id_fails(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["source"]["license_id"] = "Apache-2.0"
+    ws = write(tmp_path / "ws", {"plain": vendor})
+    with pytest.raises(VerifyError, match="does not read like Apache-2.0"):
+        pipeline.build(options(ws))
+
+
+def test_failing_build_script_reports_log_tail_and_path(
+    tmp_path: Path, options, tiny: dict
+) -> None:
+    vendor = _vendor_toml("tinyinfer")
+    vendor["build"]["env"]["TINYINFER_ACCELERATOR"] = "ascend"
+    ws = write(tmp_path / "ws", {"tinyinfer": vendor})
+    with pytest.raises(BuildError) as info:
+        pipeline.build(options(ws, mirrors=tiny["mirrors"]))
+    msg = str(info.value)
+    assert "building tinyinfer in place failed with exit code 2" in msg
+    assert "only TINYINFER_ACCELERATOR=nvidia is supported" in msg
+    assert "full log: " in msg and "tinyinfer-build.log" in msg
+    assert not (tmp_path / "artifacts/test-release").exists()
