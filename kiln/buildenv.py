@@ -64,7 +64,7 @@ def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
         )
     if venv.exists():
         shutil.rmtree(venv)
-    log.info("provisioning a build venv with torch %s at %s (once)", profile.torch, venv)
+    log.info("provisioning a build venv (torch %s) at %s (once)", profile.torch, venv)
     log_file = log_dir / "provision-build-env.log"
     proc.run(
         [base, "-m", "venv", venv],
@@ -77,7 +77,7 @@ def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
     # torch.__version__ says 2.14.1+cu130, while the PyTorch index files 2.13.0+cu132.
     # `==2.13.0` matches both forms (PEP 440 ignores the local label), pip prefers the
     # labelled build, and preflight then checks torch.__version__ against the profile.
-    public = Version(profile.torch).public
+    torch = [f"torch=={Version(profile.torch).public}"] if profile.torch else []
     proc.run(
         [
             python,
@@ -87,12 +87,12 @@ def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
             "--quiet",
             "--disable-pip-version-check",
             *index,
-            f"torch=={public}",
+            *torch,
             *profile.build_tools,
         ],
         error=ToolchainError,
         log_file=log_file,
-        what=f"installing torch=={profile.torch} into the build venv",
+        what=f"installing {' '.join(torch + profile.build_tools)} into the build venv",
     )
     (venv / MARKER).write_text(json.dumps(_spec(profile), sort_keys=True))
     return python

@@ -49,7 +49,43 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
         help="build Python holding the profile's torch (default: provisioned venv)",
     )
     p.add_argument("--cuda-home", default=None)
-    p.add_argument("--runner", default="local", choices=["local"])
+    p.add_argument(
+        "--runner",
+        default="auto",
+        choices=["auto", "local", "docker"],
+        help="where builds run (auto: docker when the profile names an image and a "
+        "daemon answers, else local)",
+    )
+    p.add_argument(
+        "--image",
+        default=None,
+        help="base image for the Docker runner (default: profile.image), NAME:TAG@sha256:DIGEST",
+    )
+    p.add_argument(
+        "--allow-unpinned-image",
+        action="store_true",
+        help="accept an image without a digest (the manifest says 'unpinned')",
+    )
+    p.add_argument(
+        "--docker-dir",
+        type=Path,
+        default=None,
+        help="the builder image's folder (default: <workspace>/docker)",
+    )
+    p.add_argument(
+        "--docker-mount",
+        action="append",
+        default=[],
+        metavar="SRC[:DST[:ro|rw]]",
+        help="an extra bind mount for build containers (e.g. a CUDA toolkit)",
+    )
+    p.add_argument(
+        "--mem-limit",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="memory limit of a build container (default: max_jobs x mem_per_job_gib)",
+    )
 
 
 def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipeline.Options
@@ -66,6 +102,11 @@ def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipelin
         python=args.python,
         cuda_home=args.cuda_home,
         runner=args.runner,
+        image=args.image,
+        allow_unpinned_image=args.allow_unpinned_image,
+        docker_dir=args.docker_dir,
+        docker_mounts=args.docker_mount,
+        mem_limit_gib=args.mem_limit,
     )
 
 
@@ -119,6 +160,27 @@ def cmd_pack_jit_cache(args: argparse.Namespace) -> int:
     from kiln.jitcache import pack_into_release
 
     print(pack_into_release(args.cache_dir, args.name, args.release))
+    return 0
+
+
+def cmd_step(args: argparse.Namespace) -> int:
+    """Run one build step here (what runners call, in a container or not)."""
+    from kiln import buildsteps
+
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # only this process needs kiln's source
+    buildsteps.run(buildsteps.StepSpec.from_file(args.spec), env)
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Print the toolchain facts of this machine as JSON (run where builds run)."""
+    import json
+
+    from kiln import facts
+
+    python = Path(args.python or sys.executable)
+    print(json.dumps(facts.probe(python, facts.find_cuda_home(args.cuda_home))))
     return 0
 
 
@@ -183,6 +245,15 @@ def parser() -> argparse.ArgumentParser:
         help="release folder (default: artifacts/<release name of ./kiln.toml>)",
     )
     p.set_defaults(func=cmd_pack_jit_cache)
+
+    p = sub.add_parser("step", help="(internal) run one build step from its JSON spec")
+    p.add_argument("spec", type=Path)
+    p.set_defaults(func=cmd_step)
+
+    p = sub.add_parser("probe", help="(internal) print the toolchain facts as JSON")
+    p.add_argument("--python", default=None)
+    p.add_argument("--cuda-home", default=None)
+    p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("manifest", help="manifest tools")
     msub = p.add_subparsers(dest="manifest_command", required=True)

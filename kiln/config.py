@@ -83,7 +83,8 @@ class Profile(Strict):
 
     cuda: Annotated[str, Field(pattern=r"^\d+\.\d+$")]
     python: Annotated[str, Field(pattern=r"^3\.\d+$")]
-    torch: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(\+[a-z0-9.]+)?$")]
+    # None: the upstreams need no torch (plain CUDA extensions); nothing checks it then.
+    torch: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+(\+[a-z0-9.]+)?$")] | None = None
     torch_index: str | None = None
     archs: Annotated[ArchList, Field(min_length=1)]
     image: str | None = None
@@ -148,6 +149,9 @@ class Build(Strict):
     archs: ArchList = Field(default_factory=list)
     arch_control: ArchControl
     max_jobs: Annotated[int, Field(ge=1)] = 1
+    # Estimated peak memory of one compile job: the container's memory limit is
+    # max_jobs times this (vendor-notes: most TUs stay under 2.5 GiB, CUTLASS ones 9).
+    mem_per_job_gib: Annotated[float, Field(gt=0)] = 4.0
     nvcc_threads: Annotated[int, Field(ge=1)] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     # kind "inplace": the upstream's own build command, run in the tree; the files it

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import subprocess
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kiln import archive, proc
+from kiln import archive
 from kiln.config import Profile, Vendor
 from kiln.errors import VerifyError
 from kiln.patches import AppliedPatch
+from kiln.toolchain import Toolchain
 from kiln.verify import SharedObject, check_archs, device_archs
 
 log = logging.getLogger("kiln.inplace")
@@ -63,22 +62,17 @@ def install_kit(tree: Path) -> Path:
     return kit
 
 
-def site_packages(python: Path) -> str:
-    return proc.output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-
-
-def kit_environment(
-    tree: Path, python: Path, cuda_home: str, base: dict[str, str]
-) -> dict[str, str]:
+def kit_environment(tree: Path, tc: Toolchain, base: dict[str, str]) -> dict[str, str]:
     """Compiler wrappers and object-cache settings for a build in ``tree``."""
     kit = tree / KIT
+    python = Path(tc.python)
     return {
         "KILN_OBJCACHE_DIR": str(kit / "objcache"),
-        "KILN_OBJCACHE_ROOTS": f"TREE={tree};SITE={site_packages(python)};CUDA={cuda_home}",
+        "KILN_OBJCACHE_ROOTS": f"TREE={tree};SITE={tc.site_packages};CUDA={tc.cuda_home}",
         "KILN_OBJCACHE_PYTHON": str(python),
         "KILN_REAL_CC": base.get("CC", "gcc"),
         "KILN_REAL_CXX": base.get("CXX", "g++"),
-        "KILN_REAL_NVCC": f"{cuda_home}/bin/nvcc",
+        "KILN_REAL_NVCC": f"{tc.cuda_home}/bin/nvcc",
         "CC": str(kit / "bin" / "gcc"),
         "CXX": str(kit / "bin" / "g++"),
         "NVCC": str(kit / "bin" / "nvcc"),
@@ -107,24 +101,15 @@ def verify_outputs(tree: Path, vendor: Vendor) -> list[SharedObject]:
     return objects
 
 
-def import_check(tree: Path, module: str, python: Path) -> dict[str, Any]:
-    """Import ``module`` from the tree. A missing driver (libcuda) means "skipped here",
+def judge_import(module: str, returncode: int, output: str) -> dict[str, Any]:
+    """An import that worked is "ok"; a missing driver (libcuda) means "skipped" here;
     any other failure is an error: a module that cannot load is not a build."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    res = subprocess.run(
-        [str(python), "-c", f"import {module}"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if res.returncode == 0:
+    if returncode == 0:
         return {"module": module, "status": "ok"}
-    text = (res.stderr or res.stdout).strip()
-    if "libcuda.so" in text or "no CUDA-capable device" in text:
-        return {"module": module, "status": "skipped", "reason": text.splitlines()[-1]}
-    raise VerifyError(f"import {module} from the built tree failed: {text.splitlines()[-1]}")
+    last = (output.strip().splitlines() or ["no output"])[-1]
+    if "libcuda.so" in output or "no CUDA-capable device" in output:
+        return {"module": module, "status": "skipped", "reason": last}
+    raise VerifyError(f"import {module} from the built tree failed: {last}")
 
 
 def write_tree_metadata(

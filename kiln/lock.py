@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tomlkit
 
-from kiln.config import SERIES_FILE, PatchEntry, Workspace
+from kiln.config import SERIES_FILE, WORKSPACE_FILE, PatchEntry, Workspace
 from kiln.errors import PatchError
 from kiln.fsutil import sha256_file
 from kiln.sources import GitCache, gitlinks
@@ -96,8 +96,29 @@ def lock_series(ws: Workspace) -> list[str]:
     return changes
 
 
+def lock_image(ws: Workspace) -> list[str]:
+    """Pin ``profile.image`` by digest (asks the registry through the Docker daemon)."""
+    ref = ws.profile.image
+    if not ref or "@sha256:" in ref:
+        return []
+    from docker.errors import DockerException
+
+    from kiln.docker_runner import DockerUnavailable, connect
+
+    try:
+        digest = connect().images.get_registry_data(ref).id
+    except (DockerUnavailable, DockerException) as exc:
+        first = str(exc).splitlines()[0][:200]
+        return [f"profile.image {ref}: not pinned, the registry could not be asked ({first})"]
+    path = ws.root / WORKSPACE_FILE
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    doc["profile"]["image"] = f"{ref}@{digest}"  # type: ignore[index]
+    _write_toml(path, doc)
+    return [f"profile.image {ref} -> {ref}@{digest}"]
+
+
 def lock(ws: Workspace, cache: GitCache) -> list[str]:
-    changes = []
+    changes = lock_image(ws)
     for name in ws.vendors:
         changes.extend(lock_vendor(ws, name, cache))
     changes.extend(lock_series(ws))

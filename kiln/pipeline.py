@@ -16,7 +16,7 @@ from typing import Any
 
 from kiln import (
     __version__,
-    buildenv,
+    docker_runner,
     fsutil,
     inplace,
     licenses,
@@ -27,11 +27,14 @@ from kiln import (
     toolchain,
     verify,
 )
+from kiln.buildsteps import StepSpec
 from kiln.config import Vendor, Workspace
 from kiln.errors import BuildError, ConfigError, PatchError, PreflightError, ToolchainError
 from kiln.mirrors import Mirrors
 from kiln.recipes import build_environment
-from kiln.runners import SUPPORTED_KINDS, BuildStep, Runner, make_runner
+from kiln.runners import LocalRunner, Runner, step_env
+
+SUPPORTED_KINDS = ("wheel", "inplace")
 
 log = logging.getLogger("kiln.pipeline")
 
@@ -47,7 +50,12 @@ class Options:
     offline: bool = False
     python: str | None = None
     cuda_home: str | None = None
-    runner: str = "local"
+    runner: str = "auto"  # "auto": docker when the profile names an image and a daemon answers
+    image: str | None = None  # overrides profile.image
+    allow_unpinned_image: bool = False
+    docker_dir: Path | None = None  # default: <workspace>/docker
+    docker_mounts: list[str] = field(default_factory=list)
+    mem_limit_gib: float | None = None
 
 
 @dataclass
@@ -82,8 +90,37 @@ def offline_advice(ws: Workspace) -> str:
     )
 
 
+def make_runner(ws: Workspace, opts: Options, logs: Path) -> Runner:
+    image = opts.image or ws.profile.image
+    choice = opts.runner
+    if choice == "auto":
+        choice = "docker" if image and docker_runner.daemon_answers() else "local"
+    if choice == "local":
+        return LocalRunner(opts.python, opts.cuda_home, opts.cache, logs)
+    if choice != "docker":
+        raise ConfigError(f"--runner {choice}: unknown runner (choose: auto, local, docker)")
+    if not image:
+        raise ConfigError(
+            "--runner docker needs an image: set profile.image in kiln.toml or pass --image"
+        )
+    p = ws.profile
+    return docker_runner.DockerRunner(
+        image,
+        allow_unpinned=opts.allow_unpinned_image,
+        docker_dir=opts.docker_dir or ws.root / "docker",
+        build_args={
+            "PYTHON_VERSION": p.python,
+            "CUDA_VERSION": p.cuda,
+            "TORCH_VERSION": p.torch or "",
+        },
+        mounts=[docker_runner.Mount.parse(m) for m in opts.docker_mounts],
+        python=opts.python or "python3",
+        cuda_home=opts.cuda_home or "/usr/local/cuda",
+    )
+
+
 def preflight(
-    ws: Workspace, selected: list[Vendor], opts: Options, cache: sources.GitCache, logs: Path
+    ws: Workspace, selected: list[Vendor], runner: Runner, cache: sources.GitCache
 ) -> tuple[toolchain.Toolchain, list[str]]:
     """Check everything checkable before any fetch or compile, and report every problem
     at once: patches, build kinds, CUDA, sources, then the build Python and its torch."""
@@ -100,10 +137,8 @@ def preflight(
                 f"vendors/{vendor.name}.toml: build.kind {vendor.build.kind!r} is not "
                 f"supported by this kiln yet"
             )
-    cuda_home = toolchain.find_cuda_home(opts.cuda_home)
-    nvcc = ""
     try:
-        nvcc = toolchain.check_cuda(cuda_home, ws.profile)
+        runner.nvcc(ws.profile)
     except ToolchainError as exc:
         found.append(str(exc))
     for vendor in selected:
@@ -111,8 +146,7 @@ def preflight(
         if problem:
             found.append(problem)
     if not found:
-        python = buildenv.build_python(ws.profile, opts.cache, opts.python, logs)
-        tc = toolchain.probe(python, cuda_home, nvcc)
+        tc = runner.toolchain(ws.profile)
         found.extend(toolchain.problems(tc, ws.profile))
     if found:
         raise PreflightError(
@@ -143,39 +177,80 @@ def _output(path: Path, stage: Path, kind: str, **extra: Any) -> dict[str, Any]:
     return {**release.file_entry(path, stage, kind), **extra}
 
 
+@dataclass(frozen=True)
+class Step:
+    spec: StepSpec
+    env: dict[str, str]
+    log_file: Path
+    mem_gib: float
+
+
+def run_step(ctx: Context, step: Step) -> None:
+    """``python -m kiln step SPEC`` through the runner (here, or in the container)."""
+    spec_file = step.log_file.with_suffix(".step.json")
+    spec_file.write_text(step.spec.to_json())
+    tree, out_dir = Path(step.spec.tree), Path(step.spec.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx.runner.run(
+        [step.spec.python, "-m", "kiln", "step", spec_file],
+        cwd=tree,
+        env=step_env(step.env),
+        log_file=step.log_file,
+        writable=[tree, out_dir, step.log_file.parent],
+        what=f"building {step.spec.vendor}",
+        mem_gib=step.mem_gib,
+        echo=True,
+    )
+
+
 def _wheel_outputs(
-    ctx: Context, vendor: Vendor, step: BuildStep, stage: Path, timings: dict[str, float]
+    ctx: Context, vendor: Vendor, step: Step, stage: Path, timings: dict[str, float]
 ) -> list[dict[str, Any]]:
     with timed(timings, "build"):
-        wheel = ctx.runner.build(step)
+        run_step(ctx, step)
+    made = sorted(Path(step.spec.out_dir).glob("*.whl"))
+    if len(made) != 1:
+        raise BuildError(
+            f"building {vendor.name} left {len(made)} wheels, expected one; see {step.log_file}"
+        )
     with timed(timings, "verify"):
-        report = verify.verify_wheel(wheel, list(vendor.build.archs), ctx.ws.profile)
-    wheel = _place(wheel, stage / "wheels", vendor.name, ctx.made)
+        report = verify.verify_wheel(made[0], list(vendor.build.archs), ctx.ws.profile)
+    wheel = _place(made[0], stage / "wheels", vendor.name, ctx.made)
     archs = sorted({a for o in report.shared_objects for a in o.sass})
     log.info("%s: %s verified (%s)", vendor.name, wheel.name, ", ".join(archs) or "host only")
     details = {k: v for k, v in report.to_json().items() if k != "file"}
     return [_output(wheel, stage, "wheel", **details)]
 
 
+def _import_check(ctx: Context, tree: Path, module: str) -> dict[str, Any]:
+    res = ctx.runner.run(
+        [ctx.tc.python, "-c", f"import {module}"],
+        cwd=tree,
+        env={**ctx.runner.base_env(), "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
+        writable=[tree],
+        what=f"import {module}",
+        check=False,
+    )
+    return inplace.judge_import(module, res.returncode, res.output)
+
+
 def _inplace_outputs(
     ctx: Context,
     vendor: Vendor,
-    step: BuildStep,
+    step: Step,
     stage: Path,
     co: sources.Checkout,
     applied: list[patches.AppliedPatch],
     recorded_env: dict[str, str],
     timings: dict[str, float],
 ) -> list[dict[str, Any]]:
+    tree = Path(step.spec.tree)
     with timed(timings, "build"):
-        ctx.runner.build(step)
+        run_step(ctx, step)
     with timed(timings, "verify"):
-        objects = inplace.verify_outputs(step.tree, vendor)
-        smoke = (
-            inplace.import_check(step.tree, vendor.build.import_check, step.python)
-            if vendor.build.import_check
-            else None
-        )
+        objects = inplace.verify_outputs(tree, vendor)
+        module = vendor.build.import_check
+        smoke = _import_check(ctx, tree, module) if module else None
     log.info(
         "%s: %s verified (%s)%s",
         vendor.name,
@@ -183,9 +258,7 @@ def _inplace_outputs(
         ", ".join(sorted({a for o in objects for a in o.sass})) or "host only",
         f"; import {smoke['status']}" if smoke else "",
     )
-    inplace.write_tree_metadata(
-        step.tree, vendor, co.commit, applied, ctx.ws.patches_dir, recorded_env
-    )
+    inplace.write_tree_metadata(tree, vendor, co.commit, applied, ctx.ws.patches_dir, recorded_env)
     tag = ctx.ws.series.tags.get(vendor.name) or ("unpatched" if not applied else None)
     if tag is None:
         raise ConfigError(
@@ -194,7 +267,7 @@ def _inplace_outputs(
         )
     name = inplace.tarball_name(vendor, co.commit, tag, ctx.ws.profile)
     with timed(timings, "package"):
-        tarball = inplace.pack_tree(step.tree, stage / name, vendor, co.commit_time)
+        tarball = inplace.pack_tree(tree, stage / name, vendor, co.commit_time)
     if tarball.name in ctx.made:
         raise BuildError(f"{vendor.name} made {tarball.name}, which {ctx.made[name]} made too")
     ctx.made[tarball.name] = vendor.name
@@ -232,24 +305,29 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         applied = patches.apply_series(
             tree, ctx.ws.patches_for(vendor.name), ctx.ws.patches_dir, what
         )
-    python = Path(ctx.tc.python)
-    env, recorded_env = build_environment(vendor, ctx.ws.profile, ctx.tc.cuda_home, co.commit_time)
-    if vendor.build.kind == "inplace":
+    b = vendor.build
+    env, recorded_env = build_environment(
+        vendor, ctx.ws.profile, ctx.tc.cuda_home, co.commit_time, base=ctx.runner.base_env()
+    )
+    if b.kind == "inplace":
         inplace.install_kit(tree)
-        env.update(inplace.kit_environment(tree, python, ctx.tc.cuda_home, env))
-    step = BuildStep(
-        vendor.name,
-        vendor.build.kind,
-        vendor.build.command,
-        python,
-        tree,
-        stage / f".out-{vendor.name}",
+        env.update(inplace.kit_environment(tree, ctx.tc, env))
+    step = Step(
+        StepSpec(
+            vendor.name,
+            b.kind,
+            ctx.tc.python,
+            str(tree),
+            str(stage / f".out-{vendor.name}"),
+            b.command,
+        ),
         env,
         ctx.logs / f"{vendor.name}-build.log",
+        ctx.opts.mem_limit_gib or b.max_jobs * b.mem_per_job_gib,
     )
     step.log_file.unlink(missing_ok=True)
     log.info("%s: building at %s (log: %s)", what, co.commit[:12], step.log_file)
-    if vendor.build.kind == "inplace":
+    if b.kind == "inplace":
         outputs = _inplace_outputs(ctx, vendor, step, stage, co, applied, recorded_env, timings)
     else:
         outputs = _wheel_outputs(ctx, vendor, step, stage, timings)
@@ -276,6 +354,11 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         ],
         "recipe": vendor.build.model_dump(mode="json"),
         "environment": recorded_env,
+        "runner": {
+            "kind": ctx.runner.kind,
+            "image": ctx.runner.image,
+            "builder": ctx.runner.builder,
+        },
         "outputs": outputs,
         "timings": timings,
     }
@@ -326,10 +409,10 @@ def build(opts: Options) -> Path:
     logs = opts.artifacts / "logs" / ws.release.name
     logs.mkdir(parents=True, exist_ok=True)
     cache = sources.GitCache(opts.cache, Mirrors.load(opts.mirrors), opts.offline)
-    tc, warnings = preflight(ws, selected, opts, cache, logs)
+    runner = make_runner(ws, opts, logs)
+    tc, warnings = preflight(ws, selected, runner, cache)
     for w in warnings:
         log.warning("%s", w)
-    runner = make_runner(opts.runner)
     ctx = Context(ws, opts, cache, runner, tc, logs, warnings)
     header = {
         "schema": manifest.SCHEMA_ID,
@@ -337,7 +420,7 @@ def build(opts: Options) -> Path:
         "release": ws.release.model_dump(mode="json"),
         "profile": ws.profile.model_dump(mode="json"),
         "toolchain": tc.to_json(),
-        "runner": {"kind": runner.kind, "image": runner.image},
+        "runner": {"kind": runner.kind, "image": runner.image, "builder": runner.builder},
     }
     with fsutil.staged_dir(release_dir) as stage:
         built = {v.name: build_vendor(ctx, v, stage) for v in selected}

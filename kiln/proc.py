@@ -13,6 +13,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -56,7 +57,7 @@ def run(
     """Run ``cmd``; return its combined stdout+stderr.
 
     ``log_file`` receives the command line and the full output (appended).
-    ``echo`` also streams the output to kiln's logger line by line (long builds).
+    ``echo`` also streams the output to stderr, line by line (long builds).
     With ``check`` a non-zero exit raises ``error`` naming ``what`` (or the
     command), the exit code, the output's last lines and the log path.
     """
@@ -100,7 +101,8 @@ def run(
                 if sink is not None:
                     sink.write(out_line)
                 if echo:
-                    log.info("%s", out_line.rstrip("\n"))
+                    sys.stderr.write(out_line)
+                    sys.stderr.flush()
             rc = proc.wait()
         except BaseException:
             # Ctrl-C or anything else: never leave the children running.

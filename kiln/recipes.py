@@ -9,14 +9,10 @@ kiln, never by a shell).
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
-from pathlib import Path
 from string import Template
 
-from kiln import proc
 from kiln.config import Profile, Vendor, arch_to_torch
-from kiln.errors import BuildError
 
 # Variables that would leak the caller's machine into the build.
 _SCRUBBED = (
@@ -58,58 +54,3 @@ def build_environment(
         own[key] = env[key] = Template(value).safe_substitute(env)
     recorded = {k: v for k, v in own.items() if k != "PATH"}
     return env, recorded
-
-
-def clean_tree(tree: Path) -> None:
-    """Remove stale build state that ninja would otherwise reuse."""
-    for stale in [tree / "build", tree / "dist", *tree.glob("*.egg-info")]:
-        if stale.is_dir():
-            shutil.rmtree(stale)
-
-
-def build_wheel(
-    python: Path, tree: Path, out_dir: Path, env: Mapping[str, str], log_file: Path, what: str
-) -> Path:
-    """``pip wheel --no-build-isolation`` in ``tree``; returns the one wheel it made."""
-    clean_tree(tree)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    before = set(out_dir.glob("*.whl"))
-    proc.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "--no-cache-dir",
-            "--verbose",
-            "--wheel-dir",
-            out_dir,
-            tree,
-        ],
-        cwd=tree,
-        env=env,
-        log_file=log_file,
-        what=f"building {what}",
-        error=BuildError,
-    )
-    made = sorted(set(out_dir.glob("*.whl")) - before)
-    if len(made) != 1:
-        raise BuildError(f"building {what} made {len(made)} wheels, expected one; see {log_file}")
-    return made[0]
-
-
-def run_inplace(
-    command: list[str], tree: Path, env: Mapping[str, str], log_file: Path, what: str
-) -> Path:
-    """Run the upstream's own build command in its tree (e.g. ``./build.sh``)."""
-    proc.run(
-        command,
-        cwd=tree,
-        env=env,
-        log_file=log_file,
-        what=f"building {what} in place",
-        error=BuildError,
-    )
-    return tree

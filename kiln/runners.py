@@ -1,58 +1,116 @@
-"""Where a build step runs. The host does what needs the network (fetching, lock);
-build steps go through a runner. The local runner runs them here: use it inside
-the builder image (on a pod) or with a provisioned toolchain on a workstation.
-"""
+"""Where build steps run. The host does what needs the network (fetch, lock); every
+command of a build (the toolchain probe, ``python -m kiln step``, the import check)
+goes through a runner: the local runner runs it here (inside the builder image on a
+pod, or on a workstation with the profile's toolchain), the Docker runner in a
+container of the builder image. Both run the same commands, so a test of one is a
+test of the other."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from kiln import recipes
-from kiln.errors import ConfigError
+import kiln
+from kiln import buildenv, facts, proc
+from kiln.config import Profile
+from kiln.errors import BuildError
+from kiln.toolchain import Toolchain, check_cuda
 
-SUPPORTED_KINDS = ("wheel", "inplace")
-
-
-@dataclass(frozen=True)
-class BuildStep:
-    """Everything one build needs; plain data so a container can receive it as JSON."""
-
-    vendor: str
-    kind: str
-    command: list[str] | None
-    python: Path
-    tree: Path
-    out_dir: Path
-    env: dict[str, str]
-    log_file: Path
+# The folder that holds the kiln package: put on PYTHONPATH for `python -m kiln step`
+# (build Pythons, provisioned or in an image, do not have kiln installed).
+KILN_SRC = Path(kiln.__file__).resolve().parent.parent
 
 
 class Runner(Protocol):
     kind: str
-    image: str | None
+    image: str | None  # the base image, by digest, or "unpinned:<ref>"
+    builder: str | None  # the image id the steps ran in
 
-    def build(self, step: BuildStep) -> Path: ...
+    def nvcc(self, profile: Profile) -> str:
+        """nvcc's version where builds run; raises ToolchainError (checked first, cheaply)."""
+        ...
+
+    def toolchain(self, profile: Profile) -> Toolchain: ...
+
+    def base_env(self) -> dict[str, str]: ...
+
+    def run(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        log_file: Path | None = None,
+        writable: Sequence[Path] = (),
+        what: str,
+        check: bool = True,
+        mem_gib: float | None = None,
+        echo: bool = False,
+    ) -> proc.Result:
+        """Run ``argv`` where builds run; ``writable`` folders are the only ones it may
+        change; ``echo`` streams its output to the console as well as to ``log_file``."""
+        ...
+
+
+def step_env(env: dict[str, str]) -> dict[str, str]:
+    """The build's environment plus what `python -m kiln step` needs to import kiln."""
+    return {**env, "PYTHONPATH": str(KILN_SRC), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class LocalRunner:
     kind = "local"
     image: str | None = None
+    builder: str | None = None
 
-    def build(self, step: BuildStep) -> Path:
-        """The wheel made (kind "wheel") or the tree built in place (kind "inplace")."""
-        if step.kind == "inplace":
-            assert step.command
-            return recipes.run_inplace(
-                step.command, step.tree, step.env, step.log_file, step.vendor
-            )
-        return recipes.build_wheel(
-            step.python, step.tree, step.out_dir, step.env, step.log_file, step.vendor
+    def __init__(
+        self, python: str | None, cuda_home: str | None, cache: Path, log_dir: Path
+    ) -> None:
+        self._python, self._cache, self._log_dir = python, cache, log_dir
+        self.cuda_home = facts.find_cuda_home(cuda_home)
+
+    def nvcc(self, profile: Profile) -> str:
+        version = facts.nvcc_version(self.cuda_home)
+        check_cuda(version, str(self.cuda_home), profile)
+        return version
+
+    def toolchain(self, profile: Profile) -> Toolchain:
+        python = buildenv.build_python(profile, self._cache, self._python, self._log_dir)
+        return Toolchain.from_facts(facts.probe(python, self.cuda_home))
+
+    def base_env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def run(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        log_file: Path | None = None,
+        writable: Sequence[Path] = (),
+        what: str,
+        check: bool = True,
+        mem_gib: float | None = None,
+        echo: bool = False,
+    ) -> proc.Result:
+        return proc.run(
+            argv,
+            cwd=cwd,
+            env=env,
+            log_file=log_file,
+            what=what,
+            check=check,
+            error=BuildError,
+            echo=echo,
         )
 
 
-def make_runner(kind: str) -> Runner:
-    if kind == "local":
-        return LocalRunner()
-    raise ConfigError(f"--runner {kind}: unknown runner (choose: local)")
+def probe_command(python: str, cuda_home: str) -> list[str]:
+    return [python, "-m", "kiln", "probe", "--python", python, "--cuda-home", cuda_home]
+
+
+def parse_probe(output: str) -> dict[str, object]:
+    return json.loads(output.strip().splitlines()[-1])

@@ -1,0 +1,90 @@
+"""What a build step does, wherever it runs (``python -m kiln step SPEC.json``).
+
+Standard library only: inside the builder container kiln's dependencies are not
+installed; the container gets kiln's source on ``PYTHONPATH`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kiln import proc
+from kiln.errors import BuildError
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One build: plain data, written as JSON for the process that runs it."""
+
+    vendor: str
+    kind: str  # "wheel" | "inplace"
+    python: str
+    tree: str
+    out_dir: str
+    command: list[str] | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_file(cls, path: Path) -> StepSpec:
+        return cls(**json.loads(path.read_text()))
+
+
+def clean_tree(tree: Path) -> None:
+    """Remove stale build state that ninja would otherwise reuse."""
+    for stale in [tree / "build", tree / "dist", *tree.glob("*.egg-info")]:
+        if stale.is_dir():
+            shutil.rmtree(stale)
+
+
+def build_wheel(python: str, tree: Path, out_dir: Path, env: Mapping[str, str] | None) -> Path:
+    """``pip wheel --no-build-isolation`` in ``tree``; returns the one wheel it made."""
+    clean_tree(tree)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    before = set(out_dir.glob("*.whl"))
+    proc.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-cache-dir",
+            "--verbose",
+            "--wheel-dir",
+            out_dir,
+            tree,
+        ],
+        cwd=tree,
+        env=env,
+        echo=True,
+        what="pip wheel",
+        error=BuildError,
+    )
+    made = sorted(set(out_dir.glob("*.whl")) - before)
+    if len(made) != 1:
+        raise BuildError(f"pip wheel made {len(made)} wheels in {out_dir}, expected one")
+    return made[0]
+
+
+def run(spec: StepSpec, env: Mapping[str, str] | None = None) -> None:
+    """Run one step here (the process's environment is the build's environment)."""
+    tree = Path(spec.tree)
+    if spec.kind == "inplace":
+        assert spec.command
+        proc.run(
+            spec.command,
+            cwd=tree,
+            env=env,
+            echo=True,
+            what=" ".join(spec.command),
+            error=BuildError,
+        )
+    else:
+        build_wheel(spec.python, tree, Path(spec.out_dir), env)

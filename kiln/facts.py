@@ -1,0 +1,93 @@
+"""Facts about the machine a build runs on: CUDA home, nvcc, gcc, the build Python and
+its torch. Standard library only: ``python -m kiln probe`` runs this inside the builder
+container, where kiln's dependencies are not installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from kiln import proc
+from kiln.errors import ToolchainError
+
+PYTHON_PROBE = """\
+import json, sys, sysconfig
+facts = {"python": "%d.%d.%d" % sys.version_info[:3],
+         "site_packages": sysconfig.get_paths()["purelib"],
+         "torch": None, "torch_cuda": None, "cxx11_abi": None}
+try:
+    import torch
+except ImportError:
+    pass
+else:
+    facts.update(torch=torch.__version__, torch_cuda=torch.version.cuda,
+                 cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+print(json.dumps(facts))
+"""
+
+
+def find_cuda_home(explicit: str | None = None) -> Path:
+    """``--cuda-home``, else ``$CUDA_HOME``, else the first of (nvcc's parent on PATH,
+    /usr/local/cuda) that is a real toolkit (``bin/nvcc`` and ``include/cuda_runtime.h``).
+
+    torch guesses wrong when nvcc is reached through a symlink or a wrapper script,
+    so kiln always passes the result on as ``CUDA_HOME`` explicitly.
+    """
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("CUDA_HOME"):
+        return Path(os.environ["CUDA_HOME"])
+    candidates = []
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parent.parent)
+    candidates.append(Path("/usr/local/cuda"))
+    for home in candidates:
+        if (home / "bin" / "nvcc").exists() and (home / "include" / "cuda_runtime.h").exists():
+            return home
+    return candidates[-1]
+
+
+def nvcc_version(cuda_home: Path) -> str:
+    nvcc = cuda_home / "bin" / "nvcc"
+    if not nvcc.exists():
+        raise ToolchainError(
+            f"nvcc not found at {nvcc}: install the CUDA toolkit or point --cuda-home "
+            f"(or $CUDA_HOME) at one"
+        )
+    out = proc.output([nvcc, "--version"], error=ToolchainError, what="nvcc --version")
+    m = re.search(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)", out)
+    if not m:
+        raise ToolchainError(f"{nvcc} --version printed no release number: {out[-200:]!r}")
+    return m.group(2)
+
+
+def gcc_version() -> str:
+    cxx = os.environ.get("CXX", "g++")
+    return proc.output([cxx, "-dumpfullversion"], error=ToolchainError, what=f"{cxx} version")
+
+
+def python_facts(python: Path) -> dict[str, Any]:
+    raw = proc.output(
+        [python, "-c", PYTHON_PROBE],
+        error=ToolchainError,
+        what=f"reading the build Python {python}",
+    )
+    return json.loads(raw.splitlines()[-1])
+
+
+def probe(python: Path, cuda_home: Path) -> dict[str, Any]:
+    """Everything, with a failure recorded as ``error`` instead of raised (so a container
+    can report it as data)."""
+    facts: dict[str, Any] = {"cuda_home": str(cuda_home), "python_path": str(python)}
+    try:
+        facts["nvcc"] = nvcc_version(cuda_home)
+        facts["gcc"] = gcc_version()
+        facts.update(python_facts(python))
+    except ToolchainError as exc:
+        facts["error"] = str(exc)
+    return facts

@@ -1,0 +1,347 @@
+"""The Docker runner against a real Docker engine (no mocks of docker-py).
+
+The tests' builder image is made locally (tests/dockerimage.py: debootstrap + a layer)
+and stands in for the runpod CUDA image, which cannot be pulled here; the host's CUDA
+toolkit is bind-mounted read-only. Where no daemon answers these tests are skipped,
+unless KILN_REQUIRE_DOCKER=1 (set by .ci/run), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import shutil
+import signal
+import site
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kiln import pipeline
+from kiln.errors import BuildError, ConfigError
+from kiln.toolchain import cuobjdump
+from tests import dockerimage
+from tests import upstreams as fixture_upstreams
+from tests.conftest import REPO, artifacts_files, run_kiln
+from tests.upstreams import Upstreams
+from tests.workspace import PROFILE, plain_vendor, write
+
+CUDA_MOUNT = f"{os.path.realpath('/usr/local/cuda')}:/usr/local/cuda"
+DOCKER_DIR = REPO / "tests" / "docker-builder"
+# No torch in the test image: the profile builds plain CUDA extensions.
+NO_TORCH = {k: v for k, v in PROFILE.items() if k != "torch"}
+
+
+@pytest.fixture(scope="session")
+def client():
+    docker = pytest.importorskip("docker")
+    try:
+        c = docker.from_env()
+        c.ping()
+    except docker.errors.DockerException as exc:
+        if os.environ.get("KILN_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"KILN_REQUIRE_DOCKER=1 but no Docker daemon answers: {exc}")
+        pytest.skip("no Docker daemon answers")
+    yield c
+    leftovers = c.containers.list(all=True, filters={"label": "kiln"})
+    assert leftovers == [], f"containers left behind: {[x.name for x in leftovers]}"
+
+
+@pytest.fixture(scope="session")
+def test_image(client) -> str:
+    return dockerimage.ensure(client)
+
+
+def docker_args(image: str) -> list[str]:
+    return [
+        "--runner",
+        "docker",
+        "--image",
+        image,
+        "--allow-unpinned-image",
+        "--docker-dir",
+        str(DOCKER_DIR),
+        "--docker-mount",
+        CUDA_MOUNT,
+    ]
+
+
+@pytest.fixture
+def docker_options(tmp_path: Path, upstreams: Upstreams, test_image: str):
+    def make(workspace: Path, **overrides: object) -> pipeline.Options:
+        opts = pipeline.Options(
+            workspace=workspace,
+            artifacts=tmp_path / "artifacts",
+            cache=tmp_path / "cache",
+            work=tmp_path / "work",
+            mirrors=upstreams.mirrors,
+            offline=True,
+            runner="docker",
+            image=test_image,
+            allow_unpinned_image=True,
+            docker_dir=DOCKER_DIR,
+            docker_mounts=[CUDA_MOUNT],
+        )
+        for key, value in overrides.items():
+            setattr(opts, key, value)
+        return opts
+
+    return make
+
+
+def _sass(wheel: Path, tmp: Path) -> dict[str, str]:
+    """cuobjdump -sass text of every shared object with device code, by member name."""
+    out = {}
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            if member.endswith(".so"):
+                zf.extract(member, tmp)
+                res = subprocess.run(
+                    [str(cuobjdump()), "-sass", str(tmp / member)], capture_output=True, text=True
+                )
+                if "Fatbin elf code" in res.stdout:
+                    out[member] = res.stdout
+    return out
+
+
+def test_docker_build_has_both_archs_and_matches_local(
+    tmp_path: Path, upstreams: Upstreams, docker_options, options
+) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])}, profile=NO_TORCH)
+    release = pipeline.build(docker_options(ws))
+    data = json.loads((release / "manifest.json").read_text())
+    assert data["runner"]["kind"] == "docker"
+    assert data["runner"]["image"].startswith("unpinned:kiln-test-builder:")
+    assert data["runner"]["builder"].startswith("sha256:")
+    assert data["vendors"]["plain"]["runner"] == data["runner"]
+    out = data["vendors"]["plain"]["outputs"][0]
+    kernels = [o for o in out["shared_objects"] if "_kernels" in o["path"]]
+    assert kernels[0]["sass"] == ["sm_100a", "sm_103a"]
+
+    local = pipeline.build(
+        options(
+            ws,
+            artifacts=tmp_path / "local-artifacts",
+            work=tmp_path / "local-work",
+            python=None,
+            runner="local",
+        )
+    )
+    local_out = json.loads((local / "manifest.json").read_text())["vendors"]["plain"]["outputs"][0]
+    print(f"\ndocker wheel sha256 {out['sha256']}\nlocal  wheel sha256 {local_out['sha256']}")
+    # The two wheels come from different Pythons and setuptools (the image's Debian
+    # 3.11.2 vs the host's), so their bytes differ; the device code must not.
+    docker_sass = _sass(release / out["path"], tmp_path / "d")
+    local_sass = _sass(local / local_out["path"], tmp_path / "l")
+    assert docker_sass.keys() == local_sass.keys() and docker_sass
+    for member, text in docker_sass.items():
+        assert text == local_sass[member], f"SASS of {member} differs"
+
+
+def test_failing_step_surfaces_log_tail_and_exit_code(
+    tmp_path: Path, upstreams: Upstreams, docker_options
+) -> None:
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["build"].update(
+        kind="inplace", command=["sh", "-c", "echo boom-marker; exit 7"], outputs=["*.so"]
+    )
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    with pytest.raises(BuildError) as info:
+        pipeline.build(docker_options(ws))
+    msg = str(info.value)
+    assert "building plain failed with exit code" in msg and "(in the builder container)" in msg
+    assert "exited with 7" in msg or "exit code 7" in msg
+    assert "boom-marker" in msg and "plain-build.log" in msg
+    assert artifacts_files(tmp_path / "artifacts") == []
+
+
+def test_out_of_memory_is_reported_as_such(
+    tmp_path: Path, upstreams: Upstreams, docker_options
+) -> None:
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["build"].update(
+        kind="inplace",
+        outputs=["*.so"],
+        mem_per_job_gib=0.0625,
+        command=["python3", "-c", "b = bytearray(1 << 30); print(len(b))"],
+    )
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    with pytest.raises(BuildError) as info:
+        pipeline.build(docker_options(ws))
+    assert "killed: out of memory (limit 0.0625 GiB): lower --jobs or raise the limit" in str(
+        info.value
+    )
+
+
+def test_network_is_off_in_build_containers(
+    tmp_path: Path, upstreams: Upstreams, docker_options
+) -> None:
+    probe = (
+        "import socket; print('interfaces', [n for _, n in socket.if_nameindex()]);"
+        "socket.create_connection(('pypi.org', 443), timeout=5)"
+    )
+    try:  # the host itself reaches PyPI, so a failure below is the container's doing
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+    except OSError:
+        pytest.skip("this host cannot reach pypi.org either")
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["build"].update(kind="inplace", outputs=["*.so"], command=["python3", "-c", probe])
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    with pytest.raises(BuildError) as info:
+        pipeline.build(docker_options(ws))
+    msg = str(info.value)
+    assert "interfaces ['lo']" in msg
+    assert "socket.gaierror" in msg or "Network is unreachable" in msg
+
+
+def test_unpinned_image_is_refused_without_the_flag(
+    tmp_path: Path, upstreams: Upstreams, docker_options, test_image: str
+) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])}, profile=NO_TORCH)
+    with pytest.raises(ConfigError, match=f"image {test_image} is not pinned by digest"):
+        pipeline.build(docker_options(ws, allow_unpinned_image=False))
+
+
+def test_daemon_unreachable_is_one_clear_line(tmp_path: Path, upstreams: Upstreams) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])}, profile=NO_TORCH)
+    res = run_kiln(
+        "build",
+        "--workspace",
+        ws,
+        "--artifacts",
+        tmp_path / "a",
+        "--cache",
+        tmp_path / "c",
+        *docker_args("any:tag"),
+        env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )
+    assert res.returncode == 12
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "kiln: error: cannot reach the Docker daemon at unix:///nonexistent/docker.sock"
+    )
+    assert lines[0].endswith("start it or use --runner local")
+
+
+def test_interrupt_leaves_no_container_behind(
+    tmp_path: Path, upstreams: Upstreams, client, test_image: str
+) -> None:
+    vendor = plain_vendor(upstreams.plain[2])
+    work = tmp_path / "work"
+    marker = work / "test-release" / "plain" / "compiling"  # inside the mounted tree
+    vendor["build"]["env"] = {"PLAIN_BUILD_DELAY": "120", "PLAIN_STARTED_MARKER": str(marker)}
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kiln",
+            "build",
+            "--workspace",
+            ws,
+            "--artifacts",
+            tmp_path / "artifacts",
+            "--cache",
+            tmp_path / "cache",
+            "--work",
+            work,
+            "--mirrors",
+            upstreams.mirrors,
+            "--offline",
+            *docker_args(test_image),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the build never started compiling"
+        time.sleep(0.2)
+    assert client.containers.list(filters={"label": "kiln"})  # one is running now
+    os.kill(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert client.containers.list(all=True, filters={"label": "kiln"}) == []
+    assert artifacts_files(tmp_path / "artifacts") == []
+
+
+def _test_user() -> tuple[int, int]:
+    name = "kilntest"
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", name], check=True)
+        pw = pwd.getpwnam(name)
+    subprocess.run(
+        ["usermod", "-aG", grp.getgrgid(os.stat("/var/run/docker.sock").st_gid).gr_name, name],
+        check=True,
+    )
+    return pw.pw_uid, pw.pw_gid
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to create the non-root test user")
+def test_artifacts_belong_to_a_non_root_caller(test_image: str) -> None:
+    """kiln run by a non-root user: the container runs as that uid:gid, and every file in
+    artifacts/ belongs to it. The user gets copies of kiln and its dependencies (the
+    test's own venv may live where that user cannot read) and runs Debian's python3."""
+    uid, gid = _test_user()
+    root = Path(tempfile.mkdtemp(prefix="kiln-nonroot-", dir="/tmp"))
+    try:
+        shutil.copytree(REPO / "kiln", root / "src" / "kiln")
+        site_dir = Path(next(p for p in site.getsitepackages() if "site-packages" in p))
+        shutil.copytree(site_dir, root / "site", ignore=shutil.ignore_patterns("torch*"))
+        up = fixture_upstreams.make(root / "upstreams")
+        ws = write(root / "ws", {"plain": plain_vendor(up.plain[2])}, profile=NO_TORCH)
+        subprocess.run(["chown", "-R", f"{uid}:{gid}", str(root)], check=True)
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/home/kilntest",
+            "PYTHONPATH": f"{root / 'src'}:{root / 'site'}",
+        }
+        res = subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={gid}",
+                "--init-groups",
+                "/usr/bin/python3",
+                "-m",
+                "kiln",
+                "build",
+                "--workspace",
+                str(ws),
+                "--artifacts",
+                str(root / "artifacts"),
+                "--cache",
+                str(root / "cache"),
+                "--work",
+                str(root / "work"),
+                "--mirrors",
+                str(up.mirrors),
+                "--offline",
+                *docker_args(test_image),
+            ],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        files = list((root / "artifacts").rglob("*"))
+        assert any(f.suffix == ".whl" for f in files)
+        wrong = [str(f) for f in files if (f.stat().st_uid, f.stat().st_gid) != (uid, gid)]
+        assert wrong == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
