@@ -120,7 +120,11 @@ def make_runner(ws: Workspace, opts: Options, logs: Path) -> Runner:
 
 
 def preflight(
-    ws: Workspace, selected: list[Vendor], runner: Runner, cache: sources.GitCache
+    ws: Workspace,
+    selected: list[Vendor],
+    runner: Runner | None,
+    cache: sources.GitCache,
+    runner_problem: str | None = None,
 ) -> tuple[toolchain.Toolchain, list[str]]:
     """Check everything checkable before any fetch or compile, and report every problem
     at once: patches, build kinds, CUDA, sources, then the build Python and its torch."""
@@ -137,15 +141,18 @@ def preflight(
                 f"vendors/{vendor.name}.toml: build.kind {vendor.build.kind!r} is not "
                 f"supported by this kiln yet"
             )
-    try:
-        runner.nvcc(ws.profile)
-    except ToolchainError as exc:
-        found.append(str(exc))
+    if runner is None:
+        found.append(runner_problem or "no runner")
+    else:
+        try:
+            runner.nvcc(ws.profile)
+        except ToolchainError as exc:
+            found.append(str(exc))
     for vendor in selected:
         problem = sources.availability(cache, vendor.source.url, vendor.source.commit, vendor.name)
         if problem:
             found.append(problem)
-    if not found:
+    if not found and runner is not None:
         tc = runner.toolchain(ws.profile)
         found.extend(toolchain.problems(tc, ws.profile))
     if found:
@@ -312,15 +319,9 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     if b.kind == "inplace":
         inplace.install_kit(tree)
         env.update(inplace.kit_environment(tree, ctx.tc, env))
+    out_dir = stage / f".out-{vendor.name}" if b.kind == "wheel" else tree
     step = Step(
-        StepSpec(
-            vendor.name,
-            b.kind,
-            ctx.tc.python,
-            str(tree),
-            str(stage / f".out-{vendor.name}"),
-            b.command,
-        ),
+        StepSpec(vendor.name, b.kind, ctx.tc.python, str(tree), str(out_dir), b.command),
         env,
         ctx.logs / f"{vendor.name}-build.log",
         ctx.opts.mem_limit_gib or b.max_jobs * b.mem_per_job_gib,
@@ -409,8 +410,15 @@ def build(opts: Options) -> Path:
     logs = opts.artifacts / "logs" / ws.release.name
     logs.mkdir(parents=True, exist_ok=True)
     cache = sources.GitCache(opts.cache, Mirrors.load(opts.mirrors), opts.offline)
-    runner = make_runner(ws, opts, logs)
-    tc, warnings = preflight(ws, selected, runner, cache)
+    try:
+        runner: Runner | None = make_runner(ws, opts, logs)
+        runner_problem = None
+    except ConfigError as exc:
+        if opts.runner != "auto":
+            raise
+        runner, runner_problem = None, str(exc)
+    tc, warnings = preflight(ws, selected, runner, cache, runner_problem)
+    assert runner is not None
     for w in warnings:
         log.warning("%s", w)
     ctx = Context(ws, opts, cache, runner, tc, logs, warnings)

@@ -345,3 +345,24 @@ def test_artifacts_belong_to_a_non_root_caller(test_image: str) -> None:
         assert wrong == []
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_build_all_with_a_daemon_reports_the_unpinned_image(tmp_path: Path, client) -> None:
+    """--runner auto picks docker (the profile names an image, a daemon answers); the
+    release's image is not pinned yet, and preflight lists that with the other problems."""
+    res = run_kiln(
+        "build",
+        "--artifacts",
+        tmp_path / "a",
+        "--cache",
+        tmp_path / "c",
+        "--work",
+        tmp_path / "w",
+        "--offline",
+    )
+    assert res.returncode == 9, res.stderr
+    assert (
+        "image runpod/pytorch:1.4.1-cu1320-torch2130-ubuntu2404 is not pinned by digest"
+        in res.stderr
+    )
+    assert "deepinfer-prefix-cache.patch" in res.stderr and "Traceback" not in res.stderr

@@ -54,7 +54,7 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     assert set(entry["timings"]) == {"fetch", "patch", "build", "verify"}
     assert data["toolchain"]["nvcc_version"].startswith("13.0")
     assert data["toolchain"]["torch_version"] == "2.14.1+cu130"
-    assert data["runner"] == {"kind": "local", "image": None}
+    assert data["runner"] == {"kind": "local", "image": None, "builder": None}
 
     out, license_out, patch_out = entry["outputs"]
     assert license_out["kind"] == "license" and license_out["path"] == "licenses/plain-LICENSE"
@@ -190,6 +190,8 @@ def test_build_all_here_says_what_is_missing(tmp_path: Path) -> None:
     """The real release cannot build on this machine: one clear report, no traceback."""
     res = run_kiln(
         "build",
+        "--runner",
+        "local",
         "--artifacts",
         tmp_path / "a",
         "--cache",

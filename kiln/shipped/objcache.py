@@ -185,7 +185,7 @@ def main(argv: list[str]) -> int:
                         f"{call.out}: " + " ".join(d.replace(" ", "\\ ") for d in deps) + "\n"
                     )
                 if os.environ.get("KILN_OBJCACHE_VERBOSE"):
-                    print(f"objcache: hit {call.source}", file=sys.stderr)
+                    sys.stderr.write(f"objcache: hit {call.source}\n")  # one write: no interleaving
                 return 0
     rc = run_real(call)
     if rc != 0:
@@ -209,7 +209,7 @@ def main(argv: list[str]) -> int:
     }
     _write_atomic(entry_path, json.dumps(entry, indent=1, sort_keys=True).encode())
     if os.environ.get("KILN_OBJCACHE_VERBOSE"):
-        print(f"objcache: miss {call.source}", file=sys.stderr)
+        sys.stderr.write(f"objcache: miss {call.source}\n")
     return 0
 
 
