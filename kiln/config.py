@@ -154,6 +154,10 @@ class Build(Strict):
     mem_per_job_gib: Annotated[float, Field(gt=0)] = 4.0
     nvcc_threads: Annotated[int, Field(ge=1)] | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    # nvcc flags kiln's compiler wrapper removes, without patching the upstream: the
+    # smallest fix where a flag defeats reproducible output (e.g. "-lineinfo", which
+    # records source mtimes and the build directory). docs/reproducibility.md.
+    nvcc_drop_flags: list[str] = Field(default_factory=list)
     # kind "inplace": the upstream's own build command, run in the tree; the files it
     # leaves that kiln verifies (globs); a module to import as a smoke test; extra
     # tarball exclusions; and the command that rebuilds only the extension (rebuild_c).

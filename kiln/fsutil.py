@@ -69,3 +69,15 @@ def publish(stage: Path, final: Path) -> None:
     os.replace(stage, final)
     if old.exists():
         shutil.rmtree(old, ignore_errors=True)
+
+
+def set_mtimes(root: Path, mtime: int) -> None:
+    """Give every file and folder under ``root`` (``.git`` aside) the same mtime."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        if ".git" in dirnames:
+            dirnames.remove(".git")
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.utime(path, (mtime, mtime))
+        os.utime(dirpath, (mtime, mtime))

@@ -46,7 +46,15 @@ WRAPPER_DEFAULTS = {"gcc": "gcc", "g++": "g++", "nvcc": "nvcc"}
 
 
 def install_kit(tree: Path) -> Path:
+    """Put the compiler wrappers, the object cache and rebuild.py into ``tree/.kiln``
+    (git-ignored there, so upstreams that look at ``git status`` see no change)."""
     kit = tree / KIT
+    git_info = tree / ".git" / "info"
+    if git_info.is_dir():
+        exclude = git_info / "exclude"
+        text = exclude.read_text(errors="replace") if exclude.exists() else ""
+        if f"/{KIT}/" not in text:
+            exclude.write_text(text + f"/{KIT}/\n")
     (kit / "bin").mkdir(parents=True, exist_ok=True)
     shipped = resources.files("kiln.shipped")
     for name in ("objcache.py", "rebuild.py"):

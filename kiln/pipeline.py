@@ -312,13 +312,15 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         applied = patches.apply_series(
             tree, ctx.ws.patches_for(vendor.name), ctx.ws.patches_dir, what
         )
+        # -lineinfo records source mtimes: make them the commit's, not the checkout's.
+        fsutil.set_mtimes(tree, co.commit_time)
     b = vendor.build
     env, recorded_env = build_environment(
         vendor, ctx.ws.profile, ctx.tc.cuda_home, co.commit_time, base=ctx.runner.base_env()
     )
-    if b.kind == "inplace":
-        inplace.install_kit(tree)
-        env.update(inplace.kit_environment(tree, ctx.tc, env))
+    # Every build compiles through kiln's wrapper (deterministic flags, object cache).
+    inplace.install_kit(tree)
+    env.update(inplace.kit_environment(tree, ctx.tc, env))
     out_dir = stage / f".out-{vendor.name}" if b.kind == "wheel" else tree
     step = Step(
         StepSpec(vendor.name, b.kind, ctx.tc.python, str(tree), str(out_dir), b.command),

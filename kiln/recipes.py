@@ -47,6 +47,8 @@ def build_environment(
     }
     if b.nvcc_threads is not None:
         own["NVCC_THREADS"] = str(b.nvcc_threads)
+    if b.nvcc_drop_flags:
+        own["KILN_NVCC_DROP"] = " ".join(b.nvcc_drop_flags)
     if b.arch_control == "torch-arch-list":
         own["TORCH_CUDA_ARCH_LIST"] = ";".join(arch_to_torch(a) for a in b.archs)
     env.update(own)

@@ -1,6 +1,17 @@
 #!/usr/bin/env python3
-"""A relocatable, deterministic object cache for compiler calls (stdlib only).
+"""kiln's compiler wrapper: deterministic compiles and a relocatable object cache
+(stdlib only).
 
+Determinism (always, unless ``KILN_DETERMINISTIC=0``): every compile gets prefix maps
+for the tree, the Python's site-packages and the CUDA home (``-ffile-prefix-map``, also
+through ``-Xcompiler`` for nvcc), so no build path lands in debug info or ``__FILE__``
+strings; nvcc compiles also get ``-Xcudafe --orig_src_path_name=<path in the tree>``
+(the module id hashed into device code) and run with ``--keep --keep-dir <temp>``
+(intermediate files named after the source, not ``tmpxft_<pid>``); flags named in
+``KILN_NVCC_DROP`` (e.g. ``-lineinfo``, which records source mtimes and the build
+directory) are dropped.
+
+Object cache:
 Used as ``objcache.py REAL_COMPILER ARGS...`` through small wrappers that kiln puts
 in ``.kiln/bin`` and names in ``CC``, ``CXX``, ``NVCC`` and ``PYTORCH_NVCC``. A
 compile (``-c SRC -o OUT``) is looked up by its command line, with the tree, the
@@ -134,8 +145,51 @@ def compiler_identity(compiler: str) -> str:
     return hashlib.sha256((res.stdout + res.stderr).encode()).hexdigest()
 
 
+PREFIX_TARGETS = {"TREE": ".", "SITE": "/site-packages", "CUDA": "/cuda"}
+
+
+def is_nvcc(compiler: str) -> bool:
+    return os.path.basename(compiler).startswith("nvcc")
+
+
+def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, str]]) -> list[str]:
+    if os.environ.get("KILN_DETERMINISTIC") == "0":
+        return args
+    nvcc = is_nvcc(compiler)
+    if nvcc:
+        drop = set(os.environ.get("KILN_NVCC_DROP", "").split())
+        args = [a for a in args if a not in drop]
+    if "-c" not in args and not (nvcc and "-dlink" in args):
+        return args
+    maps = [
+        f"-ffile-prefix-map={path}={PREFIX_TARGETS.get(name, '/' + name.lower())}"
+        for name, path in roots
+    ]
+    if not nvcc:
+        return [*args, *maps]
+    extra = [x for m in maps for x in ("-Xcompiler", m)]
+    sources = [a for a in args if a.endswith(".cu") and os.path.isfile(a)]
+    if len(sources) == 1:
+        tree = dict(roots).get("TREE")
+        src = os.path.realpath(sources[0])
+        rel = (
+            os.path.relpath(src, tree)
+            if tree and src.startswith(tree + os.sep)
+            else os.path.basename(src)
+        )
+        extra += ["-Xcudafe", f"--orig_src_path_name={rel}"]
+    return [*args, *extra]
+
+
 def run_real(call: Call) -> int:
-    return subprocess.call([call.compiler, *call.args])
+    if (
+        not is_nvcc(call.compiler)
+        or os.environ.get("KILN_DETERMINISTIC") == "0"
+        or "--keep" in call.args
+    ):
+        return subprocess.call([call.compiler, *call.args])
+    with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
+        return subprocess.call([call.compiler, *call.args, "--keep", "--keep-dir", keep])
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -150,12 +204,12 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: objcache.py REAL_COMPILER ARGS...", file=sys.stderr)
         return 2
-    call = Call(argv[1], argv[2:])
+    roots = _roots()
+    call = Call(argv[1], deterministic_args(argv[1], argv[2:], roots))
     cache_dir = os.environ.get("KILN_OBJCACHE_DIR")
     if not call.cacheable or not cache_dir or os.environ.get("KILN_OBJCACHE_DISABLE"):
         return run_real(call)
     cache = Path(cache_dir)
-    roots = _roots()
     key_material = json.dumps(
         [
             os.path.basename(call.compiler),
