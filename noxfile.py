@@ -80,3 +80,11 @@ def bench_rebuild_c(session: nox.Session) -> None:
     """Full in-place build vs rebuild_c after a one-line patch edit (benchmarks/)."""
     session.install("-e", ".")
     session.run("python", "benchmarks/rebuild_c.py", *session.posargs)
+
+
+@nox.session
+def verify(session: nox.Session) -> None:
+    """Rebuild a release from its manifest and compare every file: -- MANIFEST [...]."""
+    if not session.posargs:
+        session.error("name the manifest: nox -s verify -- artifacts/kiln-demo/manifest.json")
+    _kiln(session, "verify")

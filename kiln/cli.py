@@ -184,6 +184,28 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from kiln import manifest, reverify
+
+    data = manifest.read(args.manifest)
+    if args.rebuilt:
+        rebuilt = args.rebuilt
+    else:
+        work = args.into or Path(tempfile.mkdtemp(prefix="kiln-verify-"))
+        opts = _options(args, None)
+        opts.work = work.resolve()
+        rebuilt = reverify.rebuild(args.manifest, opts)
+    report = reverify.compare(data, args.manifest.parent, rebuilt)
+    if report:
+        print("\n".join(report), file=sys.stderr)
+        print(f"verify: {args.manifest.parent} is NOT reproduced by {rebuilt}", file=sys.stderr)
+        return 1
+    print(f"verify: every file of {args.manifest.parent} is reproduced bit for bit ({rebuilt})")
+    return 0
+
+
 def cmd_manifest_check(args: argparse.Namespace) -> int:
     from kiln import manifest
 
@@ -245,6 +267,23 @@ def parser() -> argparse.ArgumentParser:
         help="release folder (default: artifacts/<release name of ./kiln.toml>)",
     )
     p.set_defaults(func=cmd_pack_jit_cache)
+
+    p = sub.add_parser("verify", help="rebuild a release from its manifest and compare bytes")
+    _add_build_args(p)
+    p.add_argument("manifest", type=Path)
+    p.add_argument(
+        "--into",
+        type=Path,
+        default=None,
+        help="folder for the rebuild (default: a new temporary folder)",
+    )
+    p.add_argument(
+        "--rebuilt",
+        type=Path,
+        default=None,
+        help="compare against this earlier rebuild instead of building again",
+    )
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("step", help="(internal) run one build step from its JSON spec")
     p.add_argument("spec", type=Path)

@@ -26,6 +26,7 @@ from kiln import (
     sources,
     toolchain,
     verify,
+    wheelfix,
 )
 from kiln.buildsteps import StepSpec
 from kiln.config import Vendor, Workspace
@@ -211,7 +212,13 @@ def run_step(ctx: Context, step: Step) -> None:
 
 
 def _wheel_outputs(
-    ctx: Context, vendor: Vendor, step: Step, stage: Path, timings: dict[str, float]
+    ctx: Context,
+    vendor: Vendor,
+    step: Step,
+    stage: Path,
+    co: sources.Checkout,
+    applied: list[patches.AppliedPatch],
+    timings: dict[str, float],
 ) -> list[dict[str, Any]]:
     with timed(timings, "build"):
         run_step(ctx, step)
@@ -220,9 +227,13 @@ def _wheel_outputs(
         raise BuildError(
             f"building {vendor.name} left {len(made)} wheels, expected one; see {step.log_file}"
         )
+    with timed(timings, "package"):
+        label = wheelfix.local_label(ctx.ws.profile, co.commit, [p.sha256 for p in applied])
+        fixed = wheelfix.normalize(made[0], label, co.commit_time, made[0].parent / "fixed")
     with timed(timings, "verify"):
-        report = verify.verify_wheel(made[0], list(vendor.build.archs), ctx.ws.profile)
-    wheel = _place(made[0], stage / "wheels", vendor.name, ctx.made)
+        report = verify.verify_wheel(fixed, list(vendor.build.archs), ctx.ws.profile)
+    wheel = _place(fixed, stage / "wheels", vendor.name, ctx.made)
+    shutil.rmtree(made[0].parent, ignore_errors=True)
     archs = sorted({a for o in report.shared_objects for a in o.sass})
     log.info("%s: %s verified (%s)", vendor.name, wheel.name, ", ".join(archs) or "host only")
     details = {k: v for k, v in report.to_json().items() if k != "file"}
@@ -333,7 +344,7 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     if b.kind == "inplace":
         outputs = _inplace_outputs(ctx, vendor, step, stage, co, applied, recorded_env, timings)
     else:
-        outputs = _wheel_outputs(ctx, vendor, step, stage, timings)
+        outputs = _wheel_outputs(ctx, vendor, step, stage, co, applied, timings)
     outputs.append(_license_output(vendor, tree, stage))
     outputs.extend(_patch_outputs(ctx, applied, stage))
     return {
@@ -342,6 +353,8 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
             "requested": vendor.source.commit,
             "commit": co.commit,
             "commit_time": co.commit_time,
+            "license": vendor.source.license,
+            "license_id": vendor.source.license_id,
             "submodules": [
                 {"path": s.path, "url": s.url, "commit": s.commit} for s in co.submodules
             ],
@@ -355,6 +368,7 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
             }
             for p in applied
         ],
+        "patch_tag": ctx.ws.series.tags.get(vendor.name),
         "recipe": vendor.build.model_dump(mode="json"),
         "environment": recorded_env,
         "runner": {

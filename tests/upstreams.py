@@ -7,6 +7,8 @@ history moves from host-only code to ``sm_100a`` to ``sm_100a``+``sm_103a``:
     plain@0  host-only .so               (like DeepGEMM: no device code)
     plain@1  + kernels for sm_100a, hdr as a submodule
     plain@2  kernels for sm_100a and sm_103a
+    plain@3  ... compiled with -lineinfo
+    plain@4  ... compiled with -rdc=true (device link in the shared-object link)
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARCHS = open(os.path.join(HERE, "archs.txt")).read().split()
+FLAGS = os.path.join(HERE, "nvccflags.txt")
+EXTRA = open(FLAGS).read().split() if os.path.exists(FLAGS) else []
 
 
 class NvccBuildExt(build_ext):
@@ -38,15 +42,18 @@ class NvccBuildExt(build_ext):
             return super().build_extension(ext)
         out = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        nvcc = os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+        nvcc = os.environ.get("NVCC") or os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
         gencode = ["-gencode=arch=compute_%s,code=%s" % (a[3:], a) for a in ARCHS]
         print("plainext: compiling", ext.name, flush=True)
         if os.environ.get("PLAIN_STARTED_MARKER"):  # lets a test interrupt mid-compile
             open(os.environ["PLAIN_STARTED_MARKER"], "w").close()
         time.sleep(float(os.environ.get("PLAIN_BUILD_DELAY", "0")))
-        subprocess.check_call([nvcc, "-shared", "-Xcompiler", "-fPIC", "-O2", *gencode,
+        obj = os.path.join(self.build_temp, "kernels.o")
+        os.makedirs(self.build_temp, exist_ok=True)
+        subprocess.check_call([nvcc, "-c", "-Xcompiler", "-fPIC", "-O2", *EXTRA, *gencode,
                                "-I" + os.path.join(HERE, "third_party/hdr/include"),
-                               *ext.sources, "-o", out])
+                               os.path.join(HERE, ext.sources[0]), "-o", obj])
+        subprocess.check_call([nvcc, "-shared", *EXTRA, *gencode, obj, "-o", out])
 
 
 exts = [Extension("plainext._host", ["csrc/host.c"])]
@@ -142,6 +149,8 @@ def make(root: Path) -> Upstreams:
             CommitSpec(
                 "plain: kernels for sm_100a and sm_103a", {"archs.txt": "sm_100a sm_103a\n"}
             ),
+            CommitSpec("plain: line info for profilers", {"nvccflags.txt": "-lineinfo\n"}),
+            CommitSpec("plain: relocatable device code", {"nvccflags.txt": "-rdc=true\n"}),
         ],
     )
     (root / "mirrors.toml").write_text(f'[mirrors]\n"{BASE_URL}" = "{root}/"\n')

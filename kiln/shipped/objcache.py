@@ -186,6 +186,7 @@ def run_real(call: Call) -> int:
         not is_nvcc(call.compiler)
         or os.environ.get("KILN_DETERMINISTIC") == "0"
         or "--keep" in call.args
+        or "-o" not in call.args
     ):
         return subprocess.call([call.compiler, *call.args])
     with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
