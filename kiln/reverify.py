@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import shutil
 import tarfile
@@ -26,7 +27,7 @@ import zstandard
 
 from kiln import manifest, pipeline, proc
 from kiln.config import SERIES_FILE, WORKSPACE_FILE
-from kiln.errors import ManifestError
+from kiln.errors import ManifestError, ToolchainError
 from kiln.fsutil import sha256_file
 from kiln.toolchain import cuobjdump
 
@@ -82,7 +83,11 @@ def _sass_by_arch(data: bytes) -> dict[str, str]:
     with tempfile.NamedTemporaryFile(suffix=".so") as fh:
         fh.write(data)
         fh.flush()
-        out = proc.run([cuobjdump(), "-sass", fh.name], check=False).output
+        tool = cuobjdump()  # -sass needs nvdisasm: kiln's nvidia-cuda-nvdisasm puts it beside
+        env = {**os.environ, "PATH": f"{tool.parent}:{os.environ.get('PATH', '')}"}
+        out = proc.run([tool, "-sass", fh.name], check=False, env=env).output
+    if "Could not find executable file 'nvdisasm'" in out:
+        raise ToolchainError("cuobjdump -sass needs nvdisasm: `pip install nvidia-cuda-nvdisasm`")
     sections: dict[str, list[str]] = {}
     arch = None
     for line in out.splitlines():

@@ -3,7 +3,9 @@ manifest check that must pass on it and fail after one byte of a wheel changes."
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -34,7 +36,12 @@ def demo_release(tmp_path_factory: pytest.TempPathFactory, build_python: Path) -
 
 def test_demo_leaves_wheel_manifest_and_logs(demo_release: Path) -> None:
     (wheel,) = (demo_release / "wheels").glob("*.whl")
-    assert wheel.name == "vecadd-0.3.0-cp311-cp311-linux_x86_64.whl"
+    # the upstream version with kiln's label: CUDA, torch, commit, patch set
+    assert re.fullmatch(
+        r"vecadd-0\.3\.0\+cu130\.torch2\.14\.gabee68e\.p[0-9a-f]{7}"
+        r"-cp311-cp311-linux_x86_64\.whl",
+        wheel.name,
+    ), wheel.name
     data = json.loads((demo_release / "manifest.json").read_text())
     entry = data["vendors"]["vecadd"]
     assert entry["environment"]["TORCH_CUDA_ARCH_LIST"] == "10.0a;10.3a"
@@ -103,3 +110,64 @@ def test_manifest_check_rejects_a_malformed_manifest(demo_release: Path, tmp_pat
     res = run_kiln("manifest", "check", tmp_path / "manifest.json")
     assert res.returncode == 8
     assert "vendors/vecadd/source/commit" in res.stderr
+
+
+@pytest.fixture(scope="module")
+def demo_rebuild(
+    demo_release: Path, build_python: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """`kiln verify` on the demo release: a rebuild from the manifest, elsewhere, later."""
+    into = tmp_path_factory.mktemp("verify")
+    mirrors = demo_release.parent.parent / "work" / "demo-upstreams" / "mirrors.toml"
+    res = run_kiln(
+        "verify",
+        demo_release / "manifest.json",
+        "--into",
+        into,
+        "--mirrors",
+        mirrors,
+        "--offline",
+        "--python",
+        build_python,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "is reproduced bit for bit" in res.stdout
+    return into / "artifacts" / "kiln-demo"
+
+
+def test_verify_reproduces_the_torch_wheel_and_the_tarball(
+    demo_release: Path, demo_rebuild: Path
+) -> None:
+    for pattern in ("wheels/*.whl", "*.tar.zst"):
+        (a,) = demo_release.glob(pattern)
+        (b,) = demo_rebuild.glob(pattern)
+        digest_a, digest_b = (hashlib.sha256(p.read_bytes()).hexdigest() for p in (a, b))
+        print(f"\n{a.name}: {digest_a} {digest_b}")
+        assert digest_a == digest_b
+
+
+def _rewrite_member(archive: Path, member: str, change) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        items = [(i, zf.read(i)) for i in zf.infolist()]
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as out:
+        for info, data in items:
+            out.writestr(info, change(data) if info.filename == member else data)
+
+
+def test_verify_explains_a_difference_member_by_member(
+    demo_release: Path, demo_rebuild: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "release"
+    shutil.copytree(demo_release, copy)
+    wheel = next((copy / "wheels").glob("*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        so = next(m for m in zf.namelist() if m.endswith(".so"))
+    _rewrite_member(wheel, "vecadd/__init__.py", lambda d: d.replace(b"a + alpha", b"a - alpha"))
+    _rewrite_member(wheel, so, lambda d: d[:-1] + bytes([d[-1] ^ 1]))
+    res = run_kiln("verify", copy / "manifest.json", "--rebuilt", demo_rebuild)
+    assert res.returncode == 1
+    assert f"wheels/{wheel.name}: sha256" in res.stderr
+    assert "member vecadd/__init__.py: sha256" in res.stderr
+    assert f"member {so}: sha256" in res.stderr
+    assert "SASS sm_100a: identical" in res.stderr and "SASS sm_103a: identical" in res.stderr
+    assert "is NOT reproduced" in res.stderr

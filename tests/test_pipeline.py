@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -60,7 +61,13 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     assert license_out["kind"] == "license" and license_out["path"] == "licenses/plain-LICENSE"
     assert patch_out["kind"] == "patch" and patch_out["path"] == "patches/greeting.patch"
     wheel = release / out["path"]
-    assert wheel.name == "plainext-1.2.0-cp311-cp311-linux_x86_64.whl"
+    patch_digest = entry["patches"][0]["sha256"]
+    label = (
+        f"cu130.torch2.14.g{upstreams.plain[2][:7]}.p"
+        + hashlib.sha256(patch_digest.encode()).hexdigest()[:7]
+    )
+    assert wheel.name == f"plainext-1.2.0+{label}-cp311-cp311-linux_x86_64.whl"
+    assert out["version"] == f"1.2.0+{label}"
     objects = {o["path"].split(".")[0]: o for o in out["shared_objects"]}
     assert objects["plainext/_kernels"]["sass"] == ["sm_100a", "sm_103a"]
     assert objects["plainext/_host"]["sass"] == []
@@ -172,7 +179,10 @@ def test_two_vendors_making_one_wheel_name_is_an_error(
             "beta": plain_vendor(upstreams.plain[0], archs=[]),
         },
     )
-    with pytest.raises(BuildError, match="beta made plainext-1.2.0-.*whl, which alpha made"):
+    with pytest.raises(
+        BuildError,
+        match=r"beta made plainext-1\.2\.0\+cu130\.torch2\.14\.g\w{7}-.*whl, which alpha made",
+    ):
         pipeline.build(options(ws))
     assert artifacts_files(tmp_path / "artifacts") == []
 
