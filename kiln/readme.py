@@ -58,6 +58,16 @@ def _contents(data: dict[str, Any]) -> list[str]:
     ]
     rows.append(f"| licenses/ | {', '.join(lic)} |")
     rows.append("| manifest.json | Every input, the toolchain, and every file's sha256 |")
+    kinds = {f["kind"] for f in data.get("files", [])}
+    if "provenance" in kinds:
+        rows.append(
+            "| provenance.intoto.json | in-toto statement, SLSA v1 provenance: the outputs' "
+            "digests, the source commits, patches and image they came from |"
+        )
+    if "sbom" in kinds:
+        rows.append(
+            "| sbom.cdx.json | CycloneDX SBOM of the upstreams, submodules, patches and outputs |"
+        )
     return ["| Path | What |", "| --- | --- |", *rows]
 
 

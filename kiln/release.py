@@ -5,13 +5,14 @@ from the manifest. Each file lands in the manifest's ``files`` list with its has
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kiln import __version__, fsutil, manifest
+from kiln import __version__, fsutil, manifest, provenance
 from kiln.config import Workspace
 from kiln.readme import render as render_readme
 
@@ -132,6 +133,16 @@ def write_files(
         rebuild.write_text(rebuild_script(ws, vendor, data))
         rebuild.chmod(0o755)
         files.append(file_entry(rebuild, stage, "rebuild-script"))
+    subjects = provenance.subjects_of(data)
+    if subjects:
+        prov = stage / provenance.PROVENANCE_FILE
+        prov.write_text(
+            json.dumps(provenance.statement(data, subjects), indent=2, sort_keys=True) + "\n"
+        )
+        files.append(file_entry(prov, stage, "provenance"))
+        sbom = stage / provenance.SBOM_FILE
+        sbom.write_text(provenance.sbom(data, subjects))
+        files.append(file_entry(sbom, stage, "sbom"))
     return finish_readme(stage, {**data, "files": files})
 
 

@@ -171,3 +171,31 @@ def test_verify_explains_a_difference_member_by_member(
     assert f"member {so}: sha256" in res.stderr
     assert "SASS sm_100a: identical" in res.stderr and "SASS sm_103a: identical" in res.stderr
     assert "is NOT reproduced" in res.stderr
+
+
+def test_provenance_and_sbom_describe_the_outputs(demo_release: Path) -> None:
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    data = json.loads((demo_release / "manifest.json").read_text())
+    stmt = json.loads((demo_release / "provenance.intoto.json").read_text())
+    assert stmt["_type"] == "https://in-toto.io/Statement/v1"
+    assert stmt["predicateType"] == "https://slsa.dev/provenance/v1"
+    outputs = {
+        o["path"]: o["sha256"]
+        for v in data["vendors"].values()
+        for o in v["outputs"]
+        if o["kind"] in ("wheel", "tarball")
+    }
+    assert {s["name"]: s["digest"]["sha256"] for s in stmt["subject"]} == outputs
+    deps = stmt["predicate"]["buildDefinition"]["resolvedDependencies"]
+    commits = {d["digest"].get("gitCommit") for d in deps}
+    for v in data["vendors"].values():
+        assert v["source"]["commit"] in commits
+        assert all(s["commit"] in commits for s in v["source"]["submodules"])
+    patch_digests = {d["digest"].get("sha256") for d in deps}
+    assert all(p["sha256"] in patch_digests for v in data["vendors"].values() for p in v["patches"])
+    sbom = (demo_release / "sbom.cdx.json").read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(sbom) is None
+    names = {c["name"] for c in json.loads(sbom)["components"]}
+    assert {"vecadd", "tinyinfer", *outputs} <= names

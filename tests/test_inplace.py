@@ -131,6 +131,8 @@ def test_release_layout_matches_the_model_card(tiny: dict) -> None:
             "manifest.json",
             "README.md",
             "requirements.txt",
+            "provenance.intoto.json",
+            "sbom.cdx.json",
         ]
     )
     assert tb.startswith("tinyinfer-3a0e763-prefixcache-sm100-cu130-cp311")

@@ -52,7 +52,7 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     ]
     assert entry["patches"][0]["file"] == "greeting.patch"
     assert entry["patches"][0]["status"] == "applied"
-    assert set(entry["timings"]) == {"fetch", "patch", "build", "verify"}
+    assert set(entry["timings"]) == {"fetch", "patch", "build", "package", "verify"}
     assert data["toolchain"]["nvcc_version"].startswith("13.0")
     assert data["toolchain"]["torch_version"] == "2.14.1+cu130"
     assert data["runner"] == {"kind": "local", "image": None, "builder": None}
