@@ -66,6 +66,8 @@ def test_demo_release_layout_matches_the_model_card(demo_release: Path) -> None:
         "manifest.json",
         "README.md",
         "requirements.txt",
+        "provenance.intoto.json",
+        "sbom.cdx.json",
     }
 
 
