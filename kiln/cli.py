@@ -50,6 +50,12 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--cuda-home", default=None)
     p.add_argument(
+        "--toolchain",
+        default="system",
+        choices=["system", "pypi"],
+        help="pypi: the profile's CUDA from NVIDIA's hash-pinned PyPI wheels (local runner)",
+    )
+    p.add_argument(
         "--runner",
         default="auto",
         choices=["auto", "local", "docker"],
@@ -107,6 +113,7 @@ def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipelin
         docker_dir=args.docker_dir,
         docker_mounts=args.docker_mount,
         mem_limit_gib=args.mem_limit,
+        toolchain=args.toolchain,
     )
 
 
@@ -231,7 +238,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the full pipeline over the bundled example, offline")
     _add_build_args(p)
-    p.set_defaults(func=cmd_demo, workspace=Path("examples/demo"))
+    p.set_defaults(func=cmd_demo, workspace=Path("examples/demo"), toolchain="pypi")
 
     p = sub.add_parser("lock", help="resolve short SHAs, record submodule and patch hashes")
     p.add_argument("--workspace", type=Path, default=Path("."))

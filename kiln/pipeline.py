@@ -57,6 +57,7 @@ class Options:
     docker_dir: Path | None = None  # default: <workspace>/docker
     docker_mounts: list[str] = field(default_factory=list)
     mem_limit_gib: float | None = None
+    toolchain: str = "system"  # "pypi": the profile's CUDA from hash-pinned PyPI wheels
 
 
 @dataclass
@@ -97,7 +98,12 @@ def make_runner(ws: Workspace, opts: Options, logs: Path) -> Runner:
     if choice == "auto":
         choice = "docker" if image and docker_runner.daemon_answers() else "local"
     if choice == "local":
-        return LocalRunner(opts.python, opts.cuda_home, opts.cache, logs)
+        pypi = ws.profile.cuda if opts.toolchain == "pypi" else None
+        return LocalRunner(opts.python, opts.cuda_home, opts.cache, logs, pypi)
+    if opts.toolchain == "pypi":
+        raise ConfigError(
+            "--toolchain pypi is for the local runner; the Docker runner uses the image's CUDA"
+        )
     if choice != "docker":
         raise ConfigError(f"--runner {choice}: unknown runner (choose: auto, local, docker)")
     if not image:

@@ -160,6 +160,8 @@ def rebuild(manifest_file: Path, opts: pipeline.Options) -> Path:
     )
     opts.artifacts = opts.work / "artifacts"
     opts.work = opts.work / "trees"
+    if data["toolchain"].get("components"):  # built with --toolchain pypi
+        opts.toolchain = "pypi"
     runner = data["runner"]
     if opts.runner == "auto":
         opts.runner = runner["kind"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 import kiln
-from kiln import buildenv, facts, proc
+from kiln import buildenv, cudapypi, facts, proc
 from kiln.config import Profile
 from kiln.errors import BuildError
 from kiln.toolchain import Toolchain, check_cuda
@@ -66,10 +66,21 @@ class LocalRunner:
     builder: str | None = None
 
     def __init__(
-        self, python: str | None, cuda_home: str | None, cache: Path, log_dir: Path
+        self,
+        python: str | None,
+        cuda_home: str | None,
+        cache: Path,
+        log_dir: Path,
+        pypi_cuda: str | None = None,
     ) -> None:
+        """``pypi_cuda``: use that CUDA from NVIDIA's hash-pinned PyPI wheels."""
         self._python, self._cache, self._log_dir = python, cache, log_dir
-        self.cuda_home = facts.find_cuda_home(cuda_home)
+        self.pypi_cuda = pypi_cuda
+        self.cuda_home = (
+            cudapypi.provision(pypi_cuda, cache, log_dir)
+            if pypi_cuda
+            else facts.find_cuda_home(cuda_home)
+        )
 
     def nvcc(self, profile: Profile) -> str:
         version = facts.nvcc_version(self.cuda_home)
@@ -78,7 +89,10 @@ class LocalRunner:
 
     def toolchain(self, profile: Profile) -> Toolchain:
         python = buildenv.build_python(profile, self._cache, self._python, self._log_dir)
-        return Toolchain.from_facts(facts.probe(python, self.cuda_home))
+        found = facts.probe(python, self.cuda_home)
+        if self.pypi_cuda:
+            found["components"] = cudapypi.components(self.pypi_cuda)
+        return Toolchain.from_facts(found)
 
     def base_env(self) -> dict[str, str]:
         return dict(os.environ)

@@ -30,6 +30,8 @@ class Toolchain:
     torch_version: str | None
     torch_cuda: str | None
     torch_cxx11_abi: bool | None
+    # --toolchain pypi: each hash-pinned CUDA wheel (name, version, sha256)
+    components: tuple[dict[str, str], ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -48,6 +50,7 @@ class Toolchain:
             torch_version=facts["torch"],
             torch_cuda=facts["torch_cuda"],
             torch_cxx11_abi=facts["cxx11_abi"],
+            components=tuple(facts.get("components", ())),
         )
 
 

@@ -34,11 +34,19 @@ def demo_release(tmp_path_factory: pytest.TempPathFactory, build_python: Path) -
     return root / "artifacts" / "kiln-demo"
 
 
+def test_demo_compiles_with_cuda_13_2_from_pypi(demo_release: Path) -> None:
+    tc = json.loads((demo_release / "manifest.json").read_text())["toolchain"]
+    assert tc["nvcc_version"].startswith("13.2.")
+    names = {c["name"]: c for c in tc["components"]}
+    assert names["nvidia-cuda-nvcc"]["version"].startswith("13.2.")
+    assert all(len(c["sha256"]) == 64 for c in tc["components"])
+
+
 def test_demo_leaves_wheel_manifest_and_logs(demo_release: Path) -> None:
     (wheel,) = (demo_release / "wheels").glob("*.whl")
     # the upstream version with kiln's label: CUDA, torch, commit, patch set
     assert re.fullmatch(
-        r"vecadd-0\.3\.0\+cu130\.torch2\.14\.gabee68e\.p[0-9a-f]{7}"
+        r"vecadd-0\.3\.0\+cu132\.torch2\.14\.gabee68e\.p[0-9a-f]{7}"
         r"-cp311-cp311-linux_x86_64\.whl",
         wheel.name,
     ), wheel.name
@@ -55,7 +63,7 @@ def test_demo_leaves_wheel_manifest_and_logs(demo_release: Path) -> None:
 def test_demo_release_layout_matches_the_model_card(demo_release: Path) -> None:
     names = {p.name for p in demo_release.iterdir()}
     (tb,) = [n for n in names if n.endswith(".tar.zst")]
-    assert tb == "tinyinfer-3a0e763-prefixcache-sm100-cu130-cp311.tar.zst"
+    assert tb == "tinyinfer-3a0e763-prefixcache-sm100-cu132-cp311.tar.zst"
     assert names == {
         "wheels",
         tb,
