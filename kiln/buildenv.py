@@ -51,6 +51,24 @@ def build_python(profile: Profile, cache: Path, explicit: str | None, log_dir: P
     return provision(profile, cache, log_dir)
 
 
+def make_venv(base: Path, venv: Path, pip_args: list[str], log_file: Path, what: str) -> Path:
+    """A venv at ``venv`` from ``base``, with ``pip install pip_args`` run in it."""
+    proc.run(
+        [base, "-m", "venv", venv],
+        error=ToolchainError,
+        log_file=log_file,
+        what=f"creating the venv for {what}",
+    )
+    python = venv / "bin" / "python"
+    proc.run(
+        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pip_args],
+        error=ToolchainError,
+        log_file=log_file,
+        what=f"installing {what}",
+    )
+    return python
+
+
 def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
     venv = env_dir(profile, cache)
     python = venv / "bin" / "python"
@@ -66,33 +84,18 @@ def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
         shutil.rmtree(venv)
     log.info("provisioning a build venv (torch %s) at %s (once)", profile.torch, venv)
     log_file = log_dir / "provision-build-env.log"
-    proc.run(
-        [base, "-m", "venv", venv],
-        error=ToolchainError,
-        log_file=log_file,
-        what="creating the build venv",
-    )
     index = ["--extra-index-url", profile.torch_index] if profile.torch_index else []
     # Pin the public version: PyPI's CUDA wheels are filed as plain 2.14.1 although
     # torch.__version__ says 2.14.1+cu130, while the PyTorch index files 2.13.0+cu132.
     # `==2.13.0` matches both forms (PEP 440 ignores the local label), pip prefers the
     # labelled build, and preflight then checks torch.__version__ against the profile.
     torch = [f"torch=={Version(profile.torch).public}"] if profile.torch else []
-    proc.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            *index,
-            *torch,
-            *profile.build_tools,
-        ],
-        error=ToolchainError,
-        log_file=log_file,
-        what=f"installing {' '.join(torch + profile.build_tools)} into the build venv",
+    make_venv(
+        Path(base),
+        venv,
+        [*index, *torch, *profile.build_tools],
+        log_file,
+        f"{' '.join(torch + profile.build_tools)} into the build venv",
     )
     (venv / MARKER).write_text(json.dumps(_spec(profile), sort_keys=True))
     return python

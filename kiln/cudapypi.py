@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from kiln import proc
+from kiln.buildenv import make_venv
 from kiln.errors import ToolchainError
 
 log = logging.getLogger("kiln.cudapypi")
@@ -77,29 +78,12 @@ def provision(cuda: str, cache: Path, log_dir: Path) -> Path:
     lock = root / "lock.txt"
     lock.write_text(text)
     log_file = log_dir / "provision-cuda.log"
-    proc.run(
-        [sys.executable, "-m", "venv", root / "venv"],
-        error=ToolchainError,
-        log_file=log_file,
-        what="creating the CUDA venv",
-    )
-    python = root / "venv" / "bin" / "python"
-    proc.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--require-hashes",
-            "--no-deps",
-            "-r",
-            lock,
-        ],
-        error=ToolchainError,
-        log_file=log_file,
-        what=f"installing CUDA {cuda} from PyPI",
+    python = make_venv(
+        Path(sys.executable),
+        root / "venv",
+        ["--require-hashes", "--no-deps", "-r", str(lock)],
+        log_file,
+        f"CUDA {cuda} from PyPI",
     )
     site = proc.output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     prefix = Path(site) / "nvidia" / f"cu{cuda.split('.')[0]}"
