@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,23 @@ def artifacts_files(artifacts: Path) -> list[str]:
         for p in artifacts.rglob("*")
         if p.is_file() and p.relative_to(artifacts).parts[0] != "logs"
     )
+
+
+def start_kiln_until(
+    marker: Path, *args: str | Path, timeout: float = 180
+) -> subprocess.Popen[str]:
+    """Start ``python -m kiln ARGS`` and return once ``marker`` exists (the build is then
+    mid-compile), for tests that interrupt it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kiln", *map(str, args)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the build never started compiling"
+        time.sleep(0.2)
+    return proc

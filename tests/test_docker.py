@@ -17,9 +17,7 @@ import signal
 import site
 import socket
 import subprocess
-import sys
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 
@@ -30,7 +28,7 @@ from kiln.errors import BuildError, ConfigError
 from kiln.toolchain import cuobjdump
 from tests import dockerimage
 from tests import upstreams as fixture_upstreams
-from tests.conftest import REPO, artifacts_files, run_kiln
+from tests.conftest import REPO, artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import PROFILE, plain_vendor, write
 
@@ -239,35 +237,22 @@ def test_interrupt_leaves_no_container_behind(
     marker = work / "test-release" / "plain" / "compiling"  # inside the mounted tree
     vendor["build"]["env"] = {"PLAIN_BUILD_DELAY": "120", "PLAIN_STARTED_MARKER": str(marker)}
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kiln",
-            "build",
-            "--workspace",
-            ws,
-            "--artifacts",
-            tmp_path / "artifacts",
-            "--cache",
-            tmp_path / "cache",
-            "--work",
-            work,
-            "--mirrors",
-            upstreams.mirrors,
-            "--offline",
-            *docker_args(test_image),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_kiln_until(
+        marker,
+        "build",
+        "--workspace",
+        ws,
+        "--artifacts",
+        tmp_path / "artifacts",
+        "--cache",
+        tmp_path / "cache",
+        "--work",
+        work,
+        "--mirrors",
+        upstreams.mirrors,
+        "--offline",
+        *docker_args(test_image),
     )
-    deadline = time.monotonic() + 180
-    while not marker.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the build never started compiling"
-        time.sleep(0.2)
     assert client.containers.list(filters={"label": "kiln"})  # one is running now
     os.kill(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

@@ -7,8 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 
 from kiln import manifest, pipeline
 from kiln.errors import BuildError, PreflightError, VerifyError
-from tests.conftest import REPO, artifacts_files, run_kiln
+from tests.conftest import artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import PROFILE, plain_vendor, write
 
@@ -233,36 +231,23 @@ def test_interrupted_build_leaves_no_partial_output(
     vendor["build"]["env"] = {"PLAIN_BUILD_DELAY": "120", "PLAIN_STARTED_MARKER": str(marker)}
     ws = write(tmp_path / "ws", {"plain": vendor})
     work = tmp_path / "work-interrupt"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kiln",
-            "build",
-            "--workspace",
-            ws,
-            "--artifacts",
-            tmp_path / "artifacts",
-            "--cache",
-            tmp_path / "cache",
-            "--work",
-            work,
-            "--mirrors",
-            upstreams.mirrors,
-            "--offline",
-            "--python",
-            build_python,
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_kiln_until(
+        marker,
+        "build",
+        "--workspace",
+        ws,
+        "--artifacts",
+        tmp_path / "artifacts",
+        "--cache",
+        tmp_path / "cache",
+        "--work",
+        work,
+        "--mirrors",
+        upstreams.mirrors,
+        "--offline",
+        "--python",
+        build_python,
     )
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the build never started compiling"
-        time.sleep(0.2)
     os.kill(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
