@@ -8,16 +8,20 @@ Files are edited with tomlkit, so comments and layout survive.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import tempfile
 import urllib.request
 from pathlib import Path
 
 import tomlkit
 
-from kiln.config import SERIES_FILE, WORKSPACE_FILE, PatchEntry, Workspace
+from kiln import proc
+from kiln.config import SERIES_FILE, WORKSPACE_FILE, PatchEntry, Profile, Workspace
 from kiln.errors import PatchError
 from kiln.fsutil import sha256_file
+from kiln.release import REQUIREMENTS as REQUIREMENTS_NAME
 from kiln.sources import GitCache, gitlinks
 
 
@@ -117,8 +121,80 @@ def lock_image(ws: Workspace) -> list[str]:
     return [f"profile.image {ref} -> {ref}@{digest}"]
 
 
+RUNTIME_LOCK = "runtime-requirements.lock"
+
+
+def _platforms(profile: Profile) -> list[str]:
+    machine = profile.platform.split("_", 1)[1]
+    return [f"manylinux_2_{minor}_{machine}" for minor in range(17, 40)] + [
+        f"manylinux2014_{machine}",
+        f"linux_{machine}",
+    ]
+
+
+def lock_runtime(ws: Workspace) -> list[str]:
+    """Resolve what install.sh installs (``runtime-requirements.txt``, else the profile's
+    torch) for the profile's Python and platform with pip's installation report, and
+    write every package with its sha256 to ``runtime-requirements.lock``."""
+    from kiln.release import requirements
+
+    text = requirements(ws, locked=False)
+    with tempfile.TemporaryDirectory(prefix="kiln-lock-") as tmp:
+        reqs, report = Path(tmp) / "requirements.txt", Path(tmp) / "report.json"
+        reqs.write_text(text)
+        index = ["--extra-index-url", ws.profile.torch_index] if ws.profile.torch_index else []
+        platforms = [x for p in _platforms(ws.profile) for x in ("--platform", p)]
+        res = proc.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--report",
+                report,
+                "--target",
+                Path(tmp) / "target",
+                "--python-version",
+                ws.profile.python,
+                "--only-binary=:all:",
+                *platforms,
+                *index,
+                "-r",
+                reqs,
+            ],
+            check=False,
+            what="resolving the runtime requirements",
+        )
+        if res.returncode != 0:
+            last = (res.output.strip().splitlines() or ["?"])[-1]
+            return [f"runtime requirements: not locked, pip could not resolve them ({last})"]
+        installs = json.loads(report.read_text())["install"]
+    lines = [
+        f"# Resolved by `kiln lock` from {REQUIREMENTS_NAME} (or the profile's torch) for "
+        f"Python {ws.profile.python}, {ws.profile.platform}.",
+        "# install.sh installs exactly these, with pip --require-hashes.",
+    ]
+    for item in sorted(installs, key=lambda i: i["metadata"]["name"].lower()):
+        digest = item["download_info"].get("archive_info", {}).get("hashes", {}).get("sha256")
+        if not digest:
+            return [f"runtime requirements: not locked, {item['metadata']['name']} has no sha256"]
+        lines.append(
+            f"{item['metadata']['name']}=={item['metadata']['version']} --hash=sha256:{digest}"
+        )
+    path = ws.root / RUNTIME_LOCK
+    new = "\n".join(lines) + "\n"
+    if path.exists() and path.read_text() == new:
+        return []
+    path.write_text(new)
+    return [f"runtime requirements: {len(installs)} packages pinned by hash in {RUNTIME_LOCK}"]
+
+
 def lock(ws: Workspace, cache: GitCache) -> list[str]:
-    changes = lock_image(ws)
+    changes = lock_image(ws) + lock_runtime(ws)
     for name in ws.vendors:
         changes.extend(lock_vendor(ws, name, cache))
     changes.extend(lock_series(ws))

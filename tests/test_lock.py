@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kiln.config import Workspace
 from kiln.fsutil import sha256_file
-from kiln.lock import lock
+from kiln.lock import lock, lock_runtime
 from kiln.mirrors import Mirrors
 from kiln.sources import GitCache
 from tests.conftest import run_kiln
@@ -78,3 +78,21 @@ def test_lock_with_malformed_commit_fails(tmp_path: Path) -> None:
     res = run_kiln("lock", "--workspace", ws_dir, "--cache", tmp_path / "cache")
     assert res.returncode == 2
     assert "vendors/plain.toml: source.commit: 'not-a-sha' is not a commit SHA" in res.stderr
+
+
+def test_lock_pins_runtime_requirements_by_hash(tmp_path: Path, monkeypatch) -> None:
+    from tests.test_inplace import make_wheel
+
+    wheel = make_wheel(tmp_path / "wheelhouse")
+    ws_dir = write(tmp_path / "ws", {})
+    (ws_dir / "vendors" / "plain.toml").write_text(VENDOR.format(short="a" * 40))
+    (ws_dir / "runtime-requirements.txt").write_text("kiln_fixture_dep==1.0\n")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheelhouse"))
+    assert lock_runtime(Workspace(ws_dir)) == [
+        "runtime requirements: 1 packages pinned by hash in runtime-requirements.lock"
+    ]
+    digest = sha256_file(wheel)
+    lock = (ws_dir / "runtime-requirements.lock").read_text()
+    assert f"kiln_fixture_dep==1.0 --hash=sha256:{digest}" in lock
+    assert lock_runtime(Workspace(ws_dir)) == []  # unchanged: nothing rewritten

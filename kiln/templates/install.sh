@@ -56,8 +56,10 @@ command -v zstd >/dev/null 2>&1 || die "zstd not found: install it (apt-get inst
 
 "$python" -m venv "$venv"
 vpython=$venv/bin/python
-"$vpython" -m pip install --quiet --disable-pip-version-check @REQUIRE_HASHES@@INDEX@"${pip_args[@]}" \
-  -r "$here/requirements.txt"
+if grep -qvE '^[[:space:]]*(#|$)' "$here/requirements.txt"; then
+  "$vpython" -m pip install --quiet --disable-pip-version-check @REQUIRE_HASHES@@INDEX@"${pip_args[@]}" \
+    -r "$here/requirements.txt"
+fi
 shopt -s nullglob
 wheels=("$here"/wheels/*.whl)
 if [ ${#wheels[@]} -gt 0 ]; then
