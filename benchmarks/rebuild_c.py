@@ -26,10 +26,9 @@ from pathlib import Path
 
 import tomlkit
 
-from kiln import archive, buildenv, demo, pipeline
+from kiln import archive, buildenv, cudapypi, demo, pipeline
 from kiln.config import Profile, Workspace
 from kiln.rebuildc import rebuild_c
-from kiln.toolchain import find_cuda_home
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo"
@@ -66,7 +65,8 @@ def main() -> int:
         profile: Profile = Workspace(ws).profile
         python = buildenv.build_python(profile, cache, None, root / "logs")
         mirrors = demo.prepare(DEMO, root / "upstreams")
-        cuda_home = str(find_cuda_home())
+        # the demo profile's CUDA 13.2, from NVIDIA's hash-pinned PyPI wheels
+        cuda_home = str(cudapypi.provision(profile.cuda, cache, root / "logs"))
         full, rebuild = [], []
         for run in range(args.runs):
             opts = pipeline.Options(
@@ -77,6 +77,7 @@ def main() -> int:
                 mirrors=mirrors,
                 offline=True,
                 python=str(python),
+                toolchain="pypi",
             )
             start = time.monotonic()
             release = pipeline.build(opts)

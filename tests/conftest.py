@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln import buildenv
+from kiln import buildenv, cudapypi
 from kiln.config import Profile
 from kiln.pipeline import Options
 from tests import upstreams as fixture_upstreams
@@ -27,6 +27,12 @@ def build_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def pypi_cuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CUDA home of the tests' CUDA 13.2 (hash-pinned PyPI wheels, made once)."""
+    return cudapypi.provision(PROFILE["cuda"], CACHE, tmp_path_factory.mktemp("cuda"))
+
+
+@pytest.fixture(scope="session")
 def upstreams(tmp_path_factory: pytest.TempPathFactory) -> fixture_upstreams.Upstreams:
     return fixture_upstreams.make(tmp_path_factory.mktemp("upstreams"))
 
@@ -42,6 +48,7 @@ def options(tmp_path: Path, upstreams: fixture_upstreams.Upstreams, build_python
             mirrors=upstreams.mirrors,
             offline=True,
             python=str(build_python),
+            toolchain="pypi",
         )
         for key, value in overrides.items():
             setattr(opts, key, value)

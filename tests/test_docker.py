@@ -35,7 +35,7 @@ from tests.workspace import PROFILE, plain_vendor, write
 CUDA_MOUNT = f"{os.path.realpath('/usr/local/cuda')}:/usr/local/cuda"
 DOCKER_DIR = REPO / "tests" / "docker-builder"
 # No torch in the test image: the profile builds plain CUDA extensions.
-NO_TORCH = {k: v for k, v in PROFILE.items() if k != "torch"}
+NO_TORCH = {**{k: v for k, v in PROFILE.items() if k != "torch"}, "cuda": "13.0"}
 
 
 @pytest.fixture(scope="session")
@@ -131,6 +131,7 @@ def test_docker_build_has_both_archs_and_matches_local(
             work=tmp_path / "local-work",
             python=None,
             runner="local",
+            toolchain="system",
         )
     )
     local_out = json.loads((local / "manifest.json").read_text())["vendors"]["plain"]["outputs"][0]

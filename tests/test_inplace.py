@@ -58,7 +58,10 @@ def make_wheel(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny(
-    tmp_path_factory: pytest.TempPathFactory, upstreams: Upstreams, build_python: Path
+    tmp_path_factory: pytest.TempPathFactory,
+    upstreams: Upstreams,
+    build_python: Path,
+    pypi_cuda: Path,
 ) -> dict:
     """A release of tinyinfer (in place) and plainext (a host-only wheel), built once."""
     root = tmp_path_factory.mktemp("tiny")
@@ -94,6 +97,7 @@ def tiny(
         mirrors=mirrors,
         offline=True,
         python=str(build_python),
+        toolchain="pypi",
     )
     release = pipeline.build(opts)
     return {
@@ -103,6 +107,7 @@ def tiny(
         "wheelhouse": wheelhouse,
         "opts": opts,
         "python": build_python,
+        "cuda": {"CUDA_HOME": str(pypi_cuda)},  # rebuild with the CUDA the tree was built with
         "mirrors": mirrors,
     }
 
@@ -135,7 +140,7 @@ def test_release_layout_matches_the_model_card(tiny: dict) -> None:
             "sbom.cdx.json",
         ]
     )
-    assert tb.startswith("tinyinfer-3a0e763-prefixcache-sm100-cu130-cp311")
+    assert tb.startswith("tinyinfer-3a0e763-prefixcache-sm100-cu132-cp311")
     assert sorted(p.name for p in (release / "licenses").iterdir()) == [
         "plain-LICENSE",
         "tinyinfer-LICENSE",
@@ -266,7 +271,7 @@ def test_rebuild_c_after_a_patch_edit_recompiles_only_what_changed(
         tiny["ws"],
         "--python",
         tiny["python"],
-        env={"KILN_OBJCACHE_VERBOSE": "1"},
+        env={"KILN_OBJCACHE_VERBOSE": "1", **tiny["cuda"]},
     )
     assert res.returncode == 0, res.stderr
     assert "rebuilt tinyinfer/_C" in res.stdout and "sm_100a, sm_103a" in res.stdout
@@ -281,7 +286,14 @@ def test_rebuild_c_after_a_patch_edit_recompiles_only_what_changed(
     again = edited.read_text().replace("= 128", "= 256")
     edited.write_text(again)
     res = run_kiln(
-        "rebuild-c", installed, edited, "--workspace", tiny["ws"], "--python", tiny["python"]
+        "rebuild-c",
+        installed,
+        edited,
+        "--workspace",
+        tiny["ws"],
+        "--python",
+        tiny["python"],
+        env=tiny["cuda"],
     )
     assert res.returncode == 0, res.stderr
     assert _call(installed, tiny["python"], "prefix_cache_block_size") == "256"
@@ -298,7 +310,14 @@ def test_rebuild_c_with_a_patch_that_does_not_apply_leaves_the_tree(
         .replace(" static PyObject* engine_name", " static PyObject* engine_nom")
     )
     res = run_kiln(
-        "rebuild-c", installed, bad, "--workspace", tiny["ws"], "--python", tiny["python"]
+        "rebuild-c",
+        installed,
+        bad,
+        "--workspace",
+        tiny["ws"],
+        "--python",
+        tiny["python"],
+        env=tiny["cuda"],
     )
     assert res.returncode == 11
     assert "tinyinfer-prefix-cache.patch fails on csrc/module.cpp" in res.stderr
@@ -327,7 +346,7 @@ def test_shipped_rebuild_script_runs_without_kiln(
         ["bash", str(script), str(installed), str(edited)],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHON": str(tiny["python"]), "PYTHONPATH": ""},
+        env={**os.environ, "PYTHON": str(tiny["python"]), "PYTHONPATH": "", **tiny["cuda"]},
         check=False,
     )
     assert res.returncode == 0, res.stderr

@@ -51,7 +51,7 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     assert entry["patches"][0]["file"] == "greeting.patch"
     assert entry["patches"][0]["status"] == "applied"
     assert set(entry["timings"]) == {"fetch", "patch", "build", "package", "verify"}
-    assert data["toolchain"]["nvcc_version"].startswith("13.0")
+    assert data["toolchain"]["nvcc_version"].startswith("13.2")
     assert data["toolchain"]["torch_version"] == "2.14.1+cu130"
     assert data["runner"] == {"kind": "local", "image": None, "builder": None}
 
@@ -61,7 +61,7 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     wheel = release / out["path"]
     patch_digest = entry["patches"][0]["sha256"]
     label = (
-        f"cu130.torch2.14.g{upstreams.plain[2][:7]}.p"
+        f"cu132.torch2.14.g{upstreams.plain[2][:7]}.p"
         + hashlib.sha256(patch_digest.encode()).hexdigest()[:7]
     )
     assert wheel.name == f"plainext-1.2.0+{label}-cp311-cp311-linux_x86_64.whl"
@@ -122,7 +122,7 @@ def test_absent_patch_stops_before_any_work(tmp_path: Path, upstreams: Upstreams
 def test_nvcc_missing(tmp_path: Path, upstreams: Upstreams, options) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
     with pytest.raises(PreflightError, match=r"nvcc not found at /nonexistent/bin/nvcc"):
-        pipeline.build(options(ws, cuda_home="/nonexistent"))
+        pipeline.build(options(ws, cuda_home="/nonexistent", toolchain="system"))
 
 
 def test_nvcc_of_another_cuda_major(tmp_path: Path, upstreams: Upstreams, options) -> None:
@@ -136,7 +136,7 @@ def test_nvcc_of_another_cuda_major(tmp_path: Path, upstreams: Upstreams, option
         match=r"is CUDA 13\.0\.\d+ \(another major version\), "
         r"the profile asks for CUDA 12\.8",
     ):
-        pipeline.build(options(ws))
+        pipeline.build(options(ws, toolchain="system"))
 
 
 def test_torch_of_another_version_is_refused(tmp_path: Path, upstreams: Upstreams, options) -> None:
@@ -179,7 +179,7 @@ def test_two_vendors_making_one_wheel_name_is_an_error(
     )
     with pytest.raises(
         BuildError,
-        match=r"beta made plainext-1\.2\.0\+cu130\.torch2\.14\.g\w{7}-.*whl, which alpha made",
+        match=r"beta made plainext-1\.2\.0\+cu132\.torch2\.14\.g\w{7}-.*whl, which alpha made",
     ):
         pipeline.build(options(ws))
     assert artifacts_files(tmp_path / "artifacts") == []
@@ -247,6 +247,8 @@ def test_interrupted_build_leaves_no_partial_output(
         "--offline",
         "--python",
         build_python,
+        "--toolchain",
+        "pypi",
     )
     os.kill(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

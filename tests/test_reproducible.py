@@ -91,7 +91,7 @@ def test_version_label_is_consistent_everywhere(
     release = pipeline.build(options(ws))
     (wheel,) = (release / "wheels").glob("*.whl")
     label = local_label(Profile.model_validate(PROFILE), upstreams.plain[0], [])
-    assert label == f"cu130.torch2.14.g{upstreams.plain[0][:7]}"
+    assert label == f"cu132.torch2.14.g{upstreams.plain[0][:7]}"
     version = f"1.2.0+{label}"
     assert wheel.name == f"plainext-{version}-cp311-cp311-linux_x86_64.whl"
     with zipfile.ZipFile(wheel) as zf:

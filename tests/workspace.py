@@ -9,9 +9,10 @@ import tomlkit
 
 from tests.upstreams import BASE_URL
 
-# The profile of this machine and CI: CUDA 13.0's nvcc, Python 3.11, torch 2.14.1 cu130.
+# The tests' profile: CUDA 13.2 as the release (from NVIDIA's hash-pinned PyPI wheels,
+# --toolchain pypi), Python 3.11 and torch 2.14.1 (its CUDA 13.0 build) as on this machine.
 PROFILE: dict[str, Any] = {
-    "cuda": "13.0",
+    "cuda": "13.2",
     "python": "3.11",
     "torch": "2.14.1+cu130",
     "archs": ["sm_100a", "sm_103a"],
