@@ -72,6 +72,8 @@ def workspace_from_manifest(data: dict[str, Any], release_dir: Path, dest: Path)
             series.append({"file": p["file"], "target": name})
         if entry.get("patch_tag"):
             tags[name] = entry["patch_tag"]
+    # install.sh's requirements as the release resolved them (hash-pinned where it did)
+    shutil.copy2(release_dir / "requirements.txt", dest / "runtime-requirements.lock")
     doc: dict[str, Any] = {"patch": series}
     if tags:
         doc["tags"] = tags

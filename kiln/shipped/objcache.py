@@ -161,9 +161,12 @@ def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, st
         args = [a for a in args if a not in drop]
     if "-c" not in args and not (nvcc and "-dlink" in args):
         return args
+    # A fixed order (not the paths' lengths, which vary with the build folder), the tree
+    # last so that it wins where it sits inside another root.
+    order = {"CUDA": 0, "SITE": 1, "TREE": 2}
     maps = [
         f"-ffile-prefix-map={path}={PREFIX_TARGETS.get(name, '/' + name.lower())}"
-        for name, path in roots
+        for name, path in sorted(roots, key=lambda r: (order.get(r[0], -1), r[0]))
     ]
     if not nvcc:
         return [*args, *maps]
