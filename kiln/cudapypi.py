@@ -48,6 +48,14 @@ def components(cuda: str) -> list[dict[str, str]]:
     return out
 
 
+def nvcc_version(cuda: str) -> str:
+    """The nvcc version the lock pins (``nvidia-cuda-nvcc``), read without installing."""
+    for c in components(cuda):
+        if c["name"] == "nvidia-cuda-nvcc":
+            return c["version"]
+    raise ToolchainError(f"kiln's CUDA {cuda} lock pins no nvidia-cuda-nvcc")
+
+
 def _layout(prefix: Path, home: Path) -> None:
     if home.exists():
         shutil.rmtree(home)

@@ -73,21 +73,25 @@ class LocalRunner:
         log_dir: Path,
         pypi_cuda: str | None = None,
     ) -> None:
-        """``pypi_cuda``: use that CUDA from NVIDIA's hash-pinned PyPI wheels."""
+        """``pypi_cuda``: use that CUDA from NVIDIA's hash-pinned PyPI wheels (installed
+        only once every other check passed, by :meth:`toolchain`)."""
         self._python, self._cache, self._log_dir = python, cache, log_dir
         self.pypi_cuda = pypi_cuda
-        self.cuda_home = (
-            cudapypi.provision(pypi_cuda, cache, log_dir)
-            if pypi_cuda
-            else facts.find_cuda_home(cuda_home)
-        )
+        self.cuda_home = facts.find_cuda_home(cuda_home)
 
     def nvcc(self, profile: Profile) -> str:
-        version = facts.nvcc_version(self.cuda_home)
-        check_cuda(version, str(self.cuda_home), profile)
+        if self.pypi_cuda:  # the lock says which nvcc it pins: no install needed to check
+            version = cudapypi.nvcc_version(self.pypi_cuda)
+            where = f"kiln's hash-pinned CUDA {self.pypi_cuda} lock"
+        else:
+            version = facts.nvcc_version(self.cuda_home)
+            where = str(self.cuda_home)
+        check_cuda(version, where, profile)
         return version
 
     def toolchain(self, profile: Profile) -> Toolchain:
+        if self.pypi_cuda:
+            self.cuda_home = cudapypi.provision(self.pypi_cuda, self._cache, self._log_dir)
         python = buildenv.build_python(profile, self._cache, self._python, self._log_dir)
         found = facts.probe(python, self.cuda_home)
         if self.pypi_cuda:

@@ -34,7 +34,9 @@ class Toolchain:
     components: tuple[dict[str, str], ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        return asdict(self)
+        data = asdict(self)
+        data["components"] = list(self.components)  # as it reads back from JSON
+        return data
 
     @classmethod
     def from_facts(cls, facts: dict[str, Any]) -> Toolchain:
