@@ -23,6 +23,7 @@ from kiln import archive
 from kiln.config import Profile, Vendor
 from kiln.errors import VerifyError
 from kiln.patches import AppliedPatch
+from kiln.shipped.objcache import wrapper_env
 from kiln.toolchain import Toolchain
 from kiln.verify import SharedObject, check_archs, device_archs
 
@@ -71,23 +72,9 @@ def install_kit(tree: Path) -> Path:
 
 
 def kit_environment(tree: Path, tc: Toolchain, base: dict[str, str]) -> dict[str, str]:
-    """Compiler wrappers and object-cache settings for a build in ``tree``."""
-    kit = tree / KIT
-    python = Path(tc.python)
-    return {
-        "KILN_OBJCACHE_DIR": str(kit / "objcache"),
-        "KILN_OBJCACHE_ROOTS": f"TREE={tree};SITE={tc.site_packages};CUDA={tc.cuda_home}",
-        "KILN_OBJCACHE_PYTHON": str(python),
-        "KILN_REAL_CC": base.get("CC", "gcc"),
-        "KILN_REAL_CXX": base.get("CXX", "g++"),
-        "KILN_REAL_NVCC": f"{tc.cuda_home}/bin/nvcc",
-        "CC": str(kit / "bin" / "gcc"),
-        "CXX": str(kit / "bin" / "g++"),
-        "NVCC": str(kit / "bin" / "nvcc"),
-        "PYTORCH_NVCC": str(kit / "bin" / "nvcc"),
-        # A clean Python environment: the build Python first on PATH.
-        "PATH": f"{python.parent}:{base['PATH']}",
-    }
+    """Compiler wrappers and object-cache settings for a build in ``tree``, the build
+    Python first on PATH (a clean Python environment)."""
+    return wrapper_env(tree, tc.python, tc.site_packages, tc.cuda_home, base)
 
 
 def find_outputs(tree: Path, patterns: list[str], what: str) -> list[Path]:

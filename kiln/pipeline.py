@@ -68,7 +68,6 @@ class Context:
     runner: Runner
     tc: toolchain.Toolchain
     logs: Path
-    warnings: list[str] = field(default_factory=list)
     made: dict[str, str] = field(default_factory=dict)  # output file name -> vendor
 
 
@@ -87,8 +86,8 @@ def offline_advice(ws: Workspace) -> str:
         f"To build offline: on a machine with network run `nox -s lock` and copy its "
         f".kiln-cache/ here (or mirror each upstream and pass --mirrors FILE --offline), put "
         f"the series' patches under patches/, and run inside {image} (or pass --cuda-home "
-        f"with CUDA {ws.profile.cuda} and --python with Python {ws.profile.python} + torch "
-        f"{ws.profile.torch})."
+        f"with CUDA {ws.profile.cuda} and --python with Python {ws.profile.python}"
+        + (f" + torch {ws.profile.torch})." if ws.profile.torch else ").")
     )
 
 
@@ -443,7 +442,7 @@ def build(opts: Options) -> Path:
     assert runner is not None
     for w in warnings:
         log.warning("%s", w)
-    ctx = Context(ws, opts, cache, runner, tc, logs, warnings)
+    ctx = Context(ws, opts, cache, runner, tc, logs)
     header = {
         "schema": manifest.SCHEMA_ID,
         "kiln_version": __version__,

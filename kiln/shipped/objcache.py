@@ -196,6 +196,27 @@ def run_real(call: Call) -> int:
         return subprocess.call([call.compiler, *call.args, "--keep", "--keep-dir", keep])
 
 
+def wrapper_env(
+    tree: Path, python: str, site: str, cuda_home: str, base: dict[str, str]
+) -> dict[str, str]:
+    """The environment that sends a build in ``tree`` through this wrapper (``.kiln/bin``)
+    with ``python`` first on PATH: used by kiln's builds and by ``rebuild.py`` alike."""
+    kit = tree / ".kiln"
+    return {
+        "KILN_OBJCACHE_DIR": str(kit / "objcache"),
+        "KILN_OBJCACHE_ROOTS": f"TREE={tree};SITE={site};CUDA={cuda_home}",
+        "KILN_OBJCACHE_PYTHON": python,
+        "KILN_REAL_CC": base.get("CC", "gcc"),
+        "KILN_REAL_CXX": base.get("CXX", "g++"),
+        "KILN_REAL_NVCC": f"{cuda_home}/bin/nvcc",
+        "CC": str(kit / "bin" / "gcc"),
+        "CXX": str(kit / "bin" / "g++"),
+        "NVCC": str(kit / "bin" / "nvcc"),
+        "PYTORCH_NVCC": str(kit / "bin" / "nvcc"),
+        "PATH": f"{Path(python).parent}:{base.get('PATH', '/usr/bin:/bin')}",
+    }
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")

@@ -24,6 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+try:  # inside kiln
+    from kiln.shipped.objcache import wrapper_env
+except ImportError:  # shipped: objcache.py sits beside this file in .kiln/
+    from objcache import wrapper_env  # type: ignore[no-redef]
+
 
 class RebuildError(Exception):
     pass
@@ -102,25 +107,11 @@ def environment(tree: Path, meta: dict, python: Path, cuda_home: str) -> dict[st
         text=True,
         check=True,
     ).stdout.strip()
-    kit = tree / ".kiln"
     env = dict(os.environ)
     env.update(meta["env"])
-    env.update(
-        {
-            "CUDA_HOME": cuda_home,
-            "PATH": f"{python.parent}:{cuda_home}/bin:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "KILN_OBJCACHE_DIR": str(kit / "objcache"),
-            "KILN_OBJCACHE_ROOTS": f"TREE={tree};SITE={site};CUDA={cuda_home}",
-            "KILN_OBJCACHE_PYTHON": str(python),
-            "KILN_REAL_CC": os.environ.get("CC", "gcc"),
-            "KILN_REAL_CXX": os.environ.get("CXX", "g++"),
-            "KILN_REAL_NVCC": f"{cuda_home}/bin/nvcc",
-            "CC": str(kit / "bin" / "gcc"),
-            "CXX": str(kit / "bin" / "g++"),
-            "NVCC": str(kit / "bin" / "nvcc"),
-            "PYTORCH_NVCC": str(kit / "bin" / "nvcc"),
-        }
-    )
+    env["CUDA_HOME"] = cuda_home
+    env["PATH"] = f"{cuda_home}/bin:{env.get('PATH', '/usr/bin:/bin')}"
+    env.update(wrapper_env(tree, str(python), site, cuda_home, env))
     return env
 
 
