@@ -278,7 +278,9 @@ def main(argv: list[str]) -> int:
         if res.returncode != 0:
             return 0  # compiled fine; just not cacheable
         deps = parse_depfile(res.stdout)
-    deps = sorted({os.path.realpath(d) for d in deps})
+    # Sorted by their normalized names: sorting absolute paths would order the tree's
+    # files differently against outside headers when the tree moves (entry bytes differ).
+    deps = sorted({os.path.realpath(d) for d in deps}, key=lambda d: normalize(d, roots))
     obj_hash = sha256_file(call.out)
     _write_atomic(cache / "objects" / f"{obj_hash}.o", Path(call.out).read_bytes())
     entry = {
