@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 import zstandard
 
 from kiln.errors import KilnError
+from kiln.fsutil import disk_full
 
 ZSTD_LEVEL = 19
 ALWAYS_EXCLUDED = (".git", ".git/**")
@@ -88,7 +89,8 @@ def pack(
     """Pack each (folder, name-in-archive) of ``sources`` into ``dest`` (.tar.zst).
 
     Written to a temporary file beside ``dest`` and renamed, so a failure (a full
-    disk) leaves no partial archive.
+    disk) leaves no partial archive. A link that points outside its folder is refused
+    here, since :func:`unpack` (and install.sh) would refuse the archive.
     """
     exclude = list(exclude)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -103,9 +105,16 @@ def pack(
             ):
                 for folder, name in sources:
                     tar.addfile(_tarinfo(folder, name, mtime))
+                    landing = Landing()
                     for rel in members(folder, exclude):
                         path = folder / rel
                         info = _tarinfo(path, f"{name}/{rel}", mtime)
+                        problem = landing.problem(_tarinfo(path, rel, mtime))
+                        if problem:
+                            raise ArchiveError(
+                                f"{path}: {problem}, outside {folder}; unpacking would refuse "
+                                f"it: remove the link (or exclude it) and pack again"
+                            )
                         if info.isreg():
                             with path.open("rb") as fh:
                                 tar.addfile(info, fh)
@@ -114,6 +123,9 @@ def pack(
         os.replace(tmp, dest)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
+        full = disk_full(exc, dest)
+        if full:
+            raise full from None
         raise ArchiveError(f"writing {dest}: {exc.strerror or exc}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -121,21 +133,71 @@ def pack(
     return dest
 
 
-def _check_member(info: tarfile.TarInfo, archive: Path) -> None:
-    name = PurePosixPath(info.name)
-    where = f"{archive.name}: member {info.name!r}"
-    if name.is_absolute() or ".." in name.parts:
-        raise ArchiveError(f"{where} escapes the target folder; refusing to unpack")
-    if info.issym() or info.islnk():
-        target = PurePosixPath(info.linkname)
-        base = name.parent if info.issym() else PurePosixPath()
-        resolved = os.path.normpath(str(base / target))
-        if target.is_absolute() or resolved == ".." or resolved.startswith("../"):
-            raise ArchiveError(
-                f"{where} links to {info.linkname!r}, outside the target folder; refusing to unpack"
+class Landing:
+    """Where members of one archive land, following the symbolic links made by the
+    members before them (``a -> .`` then ``b -> a/..`` then ``b/x`` leaves the folder,
+    although no single member says ``..`` at its top)."""
+
+    MAX_HOPS = 40
+
+    def __init__(self) -> None:
+        self.links: dict[str, str] = {}  # resolved member path -> its link text
+
+    def _walk(self, parts: list[str], follow_last: bool, hops: int = 0) -> list[str] | None:
+        """``parts`` resolved from the folder's top; None where it leaves the folder."""
+        out: list[str] = []
+        for i, part in enumerate(parts):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not out:
+                    return None
+                out.pop()
+                continue
+            out.append(part)
+            target = self.links.get("/".join(out))
+            if target is None or (i == len(parts) - 1 and not follow_last):
+                continue
+            if target.startswith("/") or hops >= self.MAX_HOPS:
+                return None
+            found = self._walk(out[:-1] + target.split("/"), True, hops + 1)
+            if found is None:
+                return None
+            out = found
+        return out
+
+    def problem(self, info: tarfile.TarInfo) -> str | None:
+        """Why ``info`` would land (or point) outside the folder, or None; records links."""
+        name = info.name
+        if name.startswith("/") or ".." in PurePosixPath(name).parts:
+            return "escapes the target folder"
+        if info.issym():
+            where = self._walk(name.split("/"), follow_last=False)
+            points = where is not None and self._walk(
+                where[:-1] + info.linkname.split("/"), follow_last=True
             )
-    elif not (info.isreg() or info.isdir()):
-        raise ArchiveError(f"{where} is a device or fifo; refusing to unpack")
+            if where is None or points is None or info.linkname.startswith("/"):
+                return f"links to {info.linkname!r}"
+            self.links["/".join(where)] = info.linkname
+            return None
+        if self._walk(name.split("/"), follow_last=True) is None:
+            return "escapes the target folder through a link"
+        if info.islnk():
+            if info.linkname.startswith("/") or (
+                self._walk(info.linkname.split("/"), follow_last=True) is None
+            ):
+                return f"links to {info.linkname!r}"
+        elif not (info.isreg() or info.isdir()):
+            return "is a device or fifo"
+        return None
+
+
+def _check_member(info: tarfile.TarInfo, archive: Path, landing: Landing) -> None:
+    problem = landing.problem(info)
+    if problem:
+        if problem.startswith("links to"):
+            problem += ", outside the target folder"
+        raise ArchiveError(f"{archive.name}: member {info.name!r} {problem}; refusing to unpack")
 
 
 def list_members(archive: Path) -> list[tarfile.TarInfo]:
@@ -153,8 +215,9 @@ def unpack(archive: Path, dest: Path) -> None:
         infos = list_members(archive)
     except (zstandard.ZstdError, tarfile.TarError) as exc:
         raise ArchiveError(f"{archive}: not a readable .tar.zst: {exc}") from None
+    landing = Landing()
     for info in infos:
-        _check_member(info, archive)
+        _check_member(info, archive, landing)
     dest.mkdir(parents=True, exist_ok=True)
     with archive.open("rb") as raw:
         reader = zstandard.ZstdDecompressor().stream_reader(raw)

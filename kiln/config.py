@@ -26,6 +26,50 @@ WORKSPACE_FILE = "kiln.toml"
 SERIES_FILE = "series.toml"
 
 
+# "<transport>::<address>" makes git run a remote helper (ext:: runs any command).
+_HELPER_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
+MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def url_problem(url: str) -> str | None:
+    """Why git must not be given ``url`` (it would read it as an option or run a
+    command), or None. URLs come from TOML files and upstreams' ``.gitmodules``."""
+    if url.startswith("-"):
+        return "starts with '-' (git would read it as an option)"
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        return "holds a control character"
+    if _HELPER_RE.match(url):
+        return "names a git remote helper ('<transport>::'), which runs a command"
+    return None
+
+
+def _url(value: str) -> str:
+    problem = url_problem(value)
+    if problem:
+        raise ValueError(f"{value!r} {problem}")
+    return value
+
+
+def _inside(value: str) -> str:
+    """A path relative to the upstream's tree that stays inside it."""
+    parts = value.replace("\\", "/").split("/")
+    if not value or value.startswith("/") or ".." in parts:
+        raise ValueError(f"{value!r} must be a path inside the tree (relative, without '..')")
+    return value
+
+
+def _module(value: str) -> str:
+    if not MODULE_RE.match(value):
+        raise ValueError(f"{value!r} is not a module name (like 'pkg' or 'pkg._C')")
+    return value
+
+
+def _requirement(value: str) -> str:
+    if value.startswith("-"):
+        raise ValueError(f"{value!r} is an option, not a requirement (like 'ninja==1.13.0')")
+    return value
+
+
 def _sha(value: str) -> str:
     if not SHA_RE.match(value):
         raise ValueError(f"{value!r} is not a commit SHA (7 to 40 lowercase hex digits)")
@@ -63,6 +107,10 @@ def _unique(values: list[str]) -> list[str]:
     return values
 
 
+Url = Annotated[str, AfterValidator(_url)]
+InsidePath = Annotated[str, AfterValidator(_inside)]
+Module = Annotated[str, AfterValidator(_module)]
+Requirement = Annotated[str, AfterValidator(_requirement)]
 Sha = Annotated[str, AfterValidator(_sha)]
 FullSha = Annotated[str, AfterValidator(_full_sha)]
 Arch = Annotated[str, AfterValidator(_arch)]
@@ -89,7 +137,7 @@ class Profile(Strict):
     archs: Annotated[ArchList, Field(min_length=1)]
     image: str | None = None
     platform: Literal["linux_x86_64", "linux_aarch64"] = "linux_x86_64"
-    build_tools: list[str] = Field(default_factory=list)
+    build_tools: list[Requirement] = Field(default_factory=list)
 
     @property
     def cuda_major(self) -> int:
@@ -118,7 +166,7 @@ class WorkspaceFile(Strict):
 
 
 class Submodule(Strict):
-    path: str
+    path: InsidePath
     commit: FullSha | None = None
 
 
@@ -126,10 +174,10 @@ LicenseId = Literal["MIT", "Apache-2.0", "BSD-3-Clause"]
 
 
 class Source(Strict):
-    url: str
+    url: Url
     commit: Sha
     submodules: list[Submodule] = Field(default_factory=list)
-    license: str = "LICENSE"
+    license: InsidePath = "LICENSE"
     license_id: LicenseId | None = None
 
 
@@ -162,8 +210,8 @@ class Build(Strict):
     # leaves that kiln verifies (globs); a module to import as a smoke test; extra
     # tarball exclusions; and the command that rebuilds only the extension (rebuild_c).
     command: list[str] | None = None
-    outputs: list[str] = Field(default_factory=list)
-    import_check: str | None = None
+    outputs: list[InsidePath] = Field(default_factory=list)
+    import_check: Module | None = None
     exclude: list[str] = Field(default_factory=list)
     rebuild_command: list[str] | None = None
 

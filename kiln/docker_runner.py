@@ -27,6 +27,7 @@ from kiln.config import Profile
 from kiln.errors import BuildError, ConfigError, KilnError, ToolchainError
 from kiln.runners import KILN_SRC, parse_probe, probe_command, step_env
 from kiln.toolchain import Toolchain, check_cuda
+from kiln.memlimit import oom_error
 
 log = logging.getLogger("kiln.docker")
 
@@ -260,10 +261,7 @@ class DockerRunner:
             container.remove(force=True)
         where = f"; full log: {log_file}" if log_file else ""
         if oom:
-            raise BuildError(
-                f"{what}: killed: out of memory (limit {mem_gib:g} GiB): lower --jobs or raise "
-                f"the limit (build.mem_per_job_gib or --mem-limit){where}"
-            )
+            raise oom_error(what, mem_gib, log_file)
         if check and rc != 0:
             tail_text = "\n".join(f"    {t}" for t in tail)
             raise BuildError(

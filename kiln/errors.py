@@ -65,6 +65,12 @@ class PreflightError(KilnError):
         self.problems = problems
 
 
+class DiskFull(KilnError):
+    """A write failed for lack of space (ENOSPC) or quota (EDQUOT)."""
+
+    exit_code = 13
+
+
 class Interrupted(KilnError):
     """The user or the system stopped the run (SIGINT/SIGTERM)."""
 

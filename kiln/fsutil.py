@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -9,6 +10,10 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from kiln.errors import DiskFull
+
+SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 log = logging.getLogger("kiln.fs")
 
@@ -19,6 +24,34 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system that holds ``path`` (or would hold it)."""
+    path = Path(os.path.abspath(path))
+    while not path.exists():
+        path = path.parent
+    while not os.path.ismount(path):
+        path = path.parent
+    return path
+
+
+def disk_full(exc: OSError, path: Path, doing: str = "writing") -> DiskFull | None:
+    """A one-line :class:`DiskFull` for an ENOSPC/EDQUOT ``exc`` raised while ``doing``
+    ``path``, naming the file system and its free space; None for any other error."""
+    if exc.errno not in SPACE_ERRNOS:
+        return None
+    mount = mount_point(path)
+    try:
+        free = f"{shutil.disk_usage(mount).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    what = "no space left" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+    return DiskFull(
+        f"disk full: {doing} {path} failed: {what} on the file system mounted at {mount} "
+        f"({free}); free space there (or point --artifacts/--work/--cache at a larger disk) "
+        f"and rerun"
+    )
 
 
 def _pid_alive(pid: int) -> bool:

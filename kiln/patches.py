@@ -10,11 +10,12 @@ forward does not) is already in the tree: it is reported and skipped.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from kiln.config import PatchEntry
 from kiln.errors import PatchError
@@ -102,6 +103,33 @@ def _touched(patch: Path, tree: Path) -> set[str]:
     return paths
 
 
+def _escape(tree: Path, rel: str) -> str | None:
+    """Why a patch writing ``rel`` would land outside ``tree`` (an absolute path, ``..``,
+    or a folder that is a symbolic link in the tree), or None."""
+    path = PurePosixPath(rel)
+    if path.is_absolute() or ".." in path.parts:
+        return f"writes {rel!r}, outside its tree"
+    for i in range(1, len(path.parts)):
+        if tree.joinpath(*path.parts[:i]).is_symlink():
+            return f"writes {rel!r} through the symbolic link {'/'.join(path.parts[:i])!r}"
+    return None
+
+
+def _link_escape(root: Path, rel: str) -> str | None:
+    """Why ``root/rel``, a symbolic link a patch made, points outside the tree, or None."""
+    target = os.readlink(root / rel)
+    resolved = os.path.normpath(str(PurePosixPath(rel).parent / target))
+    if os.path.isabs(target) or resolved == ".." or resolved.startswith("../"):
+        return f"makes {rel!r} a link to {target!r}, outside its tree"
+    return None
+
+
+def _refuse(entry: PatchEntry, problem: str, what: str) -> PatchError:
+    return PatchError(
+        f"{what}: patch {entry.file} {problem}; refusing it (the tree was left unchanged)"
+    )
+
+
 def _first_error(output: str) -> str:
     lines = [ln for ln in output.splitlines() if ln.startswith("error:")]
     return lines[0].removeprefix("error: ") if lines else (output.strip().splitlines() or ["?"])[0]
@@ -130,7 +158,12 @@ def apply_series(
     touched: set[str] = set()
     for entry in entries:
         path = (patches_dir / entry.file).resolve()
-        touched |= _touched(path, tree)
+        paths = _touched(path, tree)
+        for rel in sorted(paths):
+            problem = _escape(tree, rel)
+            if problem:
+                raise _refuse(entry, problem, what)
+        touched |= paths
         plan.append((entry, path, sha256_file(path)))
 
     statuses = _check_in_scratch(tree, plan, touched, what)
@@ -166,6 +199,9 @@ def _check_in_scratch(
         for entry, path, _ in plan:
             ok, out = _git_apply(scratch, path)
             if ok:
+                for rel in sorted(_touched(path, scratch)):
+                    if (scratch / rel).is_symlink() and (problem := _link_escape(scratch, rel)):
+                        raise _refuse(entry, problem, what)
                 statuses.append("applied")
                 continue
             reverse_ok, _ = _git_apply(scratch, path, "--reverse", "--check")

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from kiln import proc
-from kiln.config import FULL_SHA_RE, Source
+from kiln.config import FULL_SHA_RE, Source, url_problem
 from kiln.errors import SourceError
 from kiln.git import commit_time, git, git_env, git_out
 from kiln.mirrors import Mirrors, is_remote
@@ -40,6 +42,41 @@ class Checkout:
     commit: str
     submodules: tuple[SubmoduleState, ...]
     commit_time: int
+
+
+# git's answers when a server will not hand out a commit by SHA (then kiln fetches the
+# branches and tags instead); any other fetch failure (a dropped connection) is final.
+_SHA_REFUSED = re.compile(
+    r"not our ref|unadvertised object|couldn't find remote ref|no such remote ref|"
+    r"Server does not allow request",
+    re.IGNORECASE,
+)
+
+
+class FetchFailed(SourceError):
+    """A fetch that did not complete; ``refused_sha``: the server refused a SHA refspec."""
+
+    def __init__(self, message: str, refused_sha: bool) -> None:
+        super().__init__(message)
+        self.refused_sha = refused_sha
+
+
+def git_reason(output: str) -> str:
+    """git's first ``fatal:``/``error:`` line, without the prefix (else its last line)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for line in lines:
+        for prefix in ("fatal: ", "error: "):
+            if line.startswith(prefix):
+                return line.removeprefix(prefix)
+    return lines[-1] if lines else "no output"
+
+
+def check_url(url: str, what: str) -> None:
+    """Refuse URLs git would read as an option or as a command (they come from TOML
+    files, mirrors files and upstreams' ``.gitmodules``: data, never code)."""
+    bad = url_problem(url)
+    if bad:
+        raise SourceError(f"{what}: URL {url!r} {bad}; refusing it (fix the URL)")
 
 
 def _cache_name(url: str) -> str:
@@ -68,16 +105,36 @@ class GitCache:
         self.root = root.resolve() / "git"
         self.mirrors = mirrors
         self.offline = offline
+        self.used: set[Path] = set()  # the bare clones this run read: checked on a failure
 
     def bare(self, url: str) -> Path:
+        """The bare clone for ``url``, created empty if absent. It is made in a temporary
+        folder and renamed into place, so a killed run never leaves a half-made one."""
         path = self.root / _cache_name(url)
+        self.used.add(path)
         if not (path / "HEAD").exists():
-            path.mkdir(parents=True, exist_ok=True)
-            git("init", "--bare", "--quiet", path)
+            self.root.mkdir(parents=True, exist_ok=True)
+            if path.exists():  # not a repository (no HEAD): a leftover, never trusted
+                shutil.rmtree(path)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=self.root))
+            try:
+                git("init", "--bare", "--quiet", tmp)
+                os.rename(tmp, path)
+            except OSError:
+                if not (path / "HEAD").exists():  # another run made it first: fine
+                    raise
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         return path
 
     def fetch(self, url: str, what: str, extra_refs: tuple[str, ...] = ()) -> None:
+        """Fetch every branch and tag of ``url`` (through its mirror) into its bare clone.
+
+        git moves refs only after the whole pack arrived and was indexed, so a fetch cut
+        off mid-transfer leaves the clone as it was: a rerun fetches again."""
         source = self.mirrors.map(url)
+        check_url(url, what)
+        check_url(source, what)
         if self.offline and is_remote(source):
             raise SourceError(
                 f"{what}: {url} is not in the cache and --offline forbids fetching it; "
@@ -86,20 +143,43 @@ class GitCache:
         shown = url if source == url else f"{url} (mirror {source})"
         log.info("fetching %s", shown)
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *extra_refs]
-        git(
+        res = git(
             "fetch",
             "--quiet",
             "--prune",
             "--no-write-fetch-head",
+            "--",
             source,
             *refspecs,
             cwd=self.bare(url),
-            what=f"{what}: fetching {shown}",
+            check=False,
         )
+        if res.returncode != 0:
+            reason = git_reason(res.output)
+            raise FetchFailed(
+                f"{what}: fetching {shown} failed: {reason}; the cache keeps only what "
+                f"completed before: rerun once the source answers (or fix the URL/mirror)",
+                refused_sha=bool(extra_refs) and bool(_SHA_REFUSED.search(res.output)),
+            )
+
+    def damage(self, path: Path) -> str | None:
+        """None when the bare clone at ``path`` passes ``git fsck``; else its first error."""
+        res = git("fsck", "--no-dangling", "--no-progress", cwd=path, check=False)
+        return None if res.returncode == 0 else git_reason(res.output)
+
+    def discard(self, path: Path) -> None:
+        """Remove a damaged bare clone (renamed aside first, so none is half-removed)."""
+        aside = path.with_name(f".{path.name}-damaged-{os.getpid()}")
+        os.rename(path, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+        self.used.discard(path)
 
     def cached(self, url: str) -> Path | None:
         path = self.root / _cache_name(url)
-        return path if (path / "HEAD").exists() else None
+        if not (path / "HEAD").exists():
+            return None
+        self.used.add(path)
+        return path
 
     def _candidates(self, repo: Path, prefix: str) -> list[str]:
         res = git("rev-parse", "--disambiguate=" + prefix, cwd=repo, check=False)
@@ -124,8 +204,8 @@ class GitCache:
             extra = (f"+{sha}:refs/kiln/{sha}",) if FULL_SHA_RE.match(sha) else ()
             try:
                 self.fetch(url, what, extra)
-            except SourceError:
-                if not extra:
+            except FetchFailed as exc:
+                if not exc.refused_sha:
                     raise
                 self.fetch(url, what)  # servers that refuse fetching by SHA
             full = self.lookup(url, sha, what)
@@ -145,6 +225,11 @@ def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float 
     except SourceError as exc:
         return str(exc)
     source = cache.mirrors.map(url)
+    try:
+        check_url(url, what)
+        check_url(source, what)
+    except SourceError as exc:
+        return str(exc)
     if not is_remote(source):
         path = Path(source.removeprefix("file://"))
         return None if path.exists() else f"{what}: mirror {source} for {url} does not exist"
@@ -155,7 +240,7 @@ def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float 
         )
     try:
         res = proc.run(
-            ["git", "ls-remote", "--exit-code", source, "HEAD"],
+            ["git", "ls-remote", "--exit-code", "--", source, "HEAD"],
             check=False,
             env=git_env(),
             timeout=timeout,
@@ -169,12 +254,47 @@ def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float 
 
 
 def checkout(cache: GitCache, source: Source, dest: Path, what: str) -> Checkout:
-    """A fresh detached work tree of ``source`` at its pinned commit, with submodules."""
+    """A fresh detached work tree of ``source`` at its pinned commit, with submodules.
+
+    When that fails, every bare clone it read is checked with ``git fsck``: damaged
+    ones (a truncated object, a corrupt pack) are removed and fetched again from the
+    mirror or upstream, once; a cache that fails its check is never used as is."""
+    cache.used = set()
+    try:
+        return _checkout(cache, source, dest, what)
+    except SourceError as exc:
+        damaged = {p: d for p in sorted(cache.used) if p.exists() and (d := cache.damage(p))}
+        if not damaged:
+            raise
+        for path, problem in damaged.items():
+            log.warning(
+                "%s: the cached clone %s is damaged (%s); fetching it again", what, path, problem
+            )
+            cache.discard(path)
+        first = next(iter(damaged.items()))
+        try:
+            return _checkout(cache, source, dest, what)
+        except SourceError as again:
+            raise SourceError(
+                f"{what}: the cached clone {first[0]} was damaged ({first[1]}) and fetching it "
+                f"again failed: {str(again).splitlines()[0]}"
+            ) from exc
+
+
+def _checkout(cache: GitCache, source: Source, dest: Path, what: str) -> Checkout:
     full = cache.resolve(source.url, source.commit, what)
     if dest.exists():
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    git("clone", "--quiet", "--no-checkout", cache.bare(source.url), dest, what=f"{what}: clone")
+    git(
+        "clone",
+        "--quiet",
+        "--no-checkout",
+        "--",
+        cache.bare(source.url),
+        dest,
+        what=f"{what}: clone",
+    )
     git("checkout", "--quiet", "--detach", full, cwd=dest, what=f"{what}: checkout {full}")
     subs = tuple(_init_submodules(cache, dest, source.url, what, prefix=""))
     _check_declared(source, subs, what)
