@@ -195,7 +195,7 @@ class GitCache:
                 f"{what}: commit {sha} is ambiguous in {url}: it matches "
                 f"{', '.join(sorted(found))}; pin more digits"
             )
-        return found[0] if found else None
+        return found[0] if found and repo and _reachable(repo, found[0]) else None
 
     def resolve(self, url: str, sha: str, what: str) -> str:
         """Full SHA for ``sha`` (short or full), fetching only when the cache lacks it."""
@@ -215,6 +215,15 @@ class GitCache:
                 f"check the pinned SHA (or the mirror)"
             )
         return full
+
+
+def _reachable(repo: Path, commit: str) -> bool:
+    """Whether a ref of ``repo`` reaches ``commit``. git moves refs only after a fetch
+    completed, so only those commits are whole: a fetch cut off mid-transfer can leave
+    the commit and some trees as loose objects without their blobs, and git checks
+    such a commit out with exit code 0, files missing."""
+    res = git("rev-list", "-n", "1", commit, "--not", "--all", cwd=repo, check=False)
+    return res.returncode == 0 and not res.output.strip()
 
 
 def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float = 20) -> str | None:
@@ -393,3 +402,17 @@ def verify(co: Checkout, what: str) -> None:
         got = git_out("rev-parse", "HEAD", cwd=co.path / sub.path)
         if got != sub.commit:
             raise SourceError(f"{what}: submodule {sub.path} is at {got}, expected {sub.commit}")
+    # git checks out a tree whose objects it cannot read with exit code 0: compare.
+    for prefix in ["", *(f"{s.path}/" for s in co.submodules)]:
+        changed = git_out(
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--ignore-submodules=all",
+            cwd=co.path / prefix,
+        )
+        if changed:
+            raise SourceError(
+                f"{what}: the checkout does not match its commit ({prefix}"
+                f"{changed.splitlines()[0].strip()}): an object is missing or damaged"
+            )
