@@ -7,12 +7,13 @@ installed; the container gets kiln's source on ``PYTHONPATH`` and nothing else.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kiln import proc
+from kiln import memwatch, proc
 from kiln.errors import BuildError
 
 
@@ -74,7 +75,17 @@ def build_wheel(python: str, tree: Path, out_dir: Path, env: Mapping[str, str] |
 
 
 def run(spec: StepSpec, env: Mapping[str, str] | None = None) -> None:
-    """Run one step here (the process's environment is the build's environment)."""
+    """Run one step here (the process's environment is the build's environment),
+    sampling the memory of everything it starts into ``KILN_STEP_MEM`` when set."""
+    mem_file = (env if env is not None else os.environ).get("KILN_STEP_MEM")
+    if not mem_file:
+        _run(spec, env)
+        return
+    with memwatch.Watcher(os.getpid(), Path(mem_file)):
+        _run(spec, env)
+
+
+def _run(spec: StepSpec, env: Mapping[str, str] | None) -> None:
     tree = Path(spec.tree)
     if spec.kind == "inplace":
         assert spec.command

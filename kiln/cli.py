@@ -90,7 +90,39 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="GIB",
-        help="memory limit of a build container (default: max_jobs x mem_per_job_gib)",
+        help="memory limit of a build container (default: what the scheduler planned)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPU slots for compile jobs across all steps (default: the cores)",
+    )
+    p.add_argument(
+        "--mem-budget",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="memory all compile jobs together may use (default: available memory minus a margin)",
+    )
+    p.add_argument(
+        "--compiler-cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="ccache folder (default: <cache>/ccache; a volume for the Docker runner)",
+    )
+    p.add_argument("--no-compiler-cache", action="store_true", help="compile without ccache")
+    p.add_argument(
+        "--no-artifact-cache",
+        action="store_true",
+        help="rebuild every vendor even when its inputs are unchanged",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for another build using the same artifacts/ or work folder (default: refuse)",
     )
 
 
@@ -114,6 +146,12 @@ def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipelin
         docker_mounts=args.docker_mount,
         mem_limit_gib=args.mem_limit,
         toolchain=args.toolchain,
+        jobs=args.jobs,
+        mem_budget_gib=args.mem_budget,
+        compiler_cache=args.compiler_cache,
+        no_compiler_cache=args.no_compiler_cache,
+        artifact_cache=not args.no_artifact_cache,
+        wait=args.wait,
     )
 
 
@@ -155,8 +193,14 @@ def cmd_rebuild_c(args: argparse.Namespace) -> int:
     from kiln.toolchain import find_cuda_home
 
     ws = Workspace(args.workspace)
+    ccache_dir = None if args.no_compiler_cache else (args.compiler_cache or args.cache / "ccache")
     took, objects = rebuild_c(
-        ws, args.tree, args.patch, args.python, str(find_cuda_home(args.cuda_home))
+        ws,
+        args.tree,
+        args.patch,
+        args.python,
+        str(find_cuda_home(args.cuda_home)),
+        ccache_dir.resolve() if ccache_dir else None,
     )
     archs = sorted({a for o in objects for a in o.sass})
     print(f"rebuilt {', '.join(o.path for o in objects)} ({', '.join(archs)}) in {took:.1f} s")
@@ -226,6 +270,49 @@ def cmd_manifest_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_manifest_merge(args: argparse.Namespace) -> int:
+    from kiln import merge
+
+    out = merge.merge(args.partials, args.out, args.workspace)
+    print(f"merged {len(args.partials)} partial(s) into {out}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from kiln import matrix
+    from kiln.config import Workspace
+
+    ws = Workspace(args.workspace)
+    if args.release_name:
+        print(ws.release.name)
+    else:
+        print(matrix.plan_json(ws) if args.json else matrix.plan_table(ws))
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from kiln import publish
+
+    print(publish.publish(args.release, args.to, args.dry_run))
+    return 0
+
+
+def cmd_verify_wheel(args: argparse.Namespace) -> int:
+    from kiln import wheelcheck
+    from kiln.config import Workspace
+
+    if args.manifest:
+        lines = wheelcheck.verify_release(args.manifest)
+    else:
+        if not args.wheels:
+            raise KilnError("verify-wheel: name the wheel(s), or a release's --manifest")
+        ws = Workspace(args.workspace)
+        archs = wheelcheck.expected_archs(ws, args.vendor, args.archs)
+        lines = wheelcheck.verify_wheels(args.wheels, ws.profile, archs)
+    print("\n".join(lines) if lines else "verify-wheel: no wheels")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kiln", description=__doc__)
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -262,6 +349,15 @@ def parser() -> argparse.ArgumentParser:
         help="the Python with torch (default: the one install.sh recorded)",
     )
     p.add_argument("--cuda-home", default=None)
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    p.add_argument(
+        "--compiler-cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="ccache folder, shared with build (default: <cache>/ccache)",
+    )
+    p.add_argument("--no-compiler-cache", action="store_true", help="compile without ccache")
     p.set_defaults(func=cmd_rebuild_c)
 
     p = sub.add_parser("pack-jit-cache", help="pack DeepGEMM/TileLang JIT caches into a release")
@@ -306,6 +402,45 @@ def parser() -> argparse.ArgumentParser:
     c = msub.add_parser("check", help="re-hash every file a manifest lists")
     c.add_argument("manifest", type=Path)
     c.set_defaults(func=cmd_manifest_check)
+    c = msub.add_parser("merge", help="merge partial release folders (CI jobs) into one release")
+    c.add_argument("partials", nargs="+", type=Path, help="partial release folders")
+    c.add_argument("--out", type=Path, required=True, help="the merged release folder")
+    c.add_argument(
+        "--workspace",
+        type=Path,
+        default=None,
+        help="also require the partials to cover exactly this workspace's vendors and profile",
+    )
+    c.set_defaults(func=cmd_manifest_merge)
+
+    p = sub.add_parser("plan", help="the CI matrix: one job per vendor x profile")
+    p.add_argument("--workspace", type=Path, default=Path("."))
+    p.add_argument("--json", action="store_true", help='{"include": [...]} for fromJSON')
+    p.add_argument("--release-name", action="store_true", help="print the release's name only")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("publish", help="check a release, then copy it to a folder or the Hub")
+    p.add_argument("release", type=Path, help="the release folder (holds manifest.json)")
+    p.add_argument("--to", required=True, help="a folder, file:///PATH, or hf://ORG/NAME")
+    p.add_argument("--dry-run", action="store_true", help="list what would be uploaded")
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("verify-wheel", help="verify wheels built elsewhere (cibuildwheel)")
+    p.add_argument("wheels", nargs="*", type=Path)
+    p.add_argument("--workspace", type=Path, default=Path("."))
+    p.add_argument(
+        "--vendor",
+        default=os.environ.get("KILN_VENDOR") or None,
+        help="expect this vendor's recipe archs (or $KILN_VENDOR; default: the profile's)",
+    )
+    p.add_argument("--archs", nargs="+", default=None, help="expect exactly these SASS archs")
+    p.add_argument(
+        "--manifest",
+        type=Path,
+        default=None,
+        help="verify every wheel a release lists, against its recipe and the record",
+    )
+    p.set_defaults(func=cmd_verify_wheel)
     return ap
 
 

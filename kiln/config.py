@@ -196,11 +196,17 @@ class Build(Strict):
     kind: Literal["wheel", "inplace"]
     archs: ArchList = Field(default_factory=list)
     arch_control: ArchControl
-    max_jobs: Annotated[int, Field(ge=1)] = 1
-    # Estimated peak memory of one compile job: the container's memory limit is
-    # max_jobs times this (vendor-notes: most TUs stay under 2.5 GiB, CUTLASS ones 9).
-    mem_per_job_gib: Annotated[float, Field(gt=0)] = 4.0
+    # Caps, not settings: kiln's scheduler picks MAX_JOBS and NVCC_THREADS from the
+    # memory budget (kiln/schedule.py); set these only where an upstream breaks or
+    # misbehaves with more. nvcc_threads also says the upstream honors NVCC_THREADS.
+    max_jobs: Annotated[int, Field(ge=1)] | None = None
     nvcc_threads: Annotated[int, Field(ge=1)] | None = None
+    # Estimated peak memory of one compile job (one nvcc thread); replaced by the last
+    # run's measured peak once there is one (vendor-notes: most TUs stay under 2.5 GiB,
+    # FlashMLA's CUTLASS ones 9.2).
+    mem_per_job_gib: Annotated[float, Field(gt=0)] = 4.0
+    # Vendors that must be built before this one (they run concurrently otherwise).
+    after: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     # nvcc flags kiln's compiler wrapper removes, without patching the upstream: the
     # smallest fix where a flag defeats reproducible output (e.g. "-lineinfo", which

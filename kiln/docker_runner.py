@@ -12,6 +12,7 @@ container is removed on success, failure and Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -21,13 +22,14 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kiln import proc
 from kiln.config import Profile
 from kiln.errors import BuildError, ConfigError, KilnError, ToolchainError
+from kiln.memlimit import oom_error
 from kiln.runners import KILN_SRC, parse_probe, probe_command, step_env
 from kiln.toolchain import Toolchain, check_cuda
-from kiln.memlimit import oom_error
 
 log = logging.getLogger("kiln.docker")
 
@@ -124,6 +126,7 @@ class DockerRunner:
         self.docker_dir = docker_dir
         self.build_args = {"BASE_IMAGE": base_image, **build_args}
         self.mounts = list(mounts)
+        self._live: set[Any] = set()  # containers of steps running now
         self.python = python
         self.cuda_home = cuda_home
         self.builder: str | None = None
@@ -231,6 +234,7 @@ class DockerRunner:
         tail: deque[str] = deque(maxlen=proc.TAIL_LINES)
         chunks: list[str] = []
         sink = log_file.open("a", encoding="utf-8") if log_file else None
+        self._live.add(container)
         try:
             if sink:
                 sink.write(f"$ {line}  (container {container.short_id}, image {tag})\n")
@@ -256,6 +260,7 @@ class DockerRunner:
             container.reload()
             oom = bool(container.attrs["State"].get("OOMKilled"))
         finally:
+            self._live.discard(container)
             if sink:
                 sink.close()
             container.remove(force=True)
@@ -268,6 +273,15 @@ class DockerRunner:
                 f"{what} failed with exit code {rc} (in the builder container){where}\n{tail_text}"
             )
         return proc.Result(rc, "".join(chunks))
+
+    def cancel(self) -> None:
+        """Kill the containers of running steps (Ctrl-C while steps run in threads);
+        each step's own cleanup then removes its container."""
+        from docker.errors import APIError
+
+        for container in list(self._live):
+            with contextlib.suppress(APIError):
+                container.kill()
 
     def builder_tag(self) -> str:
         return self._tag or self.ensure_builder()

@@ -83,7 +83,11 @@ def python_facts(python: Path) -> dict[str, Any]:
 def probe(python: Path, cuda_home: Path) -> dict[str, Any]:
     """Everything, with a failure recorded as ``error`` instead of raised (so a container
     can report it as data)."""
-    facts: dict[str, Any] = {"cuda_home": str(cuda_home), "python_path": str(python)}
+    facts: dict[str, Any] = {
+        "cuda_home": str(cuda_home),
+        "python_path": str(python),
+        "ccache": shutil.which("ccache"),
+    }
     try:
         facts["nvcc"] = nvcc_version(cuda_home)
         facts["gcc"] = gcc_version()

@@ -58,7 +58,7 @@ def install_kit(tree: Path) -> Path:
             exclude.write_text(text + f"/{KIT}/\n")
     (kit / "bin").mkdir(parents=True, exist_ok=True)
     shipped = resources.files("kiln.shipped")
-    for name in ("objcache.py", "rebuild.py"):
+    for name in ("objcache.py", "compilegate.py", "rebuild.py"):
         (kit / name).write_text(shipped.joinpath(name).read_text())
     for name, var in WRAPPERS.items():
         wrapper = kit / "bin" / name

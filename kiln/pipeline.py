@@ -7,8 +7,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,13 +18,19 @@ from typing import Any
 
 from kiln import (
     __version__,
+    artifactcache,
+    buildlock,
+    compilercache,
     docker_runner,
     fsutil,
     inplace,
     licenses,
     manifest,
+    memwatch,
     patches,
+    progress,
     release,
+    schedule,
     sources,
     toolchain,
     verify,
@@ -34,6 +42,7 @@ from kiln.errors import BuildError, ConfigError, PatchError, PreflightError, Too
 from kiln.mirrors import Mirrors
 from kiln.recipes import build_environment
 from kiln.runners import LocalRunner, Runner, step_env
+from kiln.shipped import compilegate as compile_gate
 
 SUPPORTED_KINDS = ("wheel", "inplace")
 
@@ -58,6 +67,13 @@ class Options:
     docker_mounts: list[str] = field(default_factory=list)
     mem_limit_gib: float | None = None
     toolchain: str = "system"  # "pypi": the profile's CUDA from hash-pinned PyPI wheels
+    jobs: int | None = None  # CPU slots for compiles (default: the cores)
+    mem_budget_gib: float | None = None  # default: available memory minus a margin
+    compiler_cache: Path | None = None  # default: <cache>/ccache
+    no_compiler_cache: bool = False
+    artifact_cache: bool = True
+    wait: bool = False  # wait for another build holding artifacts/ instead of refusing
+    live: bool | None = None  # live progress table (default: when stderr is a terminal)
 
 
 @dataclass
@@ -68,6 +84,13 @@ class Context:
     runner: Runner
     tc: toolchain.Toolchain
     logs: Path
+    budget: schedule.Budget
+    peaks: schedule.PeakStore
+    ccache: compilercache.CompilerCache
+    acache: artifactcache.ArtifactCache | None
+    gate: Path
+    display: progress.Display
+    echo: bool  # stream build output to the console (one step at a time, no live table)
     made: dict[str, str] = field(default_factory=dict)  # output file name -> vendor
 
 
@@ -171,14 +194,23 @@ def preflight(
     return tc, patches.hash_report(entries, ws.patches_dir)
 
 
+_claim_lock = threading.Lock()
+
+
+def _claim(made: dict[str, str], name: str, vendor: str) -> None:
+    with _claim_lock:
+        if name in made:
+            first, second = sorted((vendor, made[name]))
+            raise BuildError(
+                f"{first} and {second} both made {name}: "
+                f"give one of them another distribution name or version"
+            )
+        made[name] = vendor
+
+
 def _place(built: Path, folder: Path, vendor: str, made: dict[str, str]) -> Path:
     """Move a verified output into the release; two vendors may not make one file name."""
-    if built.name in made:
-        raise BuildError(
-            f"{vendor} made {built.name}, which {made[built.name]} made too: "
-            f"give one of them another distribution name or version"
-        )
-    made[built.name] = vendor
+    _claim(made, built.name, vendor)
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / built.name
     os.replace(built, dest)
@@ -204,15 +236,18 @@ def run_step(ctx: Context, step: Step) -> None:
     spec_file.write_text(step.spec.to_json())
     tree, out_dir = Path(step.spec.tree), Path(step.spec.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    writable = [tree, out_dir, step.log_file.parent]
+    if ctx.ccache.directory is not None:
+        writable.append(ctx.ccache.directory)
     ctx.runner.run(
         [step.spec.python, "-m", "kiln", "step", spec_file],
         cwd=tree,
         env=step_env(step.env),
         log_file=step.log_file,
-        writable=[tree, out_dir, step.log_file.parent],
+        writable=writable,
         what=f"building {step.spec.vendor}",
         mem_gib=step.mem_gib,
-        echo=True,
+        echo=ctx.echo,
     )
 
 
@@ -291,9 +326,7 @@ def _inplace_outputs(
     name = inplace.tarball_name(vendor, co.commit, tag, ctx.ws.profile)
     with timed(timings, "package"):
         tarball = inplace.pack_tree(tree, stage / name, vendor, co.commit_time)
-    if tarball.name in ctx.made:
-        raise BuildError(f"{vendor.name} made {tarball.name}, which {ctx.made[name]} made too")
-    ctx.made[tarball.name] = vendor.name
+    _claim(ctx.made, tarball.name, vendor.name)
     extra: dict[str, Any] = {"shared_objects": [o.__dict__ for o in objects]}
     if smoke:
         extra["import_check"] = smoke
@@ -318,41 +351,160 @@ def _patch_outputs(
     return out
 
 
+def _cache_key(ctx: Context, vendor: Vendor) -> tuple[str, dict[str, Any]]:
+    """The artifact-cache key: everything that determines this vendor's outputs. The
+    commit is resolved through the git cache; nested submodules are fixed by their
+    parents' commits, so the superproject's gitlinks complete the source."""
+    src = vendor.source
+    commit = ctx.git.resolve(src.url, src.commit, vendor.name)
+    repo = ctx.git.cached(src.url)
+    assert repo is not None
+    material = {
+        "kiln": artifactcache.kiln_code_hash(),
+        "vendor": vendor.name,
+        "source": {
+            "url": src.url,
+            "commit": commit,
+            "submodules": sources.gitlinks(repo, commit),
+            "license": src.license,
+            "license_id": src.license_id,
+        },
+        "patches": [
+            {
+                **entry.model_dump(mode="json"),
+                "actual_sha256": fsutil.sha256_file(ctx.ws.patches_dir / entry.file),
+            }
+            for entry in ctx.ws.patches_for(vendor.name)
+        ],
+        "patch_tag": ctx.ws.series.tags.get(vendor.name),
+        "recipe": vendor.build.model_dump(mode="json"),
+        "profile": ctx.ws.profile.model_dump(mode="json"),
+        "toolchain": ctx.tc.to_json(),
+        "runner": {
+            "kind": ctx.runner.kind,
+            "image": ctx.runner.image,
+            "builder": ctx.runner.builder,
+        },
+    }
+    return artifactcache.make_key(material), material
+
+
+def _reuse(ctx: Context, vendor: Vendor, key: str, stage: Path) -> dict[str, Any] | None:
+    """The cached outputs of an unchanged vendor, re-hashed, placed into the release."""
+    if ctx.acache is None:
+        return None
+    hit = ctx.acache.lookup(key, vendor.name)
+    if hit is None:
+        return None
+    entry, files = hit
+    for out in entry["outputs"]:
+        if out["kind"] in ("wheel", "tarball"):
+            _claim(ctx.made, Path(out["path"]).name, vendor.name)
+    artifactcache.place(files, entry, stage)
+    log.info(
+        "%s: inputs unchanged (artifact cache %s): reusing its verified outputs",
+        vendor.name,
+        key[:12],
+    )
+    caches = {**entry.get("caches", {}), "artifact": {"status": "hit", "key": key}}
+    return {**entry, "caches": caches}
+
+
+def _measure(ctx: Context, vendor: Vendor, files: dict[str, Path]) -> dict[str, Any]:
+    """What the step used (memory, compiles, compiler-cache hits), and the learned
+    per-job peak for the next run (only from real compiles: cache hits use little)."""
+    jobs = schedule.summarize_jobs(schedule.job_stats(files["jobs"]))
+    mem = memwatch.read(files["mem"])
+    cc = compilercache.read_stats(files["ccache"])
+    if jobs["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
+        ctx.peaks.remember(vendor, jobs["peak_job_gib"])
+    return {
+        "measured": {**jobs, "peak_rss_gib": round(mem["peak_kib"] / 2**20, 3)},
+        "compiler": {
+            "tool": "ccache" if ctx.ccache.enabled else None,
+            **cc,
+            "note": ctx.ccache.note,
+        },
+    }
+
+
 def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     timings: dict[str, float] = {}
     what = vendor.name
+    ctx.display.update(what, "fetching", runner=ctx.runner.kind)
     tree = ctx.opts.work / ctx.ws.release.name / vendor.name
     with timed(timings, "fetch"):
+        key, material = _cache_key(ctx, vendor)
+        reused = _reuse(ctx, vendor, key, stage)
+        if reused is not None:
+            ctx.display.update(what, "cached", f"artifact cache {key[:12]}", cache="hit")
+            return reused
         co = sources.checkout(ctx.git, vendor.source, tree, what)
     with timed(timings, "patch"):
+        ctx.display.update(what, "patching", cache="miss" if ctx.acache else "off")
         applied = patches.apply_series(
             tree, ctx.ws.patches_for(vendor.name), ctx.ws.patches_dir, what
         )
         # -lineinfo records source mtimes: make them the commit's, not the checkout's.
         fsutil.set_mtimes(tree, co.commit_time)
     b = vendor.build
+    choice = schedule.choose(vendor, tree, ctx.peaks, ctx.budget)
     env, recorded_env = build_environment(
-        vendor, ctx.ws.profile, ctx.tc.cuda_home, co.commit_time, base=ctx.runner.base_env()
+        vendor,
+        ctx.ws.profile,
+        ctx.tc.cuda_home,
+        co.commit_time,
+        base=ctx.runner.base_env(),
+        max_jobs=choice.max_jobs,
+        nvcc_threads=choice.nvcc_threads,
     )
-    # Every build compiles through kiln's wrapper (deterministic flags, object cache).
+    # Every build compiles through kiln's wrapper (deterministic flags, object cache,
+    # ccache, the run's compile gate).
     inplace.install_kit(tree)
     env.update(inplace.kit_environment(tree, ctx.tc, env))
+    files = {k: ctx.logs / f"{vendor.name}.{k}" for k in ("jobs", "mem", "ccache")}
+    for f in files.values():
+        f.unlink(missing_ok=True)
+    env.update(compilercache.environment(ctx.ccache, tree, files["ccache"]))
+    env.update(
+        {
+            "KILN_GATE_DIR": str(ctx.gate),
+            "KILN_GATE_MEM_GIB": str(choice.gate_mem_gib),
+            "KILN_GATE_CPUS": str(choice.nvcc_threads or 1),
+            "KILN_JOB_STATS": str(files["jobs"]),
+            "KILN_STEP_MEM": str(files["mem"]),
+        }
+    )
     out_dir = stage / f".out-{vendor.name}" if b.kind == "wheel" else tree
+    container_gib = min(ctx.budget.mem_gib, choice.gate_mem_gib * choice.max_jobs + 1.0)
     step = Step(
         StepSpec(vendor.name, b.kind, ctx.tc.python, str(tree), str(out_dir), b.command),
         env,
         ctx.logs / f"{vendor.name}-build.log",
-        ctx.opts.mem_limit_gib or b.max_jobs * b.mem_per_job_gib,
+        ctx.opts.mem_limit_gib or max(container_gib, choice.gate_mem_gib),
     )
     step.log_file.unlink(missing_ok=True)
-    log.info("%s: building at %s (log: %s)", what, co.commit[:12], step.log_file)
+    detail = f"jobs {choice.max_jobs}" + (
+        f", nvcc threads {choice.nvcc_threads}" if choice.nvcc_threads else ""
+    )
+    ctx.display.update(what, "building", detail, mem_file=files["mem"])
+    log.info(
+        "%s: building at %s with %s, %g GiB per job (%s) (log: %s)",
+        what,
+        co.commit[:12],
+        detail,
+        choice.mem_per_job_gib,
+        choice.estimate_source,
+        step.log_file,
+    )
     if b.kind == "inplace":
         outputs = _inplace_outputs(ctx, vendor, step, stage, co, applied, recorded_env, timings)
     else:
         outputs = _wheel_outputs(ctx, vendor, step, stage, co, applied, timings)
     outputs.append(_license_output(vendor, tree, stage))
     outputs.extend(_patch_outputs(ctx, applied, stage))
-    return {
+    used = _measure(ctx, vendor, files)
+    entry = {
         "source": {
             "url": co.url,
             "requested": vendor.source.commit,
@@ -383,7 +535,61 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         },
         "outputs": outputs,
         "timings": timings,
+        "schedule": {**choice.to_json(), **used["measured"]},
+        "caches": {
+            "artifact": {"status": "miss" if ctx.acache else "off", "key": key},
+            "compiler": used["compiler"],
+        },
     }
+    if ctx.acache is not None:
+        ctx.acache.store(key, material, entry, stage)
+    peak = used["measured"]["peak_rss_gib"]
+    ctx.display.update(what, "done", f"{detail}, peak {peak:g} GiB")
+    return entry
+
+
+def _run_plan(ctx: Context, selected: list[Vendor], stage: Path) -> dict[str, dict[str, Any]]:
+    """Build every vendor, each as soon as the ones it comes ``after`` are done, all
+    others at once (the compile gate shares the machine between them). After a
+    failure nothing new starts; steps already running finish (and are cached, so a
+    rerun does not redo them); then the first error is raised."""
+    names = {v.name for v in selected}
+    after = {v.name: [a for a in v.build.after if a in names] for v in selected}
+    pending = list(selected)
+    running: dict[Future[dict[str, Any]], str] = {}
+    results: dict[str, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+    with ThreadPoolExecutor(max_workers=max(len(selected), 1), thread_name_prefix="step") as pool:
+        try:
+            while pending or running:
+                ready = [v for v in pending if all(a in results for a in after[v.name])]
+                for v in ready if not errors else []:
+                    pending.remove(v)
+                    running[pool.submit(build_vendor, ctx, v, stage)] = v.name
+                if not running:
+                    break
+                done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    name = running.pop(fut)
+                    try:
+                        results[name] = fut.result()
+                    except Exception as exc:
+                        errors.append(exc)
+                        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                        ctx.display.update(name, "failed", first[:80])
+        except BaseException:
+            ctx.runner.cancel()
+            raise
+    if pending and not errors:
+        raise ConfigError(
+            f"build.after of {', '.join(v.name for v in pending)} forms a cycle: "
+            f"fix build.after in their vendors/*.toml"
+        )
+    for extra in errors[1:]:
+        log.error("%s", str(extra).splitlines()[0] if str(extra) else type(extra).__name__)
+    if errors:
+        raise errors[0]
+    return results
 
 
 def _carry_over(
@@ -419,14 +625,40 @@ def _carry_over(
     return kept
 
 
+def _check_after(ws: Workspace) -> None:
+    for v in ws.vendors.values():
+        for name in v.build.after:
+            if name not in ws.vendors:
+                raise ConfigError(
+                    f"vendors/{v.name}.toml: build.after: unknown vendor {name!r} "
+                    f"(known: {', '.join(ws.vendors)})"
+                )
+
+
 def build(opts: Options) -> Path:
     """Build the selected vendors of ``opts.workspace``; return the release folder."""
     ws = Workspace(opts.workspace)
-    # Wheels first, then trees built in place (DeepInfer builds against the others).
-    selected = sorted(ws.select(opts.vendors), key=lambda v: v.build.kind != "wheel")
+    _check_after(ws)
+    selected = ws.select(opts.vendors)
     opts.artifacts, opts.work, opts.cache = (
         p.resolve() for p in (opts.artifacts, opts.work, opts.cache)
     )
+    budget = schedule.make_budget(opts.mem_budget_gib, opts.jobs)
+    peaks = schedule.PeakStore(opts.cache / "peaks.json")
+    schedule.check_fits(selected, peaks, budget)
+    (opts.artifacts / "logs").mkdir(parents=True, exist_ok=True)
+    with buildlock.hold([opts.artifacts, opts.work], wait=opts.wait):
+        return _build_locked(opts, ws, selected, budget, peaks)
+
+
+def _build_locked(
+    opts: Options,
+    ws: Workspace,
+    selected: list[Vendor],
+    budget: schedule.Budget,
+    peaks: schedule.PeakStore,
+) -> Path:
+    started = time.monotonic()
     release_dir = opts.artifacts / ws.release.name
     logs = opts.artifacts / "logs" / ws.release.name
     logs.mkdir(parents=True, exist_ok=True)
@@ -442,7 +674,26 @@ def build(opts: Options) -> Path:
     assert runner is not None
     for w in warnings:
         log.warning("%s", w)
-    ctx = Context(ws, opts, cache, runner, tc, logs)
+    gate = logs / ".gate"
+    shutil.rmtree(gate, ignore_errors=True)
+    compile_gate.write_budget(gate, budget.mem_gib, budget.cpus)
+    ccache_dir = None if opts.no_compiler_cache else (opts.compiler_cache or opts.cache / "ccache")
+    display = progress.Display([v.name for v in selected], live=opts.live)
+    ctx = Context(
+        ws,
+        opts,
+        cache,
+        runner,
+        tc,
+        logs,
+        budget,
+        peaks,
+        compilercache.setup(ccache_dir.resolve() if ccache_dir else None, tc.ccache),
+        artifactcache.ArtifactCache(opts.cache / "artifacts") if opts.artifact_cache else None,
+        gate,
+        display,
+        echo=len(selected) == 1 and not display.live,
+    )
     header = {
         "schema": manifest.SCHEMA_ID,
         "kiln_version": __version__,
@@ -451,12 +702,45 @@ def build(opts: Options) -> Path:
         "toolchain": tc.to_json(),
         "runner": {"kind": runner.kind, "image": runner.image, "builder": runner.builder},
     }
-    with fsutil.staged_dir(release_dir) as stage:
-        built = {v.name: build_vendor(ctx, v, stage) for v in selected}
-        kept = _carry_over(release_dir, stage, header, set(built))
-        data = {**header, "warnings": warnings, "vendors": dict(sorted({**kept, **built}.items()))}
-        data["files"] = release.write_files(stage, ws, data, release_dir)
-        manifest.write(stage / manifest.FILE_NAME, data)
-        fsutil.publish(stage, release_dir)
+    log.info(
+        "plan: %d step%s at once, memory budget %g GiB (%s), %d CPU slots",
+        len(selected),
+        "s" if len(selected) != 1 else "",
+        budget.mem_gib,
+        budget.source,
+        budget.cpus,
+    )
+    try:
+        with (
+            fsutil.staged_dir(release_dir) as stage,
+            memwatch.Watcher(os.getpid()) as watch,
+            display,
+        ):
+            built = _run_plan(ctx, selected, stage)
+            watch.stop()
+            kept = _carry_over(release_dir, stage, header, set(built))
+            data = {
+                **header,
+                "warnings": warnings,
+                "scheduler": {
+                    **budget.to_json(),
+                    "steps_at_once": len(selected),
+                    "peak_rss_gib": round(watch.peak_kib / 2**20, 3),
+                    "wall_s": round(time.monotonic() - started, 3),
+                },
+                "vendors": dict(sorted({**kept, **built}.items())),
+            }
+            data["files"] = release.write_files(stage, ws, data, release_dir)
+            manifest.write(stage / manifest.FILE_NAME, data)
+            fsutil.publish(stage, release_dir)
+    finally:
+        peaks.save()
+        shutil.rmtree(gate, ignore_errors=True)
+        _summarize(display)
     log.info("release ready: %s", release_dir)
     return release_dir
+
+
+def _summarize(display: progress.Display) -> None:
+    if any(s.state != "queued" for s in display.steps.values()):
+        display.print_summary()

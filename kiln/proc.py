@@ -38,6 +38,19 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+# Every command running now, so that Ctrl-C in the main thread can stop the ones that
+# build threads started (their process groups do not get the terminal's SIGINT).
+_live: set[subprocess.Popen[str]] = set()
+_live_lock = threading.Lock()
+
+
+def kill_all() -> None:
+    """Kill every command this process runs now (and its children)."""
+    with _live_lock:
+        for proc in list(_live):
+            _kill_group(proc)
+
+
 def _render(cmd: Sequence[str | os.PathLike[str]]) -> str:
     return shlex.join(str(c) for c in cmd)
 
@@ -91,6 +104,8 @@ def run(
                 f"{what or line}: command not found: {cmd[0]} (install it or fix PATH)"
             ) from exc
         assert proc.stdout is not None
+        with _live_lock:
+            _live.add(proc)
         timer = threading.Timer(timeout, _kill_group, (proc,)) if timeout else None
         if timer:
             timer.start()
@@ -110,6 +125,8 @@ def run(
             proc.wait()
             raise
         finally:
+            with _live_lock:
+                _live.discard(proc)
             if timer:
                 timer.cancel()
         if timer and timer.finished.is_set() and rc == -signal.SIGKILL:

@@ -8,13 +8,19 @@ the rebuilt extension's SASS archs afterwards.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
 from pathlib import Path
 
+from kiln import compilercache
 from kiln.config import Workspace
 from kiln.errors import KilnError, VerifyError
 from kiln.inplace import KIT, TREE_FILE, find_outputs
 from kiln.shipped import rebuild as shipped
 from kiln.verify import SharedObject, check_archs, device_archs
+
+log = logging.getLogger("kiln.rebuildc")
 
 
 class RebuildError(KilnError):
@@ -37,8 +43,15 @@ def resolve_patch(ws: Workspace, vendor: str, patch: str | None) -> Path:
 
 
 def rebuild_c(
-    ws: Workspace, tree: Path, patch: str | None, python: str | None, cuda_home: str
+    ws: Workspace,
+    tree: Path,
+    patch: str | None,
+    python: str | None,
+    cuda_home: str,
+    compiler_cache: Path | None = None,
 ) -> tuple[float, list[SharedObject]]:
+    """``compiler_cache``: ccache's folder (shared with ``build_all``) for the files the
+    tree's own object cache has not seen; None compiles without it."""
     tree = tree.resolve()
     meta_file = tree / KIT / TREE_FILE
     if not meta_file.is_file():
@@ -49,10 +62,18 @@ def rebuild_c(
     meta = json.loads(meta_file.read_text())
     path = resolve_patch(ws, meta["vendor"], patch)
     py = Path(python) if python else shipped.default_python(tree)
+    cc = compilercache.setup(compiler_cache, shutil.which("ccache") if compiler_cache else None)
+    stats = tree / KIT / "ccache-stats.log"
+    stats.unlink(missing_ok=True)
+    # The shipped rebuild takes its environment from this process's.
+    os.environ.update(compilercache.environment(cc, tree, stats))
     try:
         took = shipped.rebuild(tree, path, py, cuda_home)
     except shipped.RebuildError as exc:
         raise RebuildError(str(exc)) from None
+    if cc.enabled:
+        counts = compilercache.read_stats(stats)
+        log.info("rebuild-c: ccache %d hits, %d misses", counts["hits"], counts["misses"])
     objects = []
     for so in find_outputs(tree, meta["outputs"], meta["vendor"]):
         sass, ptx = device_archs(so)

@@ -31,8 +31,14 @@ def build_environment(
     cuda_home: str,
     source_date_epoch: int,
     base: Mapping[str, str] | None = None,
+    max_jobs: int = 1,
+    nvcc_threads: int | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """(full environment, the part kiln and the recipe set: recorded in the manifest)."""
+    """(full environment, the part kiln and the recipe set: recorded in the manifest).
+
+    ``max_jobs``/``nvcc_threads`` are the scheduler's choice for this machine: set in
+    the environment but not recorded with it (they change no output byte, and the
+    recorded environment goes into the release's README and tarball)."""
     env = dict(os.environ if base is None else base)
     for key in _SCRUBBED:
         env.pop(key, None)
@@ -41,12 +47,9 @@ def build_environment(
         "CUDA_HOME": cuda_home,
         "PATH": f"{cuda_home}/bin:{env.get('PATH', '/usr/bin:/bin')}",
         "SOURCE_DATE_EPOCH": str(source_date_epoch),
-        "MAX_JOBS": str(b.max_jobs),
         "PYTHONNOUSERSITE": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
-    if b.nvcc_threads is not None:
-        own["NVCC_THREADS"] = str(b.nvcc_threads)
     if b.nvcc_drop_flags:
         own["KILN_NVCC_DROP"] = " ".join(b.nvcc_drop_flags)
     if b.arch_control == "torch-arch-list":
@@ -55,4 +58,7 @@ def build_environment(
     for key, value in b.env.items():
         own[key] = env[key] = Template(value).safe_substitute(env)
     recorded = {k: v for k, v in own.items() if k != "PATH"}
+    env["MAX_JOBS"] = str(max_jobs)
+    if nvcc_threads is not None:
+        env["NVCC_THREADS"] = str(nvcc_threads)
     return env, recorded

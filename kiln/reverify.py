@@ -162,6 +162,8 @@ def rebuild(manifest_file: Path, opts: pipeline.Options) -> Path:
     )
     opts.artifacts = opts.work / "artifacts"
     opts.work = opts.work / "trees"
+    # A rebuild from scratch: cached outputs or objects would prove nothing.
+    opts.artifact_cache, opts.no_compiler_cache = False, True
     if data["toolchain"].get("components"):  # built with --toolchain pypi
         opts.toolchain = "pypi"
     runner = data["runner"]

@@ -37,6 +37,10 @@ class Runner(Protocol):
 
     def base_env(self) -> dict[str, str]: ...
 
+    def cancel(self) -> None:
+        """Stop every command this runner runs now (Ctrl-C while steps run in threads)."""
+        ...
+
     def run(
         self,
         argv: Sequence[str | os.PathLike[str]],
@@ -100,6 +104,9 @@ class LocalRunner:
 
     def base_env(self) -> dict[str, str]:
         return dict(os.environ)
+
+    def cancel(self) -> None:
+        proc.kill_all()
 
     def run(
         self,

@@ -8,7 +8,7 @@ fails in a second, not an hour.
 from __future__ import annotations
 
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,13 @@ class Toolchain:
     torch_cxx11_abi: bool | None
     # --toolchain pypi: each hash-pinned CUDA wheel (name, version, sha256)
     components: tuple[dict[str, str], ...] = ()
+    # Where builds run, ccache's path (the compiler cache); not part of the identity.
+    ccache: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data["components"] = list(self.components)  # as it reads back from JSON
+        del data["ccache"]
         return data
 
     @classmethod
@@ -53,6 +56,7 @@ class Toolchain:
             torch_cuda=facts["torch_cuda"],
             torch_cxx11_abi=facts["cxx11_abi"],
             components=tuple(facts.get("components", ())),
+            ccache=facts.get("ccache"),
         )
 
 

@@ -32,11 +32,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+try:
+    from kiln.shipped import compilegate
+except ImportError:  # run as .kiln/objcache.py of a shipped tree: the kit's copy beside it
+    import compilegate  # type: ignore[no-redef]
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
 DEP_FLAGS_WITH_VALUE = ("-MF", "-MT", "-MQ", "--dependency-output", "-odir")
@@ -184,16 +191,58 @@ def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, st
     return [*args, *extra]
 
 
+def _launcher(call: Call) -> list[str]:
+    """ccache in front of the real compiler for compiles, when kiln configured one
+    (``KILN_CCACHE``: its path; ``CCACHE_*`` settings come with it)."""
+    ccache = os.environ.get("KILN_CCACHE")
+    return [ccache] if ccache and call.cacheable else []
+
+
+def _record(call: Call, rc: int, started: float, result: str) -> None:
+    """One line per compiler run into the step's stats (``KILN_JOB_STATS``): the
+    largest process's peak RSS and the CPU time of the run, for the scheduler's
+    learned estimates and the benchmark's floor."""
+    stats = os.environ.get("KILN_JOB_STATS")
+    if not stats:
+        return
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    line = json.dumps(
+        {
+            "compiler": os.path.basename(call.compiler),
+            "source": os.path.basename(call.source or ""),
+            "result": result,
+            "rc": rc,
+            "rss_kib": use.ru_maxrss,
+            "cpu_s": round(use.ru_utime + use.ru_stime, 3),
+            "wall_s": round(time.monotonic() - started, 3),
+        }
+    )
+    fd = os.open(stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())  # one write: lines never interleave
+    finally:
+        os.close(fd)
+
+
 def run_real(call: Call) -> int:
-    if (
-        not is_nvcc(call.compiler)
-        or os.environ.get("KILN_DETERMINISTIC") == "0"
-        or "--keep" in call.args
-        or "-o" not in call.args
-    ):
-        return subprocess.call([call.compiler, *call.args])
-    with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
-        return subprocess.call([call.compiler, *call.args, "--keep", "--keep-dir", keep])
+    """The real compiler (behind ccache when configured), once the run's compile gate
+    has room for it."""
+    started = time.monotonic()
+    argv = [*_launcher(call), call.compiler, *call.args]
+    with compilegate.from_environment():
+        if (
+            not is_nvcc(call.compiler)
+            or os.environ.get("KILN_DETERMINISTIC") == "0"
+            or "--keep" in call.args
+            or "-o" not in call.args
+        ):
+            rc = subprocess.call(argv)
+        else:
+            with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
+                # One word (``=``): ccache is told to ignore it (a fresh temp dir each time).
+                rc = subprocess.call([*argv, "--keep", f"--keep-dir={keep}"])
+    _record(call, rc, started, "compiled" if call.cacheable else "other")
+    return rc
 
 
 def wrapper_env(
@@ -215,6 +264,15 @@ def wrapper_env(
         "PYTORCH_NVCC": str(kit / "bin" / "nvcc"),
         "PATH": f"{Path(python).parent}:{base.get('PATH', '/usr/bin:/bin')}",
     }
+
+
+def _read_entry(path: Path) -> dict | None:
+    """A cache entry, or None where it is missing or unreadable (then: a miss)."""
+    try:
+        entry = json.loads(path.read_text())
+        return entry if isinstance(entry.get("deps"), list) and "object" in entry else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -249,15 +307,16 @@ def main(argv: list[str]) -> int:
     key = hashlib.sha256(key_material.encode()).hexdigest()
     entry_path = cache / "entries" / f"{key}.json"
     assert call.out is not None
-    if entry_path.exists():
-        entry = json.loads(entry_path.read_text())
+    entry = _read_entry(entry_path)
+    if entry is not None:
         deps = [expand(p, roots) for p, _ in entry["deps"]]
         if all(
             os.path.isfile(d) and sha256_file(d) == h
             for d, (_, h) in zip(deps, entry["deps"], strict=True)
         ):
             obj = cache / "objects" / f"{entry['object']}.o"
-            if obj.is_file():
+            # An object whose bytes no longer hash to its name is corrupt: recompile.
+            if obj.is_file() and sha256_file(str(obj)) == entry["object"]:
                 Path(call.out).write_bytes(obj.read_bytes())
                 if call.depfile:
                     Path(call.depfile).write_text(
@@ -265,6 +324,7 @@ def main(argv: list[str]) -> int:
                     )
                 if os.environ.get("KILN_OBJCACHE_VERBOSE"):
                     sys.stderr.write(f"objcache: hit {call.source}\n")  # one write: no interleaving
+                _record(call, 0, time.monotonic(), "objcache-hit")
                 return 0
     rc = run_real(call)
     if rc != 0:

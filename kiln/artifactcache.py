@@ -1,0 +1,125 @@
+"""Content-addressed cache of verified vendor outputs.
+
+The key is a hash of everything that determines a vendor's outputs: the full
+source commit and every submodule commit, the patches' hashes and tag, the recipe,
+the profile, the toolchain, the runner and its image, and kiln's own code. With an
+unchanged key a build reuses the cached files instead of rebuilding, after
+re-hashing every one of them against the entry; an entry that does not match is
+discarded (and the vendor rebuilt), never used.
+
+Layout: ``<root>/<key>/entry.json`` (the vendor's manifest entry, the key's
+material, each file's sha256) and ``<root>/<key>/files/<release path>``. Entries
+are written to a temporary folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kiln.fsutil import sha256_file
+
+log = logging.getLogger("kiln.artifactcache")
+
+
+@cache
+def kiln_code_hash() -> str:
+    """kiln's own sources: a change to kiln may change what it builds."""
+    h = hashlib.sha256()
+    root = resources.files("kiln")
+    for path in sorted(Path(str(root)).rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".json", ".txt", ".sh", ".md", ".in"):
+            h.update(str(path.relative_to(Path(str(root)))).encode() + b"\0")
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def make_key(material: dict[str, Any]) -> str:
+    text = json.dumps(material, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ArtifactCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _dir(self, key: str) -> Path:
+        return self.root / key
+
+    def lookup(self, key: str, vendor: str) -> tuple[dict[str, Any], Path] | None:
+        """(the vendor's manifest entry, the folder of its files) when the entry is
+        whole; a damaged entry is removed and reported."""
+        folder = self._dir(key)
+        try:
+            entry = json.loads((folder / "entry.json").read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            return self._discard(folder, vendor, f"unreadable entry.json ({exc})")
+        files = folder / "files"
+        for rel, digest in sorted(entry.get("files", {}).items()):
+            path = files / rel
+            if not path.is_file():
+                return self._discard(folder, vendor, f"{rel} is missing")
+            actual = sha256_file(path)
+            if actual != digest:
+                return self._discard(
+                    folder, vendor, f"{rel} has sha256 {actual[:12]}, expected {digest[:12]}"
+                )
+        return entry["vendor_entry"], files
+
+    def _discard(self, folder: Path, vendor: str, why: str) -> None:
+        log.warning(
+            "%s: artifact cache entry %s is damaged (%s): discarded, rebuilding",
+            vendor,
+            folder.name[:16],
+            why,
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+
+    def store(
+        self,
+        key: str,
+        material: dict[str, Any],
+        vendor_entry: dict[str, Any],
+        stage: Path,
+    ) -> None:
+        """Copy the vendor's outputs (paths relative to the release ``stage``) in."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=self.root))
+        try:
+            hashes = {}
+            for out in vendor_entry["outputs"]:
+                dest = tmp / "files" / out["path"]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(stage / out["path"], dest)
+                hashes[out["path"]] = out["sha256"]
+            entry = {"key": key, "material": material, "vendor_entry": vendor_entry}
+            (tmp / "entry.json").write_text(
+                json.dumps({**entry, "files": hashes}, indent=1, sort_keys=True)
+            )
+            final = self._dir(key)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def place(files: Path, vendor_entry: dict[str, Any], stage: Path) -> None:
+    """Copy a cached vendor's files into the release being staged (copies, not hard
+    links: an edit to a released file must not reach the cache, nor the reverse)."""
+    for out in vendor_entry["outputs"]:
+        dest = stage / out["path"]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(files / out["path"], dest)

@@ -1,0 +1,71 @@
+"""One build at a time per output and work folder.
+
+An flock on ``<folder>/.kiln.lock`` (``<artifacts>/logs/.kiln.lock``) held for the whole build. The kernel drops it
+when its process dies, however it dies, so a lock is never stale; the file only
+says who holds it (pid, start time, command) for the message a second build
+prints before it refuses (or waits, with ``--wait``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from kiln.errors import BuildError
+
+LOCK_NAME = ".kiln.lock"
+
+
+class Busy(BuildError):
+    exit_code = 14
+
+
+def _holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        started = time.strftime("%H:%M:%S", time.localtime(info["started"]))
+        return f"pid {info['pid']}, started {started}: {info['command']}"
+    except (ValueError, KeyError, OSError, TypeError):
+        return "holder unknown"
+
+
+def lock_file(folder: Path) -> Path:
+    """Where a folder's lock lives: under ``logs/`` for an artifacts folder, so that
+    the release side of it holds only releases."""
+    return folder / "logs" / LOCK_NAME if (folder / "logs").is_dir() else folder / LOCK_NAME
+
+
+@contextlib.contextmanager
+def hold(folders: list[Path], wait: bool = False) -> Iterator[None]:
+    """Lock every folder (in a fixed order, so two builds cannot deadlock)."""
+    fds: list[int] = []
+    try:
+        for folder in sorted({f.resolve() for f in folders}):
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_file(folder), os.O_RDWR | os.O_CREAT, 0o644)
+            fds.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    raise Busy(
+                        f"{folder} is in use by another kiln build ({_holder(fd)}): wait for "
+                        f"it to finish, pass --wait, or use another --artifacts/--work"
+                    ) from None
+                print(
+                    f"kiln: waiting for the build holding {folder} ({_holder(fd)})", file=sys.stderr
+                )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            info = {"pid": os.getpid(), "started": time.time(), "command": " ".join(sys.argv)}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -1,0 +1,187 @@
+"""The artifact cache and the compiler cache, with real builds (issue 6)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kiln import manifest, pipeline
+from kiln.buildlock import Busy
+from tests.conftest import artifacts_files, run_kiln, start_kiln_until
+from tests.upstreams import Upstreams
+from tests.workspace import plain_vendor, write
+
+
+def _read(release: Path) -> dict:
+    return json.loads((release / "manifest.json").read_text())
+
+
+def _files(release: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(release)): p.read_bytes()
+        for p in sorted(release.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+
+
+def _statuses(data: dict) -> dict[str, str]:
+    return {n: v["caches"]["artifact"]["status"] for n, v in data["vendors"].items()}
+
+
+def test_unchanged_inputs_reuse_outputs_and_one_change_rebuilds_one(
+    tmp_path: Path, upstreams: Upstreams, options, caplog: pytest.LogCaptureFixture
+) -> None:
+    beta = plain_vendor(upstreams.plain[0], archs=[], env={"PLAIN_DIST_NAME": "plainbeta"})
+    vendors = {"alpha": plain_vendor(upstreams.plain[0], archs=[]), "beta": beta}
+    ws = write(tmp_path / "ws", vendors)
+    release = pipeline.build(options(ws))
+    first, first_files = _read(release), _files(release)
+    assert _statuses(first) == {"alpha": "miss", "beta": "miss"}
+
+    with caplog.at_level(logging.INFO, logger="kiln"):
+        pipeline.build(options(ws))
+    second = _read(release)
+    assert _statuses(second) == {"alpha": "hit", "beta": "hit"}
+    assert _files(release) == first_files
+    assert "inputs unchanged (artifact cache" in caplog.text
+    assert manifest.check(release / "manifest.json") == []
+
+    # One input of one vendor changes (its recipe's environment): only it rebuilds.
+    beta["build"]["env"]["EXTRA_SETTING"] = "1"
+    write(tmp_path / "ws", {**vendors, "beta": beta})
+    third = _read(pipeline.build(options(ws)))
+    assert _statuses(third) == {"alpha": "hit", "beta": "miss"}
+
+
+def test_tampered_artifact_cache_entry_is_discarded_and_rebuilt(
+    tmp_path: Path, upstreams: Upstreams, options, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = write(tmp_path / "ws", {"alpha": plain_vendor(upstreams.plain[0], archs=[])})
+    release = pipeline.build(options(ws))
+    wheel_before = _files(release)
+    (cached,) = (tmp_path / "cache" / "artifacts").glob("*/files/wheels/*.whl")
+    cached.write_bytes(cached.read_bytes() + b"tampered")
+    with caplog.at_level(logging.WARNING, logger="kiln"):
+        again = _read(pipeline.build(options(ws)))
+    assert "artifact cache entry" in caplog.text and "is damaged" in caplog.text
+    assert _statuses(again) == {"alpha": "miss"}  # rebuilt, not reused
+    assert _files(release) == wheel_before
+    (fresh,) = (tmp_path / "cache" / "artifacts").glob("*/files/wheels/*.whl")
+    assert b"tampered" not in fresh.read_bytes()[-8:]
+
+
+def test_compiler_cache_hits_from_another_work_tree_path(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
+    ccache = tmp_path / "ccache"
+    a = pipeline.build(
+        options(ws, work=tmp_path / "a", compiler_cache=ccache, artifact_cache=False)
+    )
+    first = _read(a)["vendors"]["plain"]["caches"]["compiler"]
+    wheel = _files(a)
+    assert first["tool"] == "ccache" and first["misses"] >= 1 and first["hits"] == 0
+    b = pipeline.build(
+        options(
+            ws,
+            work=tmp_path / "elsewhere" / "b",
+            artifacts=tmp_path / "artifacts-b",
+            compiler_cache=ccache,
+            artifact_cache=False,
+        )
+    )
+    second = _read(b)["vendors"]["plain"]["caches"]["compiler"]
+    assert second["misses"] == 0 and second["hits"] == first["misses"]
+    assert _files(b) == wheel  # a hit gives the same bytes as the compile
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path):
+    """A folder even root cannot write: a read-only tmpfs mount."""
+    path = tmp_path / "ro-ccache"
+    path.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)])
+    if res.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_non_writable_compiler_cache_warns_once_and_builds_without(
+    tmp_path: Path, upstreams: Upstreams, read_only_dir: Path, build_python: Path
+) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[1], archs=["sm_100a"])})
+    res = run_kiln(
+        "build",
+        "--workspace",
+        ws,
+        "--artifacts",
+        tmp_path / "artifacts",
+        "--work",
+        tmp_path / "work",
+        "--cache",
+        tmp_path / "cache",
+        "--mirrors",
+        upstreams.mirrors,
+        "--offline",
+        "--python",
+        build_python,
+        "--toolchain",
+        "pypi",
+        "--runner",
+        "local",
+        "--compiler-cache",
+        read_only_dir,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("is not writable") == 1
+    assert "building without a compiler cache" in res.stderr
+    compiler = _read(tmp_path / "artifacts" / "test-release")["vendors"]["plain"]["caches"][
+        "compiler"
+    ]
+    assert compiler["tool"] is None and "not writable" in compiler["note"]
+
+
+def test_two_builds_on_one_artifacts_folder_never_interleave(
+    tmp_path: Path, upstreams: Upstreams, options, build_python: Path
+) -> None:
+    marker = tmp_path / "compiling"
+    vendor = plain_vendor(upstreams.plain[1], archs=["sm_100a"])
+    vendor["build"]["env"] = {"PLAIN_BUILD_DELAY": "120", "PLAIN_STARTED_MARKER": str(marker)}
+    ws = write(tmp_path / "ws", {"plain": vendor})
+    common = [
+        "--workspace",
+        ws,
+        "--artifacts",
+        tmp_path / "artifacts",
+        "--work",
+        tmp_path / "work",
+        "--cache",
+        tmp_path / "cache",
+        "--mirrors",
+        upstreams.mirrors,
+        "--offline",
+        "--python",
+        build_python,
+        "--toolchain",
+        "pypi",
+        "--runner",
+        "local",
+    ]
+    first = start_kiln_until(marker, "build", *common)
+    try:
+        second = run_kiln("build", *common)
+        assert second.returncode == Busy.exit_code, second.stderr
+        assert "is in use by another kiln build (pid" in second.stderr
+        assert f"pid {first.pid}" in second.stderr
+        assert first.poll() is None  # the first build goes on undisturbed
+    finally:
+        first.terminate()
+        first.communicate(timeout=60)
+    assert artifacts_files(tmp_path / "artifacts") == []

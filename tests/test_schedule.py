@@ -1,0 +1,198 @@
+"""The scheduler's choices, the compile gate, and the run-wide lock (issue 6)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kiln import buildlock, schedule
+from kiln.config import Vendor
+from kiln.errors import ConfigError
+from kiln.shipped import compilegate
+from tests.conftest import REPO, artifacts_files, run_kiln
+from tests.upstreams import Upstreams
+from tests.workspace import plain_vendor, write
+
+
+def _vendor(**build: object) -> Vendor:
+    data = plain_vendor("a" * 40)
+    data["build"].update(build)
+    return Vendor.model_validate({**data, "name": "v"})
+
+
+def _tree(tmp_path: Path, n: int) -> Path:
+    tree = tmp_path / "tree"
+    (tree / "csrc").mkdir(parents=True)
+    for i in range(n):
+        (tree / "csrc" / f"k{i}.cu").write_text("")
+    (tree / ".git").mkdir()
+    (tree / ".git" / "ignored.cu").write_text("")  # not a translation unit
+    return tree
+
+
+def test_jobs_follow_memory_not_cores(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, 10)
+    peaks = schedule.PeakStore(tmp_path / "peaks.json")
+    v = _vendor(mem_per_job_gib=4.0)
+    by_mem = schedule.choose(v, tree, peaks, schedule.Budget(9.0, 16, "test"))
+    assert (by_mem.max_jobs, by_mem.translation_units) == (2, 10)
+    by_cpu = schedule.choose(v, tree, peaks, schedule.Budget(100.0, 3, "test"))
+    assert by_cpu.max_jobs == 3
+    by_tus = schedule.choose(v, _tree(tmp_path / "small", 2), peaks, schedule.Budget(100, 16, "t"))
+    assert by_tus.max_jobs == 2
+    capped = schedule.choose(_vendor(max_jobs=1), tree, peaks, schedule.Budget(100, 16, "t"))
+    assert capped.max_jobs == 1
+
+
+def test_nvcc_threads_only_where_the_recipe_allows_and_cores_are_spare(tmp_path: Path) -> None:
+    peaks = schedule.PeakStore(tmp_path / "peaks.json")
+    one_tu = _tree(tmp_path / "one", 1)
+    threaded = schedule.choose(
+        _vendor(nvcc_threads=8, mem_per_job_gib=1.0), one_tu, peaks, schedule.Budget(64, 8, "t")
+    )
+    assert threaded.nvcc_threads == 2  # at most one thread per arch
+    assert threaded.gate_mem_gib == 2.0  # memory scales with the threads
+    plain = schedule.choose(_vendor(), one_tu, peaks, schedule.Budget(64, 8, "t"))
+    assert plain.nvcc_threads is None  # the upstream does not read NVCC_THREADS
+
+
+def test_learned_peak_replaces_the_recipe_estimate(tmp_path: Path) -> None:
+    peaks = schedule.PeakStore(tmp_path / "peaks.json")
+    v = _vendor(mem_per_job_gib=4.0)
+    peaks.remember(v, 2.0)
+    peaks.save()
+    again = schedule.PeakStore(tmp_path / "peaks.json")
+    assert schedule.estimate(v, again) == (2.5, "learned")  # 2.0 x the 1.25 margin
+    changed = _vendor(mem_per_job_gib=4.0, env={"X": "1"})  # another recipe: not learned
+    assert schedule.estimate(changed, again) == (4.0, "recipe")
+
+
+def test_budget_smaller_than_one_job_is_refused_before_starting(
+    tmp_path: Path, upstreams: Upstreams
+) -> None:
+    ws = write(tmp_path / "ws", {"heavy": plain_vendor(upstreams.plain[2], mem_per_job_gib=6.0)})
+    res = run_kiln(
+        "build", "--workspace", ws, "--artifacts", tmp_path / "artifacts", "--mem-budget", "2"
+    )
+    assert res.returncode == ConfigError.exit_code, res.stderr
+    assert "heavy: one compile job needs an estimated 6 GiB (recipe)" in res.stderr
+    assert "memory budget of 2 GiB (--mem-budget)" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert artifacts_files(tmp_path / "artifacts") == []
+
+
+def test_bad_jobs_and_budget_values() -> None:
+    with pytest.raises(ConfigError, match="--jobs 0"):
+        schedule.make_budget(None, 0)
+    with pytest.raises(ConfigError, match="--mem-budget -1"):
+        schedule.make_budget(-1, None)
+
+
+GATE_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from kiln.shipped import compilegate
+    gate, log, mem = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    with compilegate.slot(gate, mem, 1):
+        with open(log, "a") as fh:
+            fh.write(json.dumps(["in", time.monotonic()]) + "\\n")
+        time.sleep(0.6)
+        with open(log, "a") as fh:
+            fh.write(json.dumps(["out", time.monotonic()]) + "\\n")
+    """
+)
+
+
+def _max_overlap(log: Path) -> int:
+    events = sorted((t, kind) for kind, t in map(json.loads, log.read_text().splitlines()))
+    level = peak = 0
+    for _, kind in events:
+        level += 1 if kind == "in" else -1
+        peak = max(peak, level)
+    return peak
+
+
+def _children(gate: Path, log: Path, n: int, mem: float) -> list[subprocess.Popen[bytes]]:
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", GATE_CHILD, str(gate), str(log), str(mem)], cwd=REPO
+        )
+        for _ in range(n)
+    ]
+
+
+def test_gate_keeps_concurrent_compiles_under_the_memory_budget(tmp_path: Path) -> None:
+    gate, log = tmp_path / "gate", tmp_path / "log"
+    compilegate.write_budget(gate, mem_gib=2.0, cpus=8)
+    for p in _children(gate, log, 5, 1.0):
+        assert p.wait(timeout=60) == 0
+    assert _max_overlap(log) == 2  # 8 CPU slots, but memory for two
+
+
+def test_gate_overcommits_when_its_budget_is_wrong(tmp_path: Path) -> None:
+    """The check above can fail: with room for all, all run at once."""
+    gate, log = tmp_path / "gate", tmp_path / "log"
+    compilegate.write_budget(gate, mem_gib=100.0, cpus=8)
+    for p in _children(gate, log, 4, 1.0):
+        assert p.wait(timeout=60) == 0
+    assert _max_overlap(log) == 4
+
+
+def test_gate_slot_of_a_killed_compile_is_not_leaked(tmp_path: Path) -> None:
+    gate, log = tmp_path / "gate", tmp_path / "log"
+    compilegate.write_budget(gate, mem_gib=1.0, cpus=1)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", GATE_CHILD.replace("0.6", "600"), str(gate), str(log), "1"],
+        cwd=REPO,
+    )
+    while not log.exists():
+        time.sleep(0.05)
+    holder.kill()  # SIGKILL: no cleanup runs
+    holder.wait()
+    assert list((gate / "holders").iterdir())  # its file is still there
+    (p,) = _children(gate, log, 1, 1.0)
+    assert p.wait(timeout=30) == 0
+
+
+LOCK_CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from kiln import buildlock
+    with buildlock.hold([Path(sys.argv[1])], wait=sys.argv[2] == "wait"):
+        print("got the lock", flush=True)
+    """
+)
+
+
+def test_second_build_on_the_same_folders_refuses_or_waits(tmp_path: Path) -> None:
+    folder = tmp_path / "artifacts"
+    with buildlock.hold([folder]):
+        refused = subprocess.run(
+            [sys.executable, "-c", LOCK_CHILD, str(folder), "no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        assert refused.returncode != 0
+        assert "is in use by another kiln build (pid" in refused.stderr
+        assert "got the lock" not in refused.stdout
+        waiting = subprocess.Popen(
+            [sys.executable, "-c", LOCK_CHILD, str(folder), "wait"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.5)
+        assert waiting.poll() is None  # still waiting while this process holds it
+    out, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 0 and "got the lock" in out
+    assert "waiting for the build holding" in err
