@@ -1,0 +1,236 @@
+"""``kiln manifest merge``: partial release folders from CI jobs into one release.
+
+Each job of the release workflow builds some vendors into a release folder of its own
+(outputs + ``manifest.json``). Merging is only sound when every partial was made the same
+way, so the merge refuses, naming both partials and the field, when they disagree on the
+release, profile, kiln version, toolchain or runner (image digest, builder), when one
+vendor is in two partials with different contents, or when two partials hold different
+files at one path. Each partial is re-hashed first (``manifest check``): a file changed
+after its job wrote it is refused. Recorded SASS archs are checked against each vendor's
+recipe. The release-level files (install.sh, README, provenance, SBOM) are regenerated
+from the merged manifest exactly as a single build would write them, in a staging folder
+that replaces ``--out`` only when everything passed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln import fsutil, manifest, release, reverify, verify
+from kiln.config import Workspace
+from kiln.errors import ManifestError
+
+# What must be equal across the partials of one release. Other top-level keys (such as
+# the scheduler's figures) describe one run and are not carried into the merged manifest.
+HEADER_FIELDS = ("schema", "kiln_version", "release", "profile", "toolchain", "runner")
+# What a vendor's entry says about how its files were made; the rest (timings, cache hits,
+# the scheduler's figures) are measurements of one run and may differ between two jobs.
+CONTENT_FIELDS = ("source", "patches", "patch_tag", "recipe", "environment", "runner", "outputs")
+REQUIREMENTS = "requirements.txt"
+
+
+class MergeError(ManifestError):
+    """Partial releases that cannot be merged (inconsistent, modified or overlapping)."""
+
+
+@dataclass(frozen=True)
+class Partial:
+    folder: Path
+    data: dict[str, Any]
+
+
+def first_difference(a: Any, b: Any, where: str = "") -> str | None:
+    """The dotted path of the first place ``a`` and ``b`` differ (None: equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            sub = f"{where}.{key}" if where else str(key)
+            if key not in a or key not in b:
+                return sub
+            found = first_difference(a[key], b[key], sub)
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{where} (length {len(a)} vs {len(b)})"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{where}.{i}")
+            if found:
+                return found
+        return None
+    return None if a == b else where
+
+
+def _value(data: Any, dotted: str) -> Any:
+    for part in dotted.split(" ")[0].split("."):
+        if isinstance(data, list):
+            data = data[int(part)] if part.isdigit() and int(part) < len(data) else None
+        elif isinstance(data, dict):
+            data = data.get(part)
+        else:
+            return None
+    return data
+
+
+def load(folder: Path) -> Partial:
+    """A partial release, re-hashed against its manifest."""
+    path = folder / manifest.FILE_NAME
+    problems = manifest.check(path)  # a missing or malformed manifest raises, naming it
+    if problems:
+        p = problems[0]
+        raise MergeError(
+            f"{folder}: {p.path}: {p.problem} ({len(problems)} file(s) differ from its "
+            f"manifest); the partial changed after its job wrote it: rerun that job"
+        )
+    return Partial(folder, manifest.read(path))
+
+
+def check_consistent(partials: list[Partial]) -> None:
+    first = partials[0]
+    for other in partials[1:]:
+        for key in HEADER_FIELDS:
+            field = first_difference(first.data.get(key), other.data.get(key), key)
+            if field:
+                raise MergeError(
+                    f"{first.folder} and {other.folder} disagree on {field}: "
+                    f"{_value(first.data, field)!r} vs {_value(other.data, field)!r}; the "
+                    f"partials of one release must come from one kiln, profile, toolchain "
+                    f"and builder image: rerun their jobs in one workflow run"
+                )
+        mine, theirs = first.folder / REQUIREMENTS, other.folder / REQUIREMENTS
+        if fsutil.sha256_file(mine) != fsutil.sha256_file(theirs):
+            raise MergeError(
+                f"{first.folder} and {other.folder} disagree on {REQUIREMENTS}: the "
+                f"partials were made from different runtime requirements; rerun their "
+                f"jobs from one commit"
+            )
+
+
+def _check_archs(part: Partial, name: str, entry: dict[str, Any]) -> None:
+    """The SASS each job recorded must be the vendor's recipe archs (verify's rule)."""
+    for out in entry["outputs"]:
+        if out["kind"] not in ("wheel", "tarball"):
+            continue
+        objects = [
+            verify.SharedObject(o["path"], list(o["sass"]), list(o["ptx"]))
+            for o in out.get("shared_objects", [])
+        ]
+        verify.check_archs(f"{part.folder}: {out['path']}", objects, entry["recipe"]["archs"])
+
+
+def combine(partials: list[Partial]) -> tuple[dict[str, Any], dict[str, Path]]:
+    """The merged vendors (and warnings) and, per output path, the file to copy."""
+    vendors: dict[str, dict[str, Any]] = {}
+    owner: dict[str, Partial] = {}
+    files: dict[str, Path] = {}
+    hashes: dict[str, tuple[str, Path]] = {}
+    for part in partials:
+        for name, entry in part.data["vendors"].items():
+            _check_archs(part, name, entry)
+            if name in vendors:
+                mine = {k: vendors[name].get(k) for k in CONTENT_FIELDS}
+                theirs = {k: entry.get(k) for k in CONTENT_FIELDS}
+                field = first_difference(mine, theirs, f"vendors.{name}")
+                if field:
+                    raise MergeError(
+                        f"vendor {name} is in both {owner[name].folder} and {part.folder} "
+                        f"with different contents ({field}): build each vendor in one job only"
+                    )
+                continue
+            vendors[name], owner[name] = entry, part
+            for out in entry["outputs"]:
+                seen = hashes.get(out["path"])
+                if seen and seen[0] != out["sha256"]:
+                    raise MergeError(
+                        f"{seen[1]} and {part.folder} both hold {out['path']} with different "
+                        f"contents: two vendors made one file name; rename one"
+                    )
+                hashes[out["path"]] = (out["sha256"], part.folder)
+                files[out["path"]] = part.folder / out["path"]
+    jit = {}
+    for part in partials:  # packed JIT caches (not built by CI jobs, but kept if present)
+        for f in part.data.get("files", []):
+            if f["kind"] == "jit-cache":
+                seen = hashes.get(f["path"])
+                if seen and seen[0] != f["sha256"]:
+                    raise MergeError(
+                        f"{seen[1]} and {part.folder} both hold {f['path']} with different "
+                        f"contents; keep one"
+                    )
+                hashes[f["path"]] = (f["sha256"], part.folder)
+                files[f["path"]], jit[f["path"]] = part.folder / f["path"], f
+    warnings: list[str] = []
+    for part in partials:
+        warnings += [w for w in part.data.get("warnings", []) if w not in warnings]
+    merged = {
+        **{k: partials[0].data[k] for k in HEADER_FIELDS},
+        "warnings": warnings,
+        "vendors": dict(sorted(vendors.items())),
+        "files": sorted(jit.values(), key=lambda f: f["path"]),
+    }
+    return merged, files
+
+
+def check_covers(ws: Workspace, data: dict[str, Any], partials: list[Partial]) -> None:
+    """With ``--workspace``: the merged release is that workspace's, every vendor present."""
+    if data["release"]["name"] != ws.release.name:
+        raise MergeError(
+            f"{partials[0].folder} is a partial of {data['release']['name']}, the workspace "
+            f"{ws.root} builds {ws.release.name}: merge the partials of one release"
+        )
+    if data["profile"] != ws.profile.model_dump(mode="json"):
+        field = first_difference(data["profile"], ws.profile.model_dump(mode="json"), "profile")
+        raise MergeError(
+            f"the partials were built with another profile than {ws.root}/kiln.toml "
+            f"({field}): rerun the jobs from this commit"
+        )
+    missing = sorted(set(ws.vendors) - set(data["vendors"]))
+    extra = sorted(set(data["vendors"]) - set(ws.vendors))
+    if missing or extra:
+        parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
+            [f"not in vendors/: {', '.join(extra)}"] if extra else []
+        )
+        raise MergeError(
+            f"the partials do not cover the workspace's vendors ({'; '.join(parts)}): "
+            f"merge the partials of every job of the plan (`python -m kiln plan`)"
+        )
+
+
+def merge(folders: list[Path], out: Path, workspace: Path | None = None) -> Path:
+    """Merge partial release folders into ``out``; return it."""
+    if not folders:
+        raise MergeError("manifest merge: name at least one partial release folder")
+    if out.exists() and any(out.iterdir()) and not (out / manifest.FILE_NAME).exists():
+        raise MergeError(
+            f"{out} exists and is not a kiln release folder: name a new folder for --out"
+        )
+    partials = [load(f) for f in folders]
+    check_consistent(partials)
+    data, files = combine(partials)
+    if workspace is not None:
+        check_covers(Workspace(workspace), data, partials)
+    jit = data.pop("files")
+    with fsutil.staged_dir(out) as stage:
+        for rel, src in sorted(files.items()):
+            dest = stage / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+        shutil.copy2(partials[0].folder / REQUIREMENTS, stage / REQUIREMENTS)
+        with tempfile.TemporaryDirectory(prefix="kiln-merge-") as tmp:
+            ws = Workspace(reverify.workspace_from_manifest(data, stage, Path(tmp) / "ws"))
+            # ``previous`` is the stage itself (no manifest yet): jit caches come from the
+            # partials, not from whatever ``out`` held before.
+            listed = release.write_files(stage, ws, data, stage)
+        if jit:
+            listed = release.finish_readme(stage, {**data, "files": [*listed, *jit]})
+        data["files"] = listed
+        manifest.write(stage / manifest.FILE_NAME, data)
+        problems = manifest.check(stage / manifest.FILE_NAME)
+        if problems:  # the copy itself went wrong (disk, concurrent writer)
+            raise MergeError(f"{stage}: {problems[0].path}: {problems[0].problem} after copying")
+        fsutil.publish(stage, out)
+    return out

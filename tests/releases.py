@@ -1,0 +1,75 @@
+"""Small real releases for the CI, merge and publish tests (fixture upstreams, real builds)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kiln import pipeline
+from kiln.pipeline import Options
+from tests.upstreams import Upstreams
+from tests.workspace import plain_vendor, write
+
+PATCH = """\
+--- a/plainext/__init__.py
++++ b/plainext/__init__.py
+@@ -1,2 +1,2 @@
+ VERSION = "1.2.0"
+-GREETING = "hello from plainext"
++GREETING = "hello from patched plainext"
+"""
+
+
+def workspace(root: Path, upstreams: Upstreams) -> Path:
+    """Two vendors: ``alpha`` (sm_100a + sm_103a kernels, a patch) and ``beta`` (host only)."""
+    beta = plain_vendor(upstreams.plain[0], archs=[], env={"PLAIN_DIST_NAME": "plainbeta"})
+    return write(
+        root,
+        {"alpha": plain_vendor(upstreams.plain[2]), "beta": beta},
+        patches={"greeting.patch": PATCH},
+        series=[{"file": "greeting.patch", "target": "alpha"}],
+    )
+
+
+def options(
+    ws: Path, root: Path, upstreams: Upstreams, build_python: Path, artifacts: str
+) -> Options:
+    return Options(
+        workspace=ws,
+        artifacts=root / artifacts,
+        cache=root / "cache",
+        work=root / "work",
+        mirrors=upstreams.mirrors,
+        offline=True,
+        python=str(build_python),
+        toolchain="pypi",
+    )
+
+
+def build(
+    ws: Path,
+    root: Path,
+    upstreams: Upstreams,
+    build_python: Path,
+    artifacts: str,
+    vendors: list[str] | None = None,
+) -> Path:
+    opts = options(ws, root, upstreams, build_python, artifacts)
+    opts.vendors = vendors
+    return pipeline.build(opts)
+
+
+def copy(release: Path, dest: Path) -> Path:
+    shutil.copytree(release, dest)
+    return dest
+
+
+def edit_manifest(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Change a release's manifest.json in place (its listed files stay as they are)."""
+    path = folder / "manifest.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

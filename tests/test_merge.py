@@ -1,0 +1,220 @@
+"""``kiln manifest merge``: partial releases of CI jobs into one, on real builds.
+
+Two partial releases (as two matrix jobs make them: one vendor each) and the same release
+built in one run are made once per module; each test copies what it changes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kiln import manifest
+from kiln.merge import CONTENT_FIELDS, HEADER_FIELDS
+from tests import releases
+from tests.conftest import run_kiln
+from tests.upstreams import Upstreams
+
+
+@dataclass(frozen=True)
+class Built:
+    ws: Path
+    alpha: Path  # partial: the job that built alpha
+    beta: Path  # partial: the job that built beta
+    full: Path  # both vendors, one run
+
+
+@pytest.fixture(scope="module")
+def built(
+    tmp_path_factory: pytest.TempPathFactory, upstreams: Upstreams, build_python: Path
+) -> Built:
+    root = tmp_path_factory.mktemp("merge")
+    ws = releases.workspace(root / "ws", upstreams)
+    args = (ws, root, upstreams, build_python)
+    return Built(
+        ws,
+        releases.build(*args, "job-alpha", ["alpha"]),
+        releases.build(*args, "job-beta", ["beta"]),
+        releases.build(*args, "full"),
+    )
+
+
+def merge_cli(*args: str | Path):
+    res = run_kiln("manifest", "merge", *args)
+    return res.returncode, res.stdout, res.stderr
+
+
+def one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kiln: error: "), stderr
+    return lines[0]
+
+
+def test_merge_makes_the_release_one_run_makes(built: Built, tmp_path: Path) -> None:
+    out = tmp_path / "release"
+    rc, stdout, stderr = merge_cli(built.alpha, built.beta, "--workspace", built.ws, "--out", out)
+    assert rc == 0, stderr
+    assert stdout.strip() == f"merged 2 partial(s) into {out}"
+    assert manifest.check(out / "manifest.json") == []
+
+    merged = manifest.read(out / "manifest.json")
+    full = manifest.read(built.full / "manifest.json")
+    assert set(merged["vendors"]) == {"alpha", "beta"}
+    # Every file (wheels, licenses, patches, install.sh, README, provenance, SBOM) is the
+    # one a single build writes; the manifests differ only in measurements of a run.
+    assert {o["path"]: o["sha256"] for o in manifest.outputs(merged)} == {
+        o["path"]: o["sha256"] for o in manifest.outputs(full)
+    }
+
+    def made(data: dict) -> dict:
+        return {
+            **{k: data[k] for k in (*HEADER_FIELDS, "warnings", "files")},
+            "vendors": {
+                n: {k: e.get(k) for k in CONTENT_FIELDS} for n, e in data["vendors"].items()
+            },
+        }
+
+    assert made(merged) == made(full)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["release"]  # no staging left
+
+
+def test_merge_refuses_partials_that_do_not_cover_the_workspace(
+    built: Built, tmp_path: Path
+) -> None:
+    out = tmp_path / "release"
+    rc, _, stderr = merge_cli(built.alpha, "--workspace", built.ws, "--out", out)
+    assert rc == 8
+    assert "missing beta" in one_error_line(stderr)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("toolchain", "nvcc_version", "13.0.88"),
+        ("toolchain", "gcc_version", "9.9.9"),
+        ("runner", "image", "runpod/pytorch:x@sha256:" + "0" * 64),
+        ("runner", "builder", "sha256:" + "1" * 64),
+        ("profile", "torch", "2.13.0+cu130"),
+        ("release", "name", "another-release"),
+    ],
+)
+def test_merge_refuses_jobs_made_another_way(
+    built: Built, tmp_path: Path, section: str, key: str, value: str
+) -> None:
+    beta = releases.copy(built.beta, tmp_path / "job-beta")
+    releases.edit_manifest(beta, lambda d: d[section].__setitem__(key, value))
+    out = tmp_path / "release"
+    rc, _, stderr = merge_cli(built.alpha, beta, "--out", out)
+    assert rc == 8
+    line = one_error_line(stderr)
+    assert f"{built.alpha} and {beta} disagree on {section}.{key}" in line
+    assert repr(value) in line
+    assert not out.exists()
+
+
+def test_a_failed_merge_leaves_the_previous_release_untouched(built: Built, tmp_path: Path) -> None:
+    out = tmp_path / "release"
+    assert merge_cli(built.alpha, built.beta, "--out", out)[0] == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    beta = releases.copy(built.beta, tmp_path / "job-beta")
+    releases.edit_manifest(beta, lambda d: d["toolchain"].__setitem__("nvcc_version", "13.1.0"))
+    assert merge_cli(built.alpha, beta, "--out", out)[0] == 8
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_merge_refuses_a_modified_wheel(built: Built, tmp_path: Path) -> None:
+    alpha = releases.copy(built.alpha, tmp_path / "job-alpha")
+    (wheel,) = (alpha / "wheels").glob("*.whl")
+    with wheel.open("ab") as fh:
+        fh.write(b"\0")
+    out = tmp_path / "release"
+    rc, _, stderr = merge_cli(alpha, built.beta, "--out", out)
+    assert rc == 8
+    line = one_error_line(stderr)
+    assert f"{alpha}: wheels/{wheel.name}: size" in line and "rerun that job" in line
+    assert not out.exists()
+
+
+def test_merge_refuses_one_vendor_with_two_contents(built: Built, tmp_path: Path) -> None:
+    again = releases.copy(built.alpha, tmp_path / "job-alpha-again")
+    releases.edit_manifest(
+        again, lambda d: d["vendors"]["alpha"]["environment"].__setitem__("MAX_JOBS", "8")
+    )
+    rc, _, stderr = merge_cli(built.alpha, again, built.beta, "--out", tmp_path / "release")
+    assert rc == 8
+    assert (
+        f"vendor alpha is in both {built.alpha} and {again} with different contents "
+        f"(vendors.alpha.environment.MAX_JOBS)" in one_error_line(stderr)
+    )
+
+
+def test_merge_accepts_one_vendor_twice_when_only_timings_differ(
+    built: Built, tmp_path: Path
+) -> None:
+    again = releases.copy(built.alpha, tmp_path / "job-alpha-again")
+    releases.edit_manifest(again, lambda d: d["vendors"]["alpha"]["timings"].update(build=99.0))
+    out = tmp_path / "release"
+    rc, _, stderr = merge_cli(built.alpha, again, built.beta, "--out", out)
+    assert rc == 0, stderr
+    assert set(json.loads((out / "manifest.json").read_text())["vendors"]) == {"alpha", "beta"}
+
+
+def test_merge_refuses_recorded_sass_other_than_the_recipe(built: Built, tmp_path: Path) -> None:
+    alpha = releases.copy(built.alpha, tmp_path / "job-alpha")
+
+    def drop_sm103(d: dict) -> None:
+        for out in d["vendors"]["alpha"]["outputs"]:
+            for so in out.get("shared_objects", []):
+                if so["sass"]:
+                    so["sass"] = ["sm_100a"]
+
+    releases.edit_manifest(alpha, drop_sm103)
+    rc, _, stderr = merge_cli(alpha, built.beta, "--out", tmp_path / "release")
+    assert rc == 7
+    assert "missing sm_103a" in one_error_line(stderr)
+
+
+def test_merge_refuses_an_out_folder_that_is_not_a_release(built: Built, tmp_path: Path) -> None:
+    out = tmp_path / "home"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    rc, _, stderr = merge_cli(built.alpha, built.beta, "--out", out)
+    assert rc == 8
+    assert "is not a kiln release folder" in one_error_line(stderr)
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_merge_refuses_a_folder_without_manifest(built: Built, tmp_path: Path) -> None:
+    rc, _, stderr = merge_cli(built.alpha, tmp_path, "--out", tmp_path / "release")
+    assert rc == 8
+    assert f"{tmp_path}/manifest.json: no manifest there" in one_error_line(stderr)
+
+
+def test_verify_wheel_reads_the_sass_of_a_release_again(built: Built, tmp_path: Path) -> None:
+    """What the release job runs after the merge, and what cibuildwheel's test runs."""
+    res = run_kiln("verify-wheel", "--manifest", built.full / "manifest.json")
+    assert res.returncode == 0, res.stderr
+    assert "_kernels" in res.stdout and "sm_100a, sm_103a" in res.stdout
+
+    (wheel,) = (built.alpha / "wheels").glob("*.whl")
+    ok = run_kiln("verify-wheel", wheel, "--workspace", built.ws, "--vendor", "alpha")
+    assert ok.returncode == 0, ok.stderr
+    wrong = run_kiln("verify-wheel", wheel, "--workspace", built.ws, "--archs", "sm_100a")
+    assert wrong.returncode == 7 and "unexpected sm_103a" in one_error_line(wrong.stderr)
+
+    copy = releases.copy(built.full, tmp_path / "release")
+
+    def record_sm100_only(d: dict) -> None:
+        for out in d["vendors"]["alpha"]["outputs"]:
+            for so in out.get("shared_objects", []):
+                if so["sass"]:
+                    so["sass"] = ["sm_100a"]
+
+    releases.edit_manifest(copy, record_sm100_only)
+    res = run_kiln("verify-wheel", "--manifest", copy / "manifest.json")
+    assert res.returncode == 7
+    assert "the manifest records" in one_error_line(res.stderr)
