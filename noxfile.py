@@ -4,6 +4,7 @@ nox -s demo                  the whole pipeline over the bundled example, offlin
 nox -s build_all             every upstream of the release (kiln.toml, vendors/)
 nox -s build -- deepep       one upstream
 nox -s lock                  pin short SHAs, submodules and patch hashes (needs network)
+nox -s publish -- R --to T  check a release, then copy it to a folder or hf://ORG/NAME
 nox -s tests / nox -s lint
 """
 
@@ -88,3 +89,22 @@ def verify(session: nox.Session) -> None:
     if not session.posargs:
         session.error("name the manifest: nox -s verify -- artifacts/kiln-demo/manifest.json")
     _kiln(session, "verify")
+
+
+@nox.session
+def publish(session: nox.Session) -> None:
+    """Check a release, then publish it: -- RELEASE --to FOLDER|hf://ORG/NAME [--dry-run].
+
+    The Hub token comes from $HF_TOKEN (never an argument); docs/ci.md."""
+    if not session.posargs:
+        session.error(
+            "name the release and the target: "
+            "nox -s publish -- artifacts/deepinfer-sm100-cu132 --to hf://ORG/NAME"
+        )
+    _kiln(session, "publish")
+
+
+@nox.session
+def plan(session: nox.Session) -> None:
+    """The release workflow's matrix: one job per upstream x profile (-- --json)."""
+    _kiln(session, "plan")

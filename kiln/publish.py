@@ -1,0 +1,169 @@
+"""``kiln publish``: put a checked release into a folder or a Hugging Face Hub repository.
+
+Targets: a local or mounted folder (``/srv/releases/x``, ``file:///srv/releases/x``) and a
+Hub model repository (``hf://inferencekey/deepinfer-sm100-cu132``). The release is re-hashed
+against its manifest first; a release with one changed byte is refused before anything is
+written or sent. What is published is exactly ``manifest.json`` plus every file it lists,
+all at once: a folder is staged beside the target and swapped in, the Hub gets one commit.
+
+The Hub token is read from ``$HF_TOKEN`` only (never from an argument, which would land in
+shell history and process lists), passed to huggingface_hub, and scrubbed from every
+message kiln prints: it is never printed, logged, or written to a file or the manifest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln import fsutil, manifest
+from kiln.errors import KilnError
+
+log = logging.getLogger("kiln.publish")
+
+TOKEN_ENV = "HF_TOKEN"
+ENDPOINT_ENV = "HF_ENDPOINT"  # huggingface_hub's own variable: another Hub (or a stand-in)
+REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class PublishError(KilnError):
+    """A release cannot be published (it fails its check, the target or token is wrong)."""
+
+    exit_code = 14
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "folder" or "hub"
+    where: str  # the folder's path, or the Hub repository id
+
+    def __str__(self) -> str:
+        return f"hf://{self.where}" if self.kind == "hub" else self.where
+
+
+def parse_target(text: str) -> Target:
+    if text.startswith("hf://"):
+        repo = text.removeprefix("hf://").strip("/")
+        if not REPO_RE.match(repo):
+            raise PublishError(
+                f"--to {text}: not a Hub model repository; write hf://ORG/NAME "
+                f"(e.g. hf://inferencekey/deepinfer-sm100-cu132)"
+            )
+        return Target("hub", repo)
+    if text.startswith("file://"):
+        path = text.removeprefix("file://")
+        if not path.startswith("/"):
+            raise PublishError(f"--to {text}: a file:// URL needs an absolute path (file:///srv/x)")
+        return Target("folder", path)
+    if "://" in text:
+        raise PublishError(
+            f"--to {text}: unknown target; publish to a folder (a path or file:///PATH) "
+            f"or to the Hub (hf://ORG/NAME)"
+        )
+    return Target("folder", str(Path(text).absolute()))
+
+
+def checked_files(release: Path) -> list[tuple[str, int]]:
+    """``manifest.json`` and every file it lists, as (path, size), after a full re-hash."""
+    path = release / manifest.FILE_NAME
+    data = manifest.read(path)
+    problems = manifest.check(path)
+    if problems:
+        p = problems[0]
+        raise PublishError(
+            f"{release}: {p.path}: {p.problem} ({len(problems)} file(s) differ from "
+            f"manifest.json); nothing was published: rebuild the release or restore the file"
+        )
+    files = {o["path"]: o["size"] for o in manifest.outputs(data)}
+    files[manifest.FILE_NAME] = path.stat().st_size
+    return sorted(files.items())
+
+
+def scrub(text: str, token: str | None) -> str:
+    return text.replace(token, "<HF_TOKEN>") if token else text
+
+
+def _to_folder(release: Path, files: list[tuple[str, int]], target: Target) -> str:
+    dest = Path(target.where)
+    if dest.resolve() == release.resolve():
+        raise PublishError(f"--to {dest}: that is the release folder itself")
+    if dest.exists() and (
+        not dest.is_dir() or (any(dest.iterdir()) and not (dest / manifest.FILE_NAME).exists())
+    ):
+        raise PublishError(
+            f"--to {dest}: exists and is not a kiln release folder (publishing replaces the "
+            f"whole folder): name a new folder or an earlier release of this one"
+        )
+    with fsutil.staged_dir(dest) as stage:
+        for rel, _size in files:
+            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(release / rel, stage / rel)
+        problems = manifest.check(stage / manifest.FILE_NAME)
+        if problems:
+            raise PublishError(f"{dest}: {problems[0].path}: {problems[0].problem} after copying")
+        fsutil.publish(stage, dest)
+    return f"published {len(files)} files to {dest}"
+
+
+def _to_hub(release: Path, files: list[tuple[str, int]], target: Target) -> str:
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        raise PublishError(
+            f"{TOKEN_ENV} is not set: export a Hugging Face token with write access to "
+            f"{target.where} (kiln reads it from the environment only); nothing was uploaded"
+        )
+    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
+    api = HfApi(endpoint=os.environ.get(ENDPOINT_ENV) or None, token=token)
+    name = manifest.read(release / manifest.FILE_NAME)["release"]["name"]
+    digest = fsutil.sha256_file(release / manifest.FILE_NAME)
+    operations = [
+        CommitOperationAdd(path_in_repo=rel, path_or_fileobj=release / rel) for rel, _ in files
+    ]
+    try:
+        info = api.create_commit(
+            repo_id=target.where,
+            repo_type="model",
+            operations=operations,
+            commit_message=f"{name}: kiln release ({len(files)} files)",
+            commit_description=f"manifest.json sha256 {digest}",
+        )
+    except RepositoryNotFoundError:
+        raise PublishError(
+            f"{target}: repository not found, or the token in {TOKEN_ENV} cannot write to it: "
+            f"create the model repository on the Hub (or fix the token) and rerun; "
+            f"nothing was committed"
+        ) from None
+    except Exception as exc:  # huggingface_hub's HTTP, network and validation errors
+        detail = scrub(" ".join(str(exc).split()), token)[:400]
+        raise PublishError(
+            f"{target}: the upload failed, nothing was committed: {type(exc).__name__}: {detail}"
+        ) from None
+    return f"published {len(files)} files to {target} in one commit: {info.commit_url}"
+
+
+def publish(
+    release: Path, to: str, dry_run: bool = False, say: Callable[[str], None] = print
+) -> str:
+    """Check ``release`` and publish it to ``to``; return the one-line result."""
+    target = parse_target(to)
+    files = checked_files(release)
+    if dry_run:
+        total = sum(size for _, size in files)
+        for rel, size in files:
+            say(f"{size:>14,}  {rel}")
+        return (
+            f"dry run: would upload {len(files)} files ({total:,} bytes) to {target}; "
+            f"nothing was uploaded"
+        )
+    if target.kind == "hub":
+        return _to_hub(release, files, target)
+    return _to_folder(release, files, target)

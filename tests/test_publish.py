@@ -1,0 +1,186 @@
+"""``kiln publish``: a real release to a folder and to a stand-in for the Hugging Face Hub
+(a local HTTP server serving the endpoints huggingface_hub calls for one commit)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kiln import manifest
+from tests import releases
+from tests.conftest import REPO
+from tests.hub_standin import StandinHub
+from tests.upstreams import Upstreams
+
+TOKEN = "hf_kilnTestToken0123456789abcdefSECRET"
+REPO_ID = "inferencekey/deepinfer-sm100-cu132"
+
+
+@pytest.fixture(scope="module")
+def release(
+    tmp_path_factory: pytest.TempPathFactory, upstreams: Upstreams, build_python: Path
+) -> Path:
+    root = tmp_path_factory.mktemp("publish")
+    ws = releases.workspace(root / "ws", upstreams)
+    return releases.build(ws, root, upstreams, build_python, "artifacts")
+
+
+def publish(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m kiln -v publish ...`` with HF_TOKEN only where ``env`` sets it."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    return subprocess.run(
+        [sys.executable, "-m", "kiln", "-v", "publish", *map(str, args)],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        env={**base, "HF_HUB_DISABLE_TELEMETRY": "1", **(env or {})},
+        check=False,
+        timeout=300,
+    )
+
+
+def hub_env(hub: StandinHub, token: str | None = TOKEN) -> dict[str, str]:
+    env = {"HF_ENDPOINT": hub.url}
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def release_files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def listed(release: Path) -> set[str]:
+    data = manifest.read(release / "manifest.json")
+    return {o["path"] for o in manifest.outputs(data)} | {"manifest.json"}
+
+
+def test_publish_to_a_folder(release: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "mnt" / "releases" / "r1"
+    res = publish(release, "--to", dest)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"published {len(listed(release))} files to {dest}"
+    assert set(release_files(dest)) == listed(release)
+    assert manifest.check(dest / "manifest.json") == []
+    # file:// form, over the earlier release (swapped in whole)
+    res = publish(release, "--to", f"file://{dest}")
+    assert res.returncode == 0, res.stderr
+    assert manifest.check(dest / "manifest.json") == []
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["r1"]  # no staging left
+
+
+def test_publish_refuses_a_folder_that_is_not_a_release(release: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "home"
+    dest.mkdir()
+    (dest / "thesis.tex").write_text("years of work\n")
+    res = publish(release, "--to", dest)
+    assert res.returncode == 14
+    assert "exists and is not a kiln release folder" in res.stderr
+    assert [p.name for p in dest.iterdir()] == ["thesis.tex"]
+
+
+def test_publish_refuses_a_release_with_a_modified_wheel(release: Path, tmp_path: Path) -> None:
+    bad = releases.copy(release, tmp_path / "bad")
+    wheel = sorted((bad / "wheels").glob("plainext-*.whl"))[0]
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 1  # one bit, same size
+    wheel.write_bytes(bytes(data))
+    dest = tmp_path / "out"
+    res = publish(bad, "--to", dest)
+    assert res.returncode == 14
+    (line,) = res.stderr.strip().splitlines()[-1:]
+    assert line.startswith(f"kiln: error: {bad}: wheels/{wheel.name}: sha256 ")
+    assert "nothing was published" in line
+    assert not dest.exists()
+
+    with StandinHub(tmp_path / "hub", TOKEN, {REPO_ID}) as hub:
+        res = publish(bad, "--to", f"hf://{REPO_ID}", env=hub_env(hub))
+    assert res.returncode == 14 and "nothing was published" in res.stderr
+    assert hub.requests == [] and hub.commits == []
+
+
+def test_publish_dry_run_lists_sizes_and_uploads_nothing(release: Path, tmp_path: Path) -> None:
+    with StandinHub(tmp_path / "hub", TOKEN, {REPO_ID}) as hub:
+        res = publish(release, "--to", f"hf://{REPO_ID}", "--dry-run", env=hub_env(hub))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    sizes = {ln.split()[1]: int(ln.split()[0].replace(",", "")) for ln in lines[:-1]}
+    assert sizes == {p: (release / p).stat().st_size for p in listed(release)}
+    total = sum(sizes.values())
+    assert lines[-1] == (
+        f"dry run: would upload {len(sizes)} files ({total:,} bytes) to hf://{REPO_ID}; "
+        f"nothing was uploaded"
+    )
+    assert hub.requests == []
+    res = publish(release, "--to", tmp_path / "folder", "--dry-run")
+    assert res.returncode == 0 and not (tmp_path / "folder").exists()
+
+
+def test_publish_to_hub_standin_server(release: Path, tmp_path: Path) -> None:
+    with StandinHub(tmp_path / "hub", TOKEN, {REPO_ID}) as hub:
+        res = publish(release, "--to", f"hf://{REPO_ID}", env=hub_env(hub))
+    assert res.returncode == 0, res.stderr
+    n = len(listed(release))
+    assert res.stdout.startswith(f"published {n} files to hf://{REPO_ID} in one commit: ")
+    (commit,) = hub.commits  # one commit holding every file
+    assert set(commit.files) == listed(release)
+    assert commit.summary == f"test-release: kiln release ({n} files)"
+    assert [p for _, p in hub.requests if "/commit/" in p] == [f"/api/models/{REPO_ID}/commit/main"]
+    # what the Hub now holds is the release: manifest check accepts it
+    assert manifest.check(tmp_path / "hub" / REPO_ID / "manifest.json") == []
+    assert TOKEN not in res.stdout + res.stderr
+
+
+def test_publish_hub_standin_without_token_stops_before_any_request(
+    release: Path, tmp_path: Path
+) -> None:
+    with StandinHub(tmp_path / "hub", TOKEN, {REPO_ID}) as hub:
+        res = publish(release, "--to", f"hf://{REPO_ID}", env=hub_env(hub, token=None))
+    assert res.returncode == 14
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"kiln: error: HF_TOKEN is not set: export a Hugging Face token with write access to "
+        f"{REPO_ID} (kiln reads it from the environment only); nothing was uploaded"
+    )
+    assert hub.requests == []
+
+
+def test_publish_hub_standin_never_prints_the_token(release: Path, tmp_path: Path) -> None:
+    """The stand-in repeats the Authorization header in its error: kiln must not print it."""
+    with StandinHub(tmp_path / "hub", TOKEN, {REPO_ID}, echo_token_on_commit=True) as hub:
+        res = publish(release, "--to", f"hf://{REPO_ID}", env=hub_env(hub))
+    assert res.returncode == 14
+    out = res.stdout + res.stderr
+    assert "the upload failed, nothing was committed" in out
+    assert "Bearer <HF_TOKEN>" in out  # the server's message, token scrubbed
+    assert TOKEN not in out and TOKEN[3:] not in out
+    assert hub.commits == []
+    assert not any(
+        TOKEN in p.read_text(errors="replace") for p in release.rglob("*") if p.is_file()
+    )
+
+
+def test_publish_hub_standin_wrong_token_or_repo(release: Path, tmp_path: Path) -> None:
+    with StandinHub(tmp_path / "hub", TOKEN, {REPO_ID}) as hub:
+        wrong = publish(release, "--to", f"hf://{REPO_ID}", env=hub_env(hub, "hf_wrong"))
+        missing = publish(release, "--to", "hf://inferencekey/absent", env=hub_env(hub))
+    assert wrong.returncode == 14 and "hf_wrong" not in wrong.stdout + wrong.stderr
+    assert missing.returncode == 14
+    assert "hf://inferencekey/absent: repository not found" in missing.stderr
+    assert hub.commits == []
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("s3://bucket/x", "unknown target"),
+        ("hf://just-a-name", "not a Hub model repository"),
+        ("file://relative/x", "needs an absolute path"),
+    ],
+)
+def test_publish_refuses_unknown_targets(release: Path, target: str, message: str) -> None:
+    res = publish(release, "--to", target)
+    assert res.returncode == 14 and message in res.stderr
