@@ -65,7 +65,7 @@ def git_reason(output: str) -> str:
     """git's first ``fatal:``/``error:`` line, without the prefix (else its last line)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     for line in lines:
-        for prefix in ("fatal: ", "error: "):
+        for prefix in ("fatal: ", "error: ", "error in "):
             if line.startswith(prefix):
                 return line.removeprefix(prefix)
     return lines[-1] if lines else "no output"
@@ -164,7 +164,10 @@ class GitCache:
 
     def damage(self, path: Path) -> str | None:
         """None when the bare clone at ``path`` passes ``git fsck``; else its first error."""
-        res = git("fsck", "--no-dangling", "--no-progress", cwd=path, check=False)
+        # Only damage counts: an upstream's odd .gitmodules is judged where it is used.
+        lenient = [f"fsck.gitmodules{k}=ignore" for k in ("Url", "Path", "Name")]
+        opts = [a for kv in lenient for a in ("-c", kv)]
+        res = git(*opts, "fsck", "--no-dangling", "--no-progress", cwd=path, check=False)
         return None if res.returncode == 0 else git_reason(res.output)
 
     def discard(self, path: Path) -> None:
@@ -331,16 +334,18 @@ def _gitmodules(repo: Path) -> dict[str, tuple[str, str]]:
         "config",
         "-f",
         ".gitmodules",
+        "--null",
         "--get-regexp",
         r"^submodule\..*\.(path|url)$",
         cwd=repo,
         check=False,
     )
     names: dict[str, dict[str, str]] = {}
-    for line in res.output.splitlines():
-        key, _, value = line.partition(" ")
-        name, attr = key[len("submodule.") :].rsplit(".", 1)
-        names.setdefault(name, {})[attr] = value
+    for entry in res.output.split("\0") if res.returncode == 0 else []:
+        key, _, value = entry.strip("\n").partition("\n")  # --null: "key\nvalue\0"
+        name, dot, attr = key.removeprefix("submodule.").rpartition(".")
+        if dot and attr in ("path", "url"):
+            names.setdefault(name, {})[attr] = value
     return {v["path"]: (n, v.get("url", "")) for n, v in names.items() if "path" in v}
 
 
