@@ -122,12 +122,15 @@ def _to_hub(release: Path, files: list[tuple[str, int]], target: Target) -> str:
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):  # one line per request otherwise
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     api = HfApi(endpoint=os.environ.get(ENDPOINT_ENV) or None, token=token)
     name = manifest.read(release / manifest.FILE_NAME)["release"]["name"]
     digest = fsutil.sha256_file(release / manifest.FILE_NAME)
     operations = [
         CommitOperationAdd(path_in_repo=rel, path_or_fileobj=release / rel) for rel, _ in files
     ]
+    log.info("uploading %d files to %s in one commit", len(files), target)
     try:
         info = api.create_commit(
             repo_id=target.where,
