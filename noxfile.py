@@ -84,6 +84,13 @@ def bench_rebuild_c(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_speed(session: nox.Session) -> None:
+    """kiln build vs the naive serial recipe; no-op, patch, cache-warm runs (benchmarks/)."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/speed.py", *session.posargs)
+
+
+@nox.session
 def verify(session: nox.Session) -> None:
     """Rebuild a release from its manifest and compare every file: -- MANIFEST [...]."""
     if not session.posargs:

@@ -1,9 +1,9 @@
 """One build at a time per output and work folder.
 
-An flock on ``<folder>/.kiln.lock`` (``<artifacts>/logs/.kiln.lock``) held for the whole build. The kernel drops it
-when its process dies, however it dies, so a lock is never stale; the file only
-says who holds it (pid, start time, command) for the message a second build
-prints before it refuses (or waits, with ``--wait``).
+An flock on ``<folder>/.kiln.lock`` (``<artifacts>/logs/.kiln.lock``) held for the
+whole build. The kernel drops it when its process dies, however it dies, so a lock
+is never stale; the file only says who holds it (pid, start time, command) for the
+message a second build prints before it refuses (or waits, with ``--wait``).
 """
 
 from __future__ import annotations
@@ -17,13 +17,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kiln.errors import BuildError
+from kiln.errors import Busy
 
 LOCK_NAME = ".kiln.lock"
-
-
-class Busy(BuildError):
-    exit_code = 14
 
 
 def _holder(fd: int) -> str:

@@ -115,6 +115,13 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-compiler-cache", action="store_true", help="compile without ccache")
     p.add_argument(
+        "--artifact-cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the cache of verified outputs by input hash (default: <cache>/artifacts)",
+    )
+    p.add_argument(
         "--no-artifact-cache",
         action="store_true",
         help="rebuild every vendor even when its inputs are unchanged",
@@ -151,6 +158,7 @@ def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipelin
         compiler_cache=args.compiler_cache,
         no_compiler_cache=args.no_compiler_cache,
         artifact_cache=not args.no_artifact_cache,
+        artifact_cache_dir=args.artifact_cache,
         wait=args.wait,
     )
 
@@ -462,3 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     except KilnError as err:
         print(f"kiln: error: {err}", file=sys.stderr)
         return err.exit_code
+    except OSError as exc:
+        from kiln import fsutil
+
+        full = fsutil.disk_full(exc, Path(exc.filename or "."))
+        if full is None:
+            raise
+        print(f"kiln: error: {full}", file=sys.stderr)
+        return full.exit_code

@@ -75,3 +75,9 @@ class Interrupted(KilnError):
     """The user or the system stopped the run (SIGINT/SIGTERM)."""
 
     exit_code = 130
+
+
+class Busy(KilnError):
+    """Another kiln build holds the artifacts or work folder."""
+
+    exit_code = 15

@@ -23,6 +23,11 @@ MARKERS = {
 
 def collect(vendor: Vendor, tree: Path, dest: Path) -> Path:
     src = tree / vendor.source.license
+    if src.is_symlink() and not src.resolve().is_relative_to(tree.resolve()):
+        raise VerifyError(
+            f"{vendor.name}: {vendor.source.license} is a link to {src.resolve()}, outside "
+            f"its source; a release ships only the upstream's own license file"
+        )
     if not src.is_file():
         raise VerifyError(
             f"{vendor.name}: no license file at {vendor.source.license} in its source; a "

@@ -72,6 +72,7 @@ class Options:
     compiler_cache: Path | None = None  # default: <cache>/ccache
     no_compiler_cache: bool = False
     artifact_cache: bool = True
+    artifact_cache_dir: Path | None = None  # default: <cache>/artifacts
     wait: bool = False  # wait for another build holding artifacts/ instead of refusing
     live: bool | None = None  # live progress table (default: when stderr is a terminal)
 
@@ -689,7 +690,9 @@ def _build_locked(
         budget,
         peaks,
         compilercache.setup(ccache_dir.resolve() if ccache_dir else None, tc.ccache),
-        artifactcache.ArtifactCache(opts.cache / "artifacts") if opts.artifact_cache else None,
+        artifactcache.ArtifactCache((opts.artifact_cache_dir or opts.cache / "artifacts").resolve())
+        if opts.artifact_cache
+        else None,
         gate,
         display,
         echo=len(selected) == 1 and not display.live,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 import kiln
-from kiln import buildenv, cudapypi, facts, proc
+from kiln import buildenv, cudapypi, facts, memlimit, proc
 from kiln.config import Profile
 from kiln.errors import BuildError
 from kiln.toolchain import Toolchain, check_cuda
@@ -121,8 +121,11 @@ class LocalRunner:
         mem_gib: float | None = None,
         echo: bool = False,
     ) -> proc.Result:
-        return proc.run(
+        # The step's memory limit, as the Docker runner's container has: a cgroup of its
+        # own, so an OOM kill is named as such (kiln.memlimit).
+        return memlimit.run_limited(
             argv,
+            mem_gib=mem_gib,
             cwd=cwd,
             env=env,
             log_file=log_file,

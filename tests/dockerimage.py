@@ -1,6 +1,6 @@
 """The tests' builder-like base image, made locally (no registry is reachable):
 a ``debootstrap --variant=minbase bookworm`` root imported with docker-py, plus a
-layer with Python, a C++ compiler and git, built with docker-py on the host network.
+layer with Python, a C++ compiler, git and ccache, built with docker-py on the host network.
 The CUDA toolkit is not in it: tests bind-mount the host's, read-only. Tagged by a
 content hash of this recipe and reused across test runs."""
 
@@ -22,7 +22,7 @@ FROM {base}
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
       python3 python3-dev python3-pip python3-setuptools python3-wheel g++ git \\
-      ca-certificates \\
+      ca-certificates ccache \\
  && rm -rf /var/lib/apt/lists/*
 """
 BASE_KEY = hashlib.sha256(f"{SUITE} {MIRROR} minbase".encode()).hexdigest()[:12]

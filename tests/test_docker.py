@@ -145,6 +145,28 @@ def test_docker_build_has_both_archs_and_matches_local(
         assert text == local_sass[member], f"SASS of {member} differs"
 
 
+def test_compiler_cache_is_a_volume_shared_by_docker_builds(
+    tmp_path: Path, upstreams: Upstreams, docker_options
+) -> None:
+    vendor = plain_vendor(upstreams.plain[1], archs=["sm_100a"])
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    counts = []
+    for name in ("a", "b"):
+        release = pipeline.build(
+            docker_options(
+                ws,
+                artifacts=tmp_path / f"artifacts-{name}",
+                work=tmp_path / f"work-{name}",
+                artifact_cache=False,
+            )
+        )
+        data = json.loads((release / "manifest.json").read_text())
+        counts.append(data["vendors"]["plain"]["caches"]["compiler"])
+    assert counts[0]["tool"] == "ccache" and counts[0]["misses"] >= 1
+    assert counts[1]["misses"] == 0 and counts[1]["hits"] == counts[0]["misses"]
+    assert (tmp_path / "cache" / "ccache").is_dir()  # on the host: kept between containers
+
+
 def test_failing_step_surfaces_log_tail_and_exit_code(
     tmp_path: Path, upstreams: Upstreams, docker_options
 ) -> None:
@@ -169,13 +191,12 @@ def test_out_of_memory_is_reported_as_such(
     vendor["build"].update(
         kind="inplace",
         outputs=["*.so"],
-        mem_per_job_gib=0.0625,
         command=["python3", "-c", "b = bytearray(1 << 30); print(len(b))"],
     )
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
     with pytest.raises(BuildError) as info:
-        pipeline.build(docker_options(ws))
-    assert "killed: out of memory (limit 0.0625 GiB): lower --jobs or raise the limit" in str(
+        pipeline.build(docker_options(ws, mem_limit_gib=0.25))
+    assert "killed: out of memory (limit 0.25 GiB): lower --jobs or raise the limit" in str(
         info.value
     )
 

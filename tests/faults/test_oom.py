@@ -72,11 +72,6 @@ def test_a_plain_failure_is_not_called_out_of_memory(cgroups) -> None:
     assert "out of memory" not in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pending (lead): LocalRunner.run must go through kiln.memlimit.run_limited; "
-    "then this passes and the marker must go",
-)
 def test_local_build_over_its_limit_reports_out_of_memory(cgroups, tmp_path: Path) -> None:
     up = tmp_path / "up"
     commit = make_tiny(up)
