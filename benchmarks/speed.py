@@ -209,7 +209,9 @@ class Bench:
             if name == "ops_a":
                 lines.append(f'git -C "{tree}" apply "{self.ws}/patches/ops_a-seed.patch"')
             lines.append(
-                f'(cd "{tree}" && MAX_JOBS=1 TORCH_CUDA_ARCH_LIST="10.0a;10.3a" '
+                # CCACHE_DISABLE: torch puts ccache in front of the compiler when it is
+                # installed; the naive recipe's runs must be cold too.
+                f'(cd "{tree}" && CCACHE_DISABLE=1 MAX_JOBS=1 TORCH_CUDA_ARCH_LIST="10.0a;10.3a" '
                 f'CUDA_HOME="{CUDA_HOME}" "{self.python}" -m pip wheel --no-build-isolation '
                 f'--no-deps --no-cache-dir -q -w "{self.root}/naive/wheels" .)'
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import sys
 import time
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kiln.errors import Busy
+
+log = logging.getLogger("kiln.buildlock")
 
 LOCK_NAME = ".kiln.lock"
 
@@ -45,23 +48,35 @@ def hold(folders: list[Path], wait: bool = False) -> Iterator[None]:
         for folder in sorted({f.resolve() for f in folders}):
             folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(lock_file(folder), os.O_RDWR | os.O_CREAT, 0o644)
-            fds.append(fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if not wait:
+                    holder = _holder(fd)
+                    os.close(fd)
                     raise Busy(
-                        f"{folder} is in use by another kiln build ({_holder(fd)}): wait for "
+                        f"{folder} is in use by another kiln build ({holder}): wait for "
                         f"it to finish, pass --wait, or use another --artifacts/--work"
                     ) from None
                 print(
                     f"kiln: waiting for the build holding {folder} ({_holder(fd)})", file=sys.stderr
                 )
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            fds.append(fd)  # held: this process writes and, at the end, empties it
+            if os.pread(fd, 1, 0):  # a holder that ended cleanly empties the file
+                log.warning(
+                    "the last kiln build on %s did not finish (%s): its lock went with it; "
+                    "its staging folder and work trees are cleaned, its finished vendors "
+                    "reused from the artifact cache",
+                    folder,
+                    _holder(fd),
+                )
             info = {"pid": os.getpid(), "started": time.time(), "command": " ".join(sys.argv)}
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(info).encode(), 0)
         yield
     finally:
         for fd in fds:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
             os.close(fd)

@@ -6,9 +6,13 @@ installed; the container gets kiln's source on ``PYTHONPATH`` and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -74,9 +78,30 @@ def build_wheel(python: str, tree: Path, out_dir: Path, env: Mapping[str, str] |
     return made[0]
 
 
+def _die_with_parent() -> None:
+    """kiln starts each step in a process group of its own (so Ctrl-C can stop it all);
+    if kiln itself is killed (SIGKILL, OOM) nothing would stop that group, and its
+    compilers would go on writing into a work tree the next run re-creates. So the
+    step watches its parent and, once orphaned, kills its whole group."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        for _ in range(3):  # commands start their own groups (kiln.proc): kill each one
+            for pid in memwatch.descendants(os.getpid()):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    if os.getpgid(0) == os.getpid():  # only where this step leads its own group
+        threading.Thread(target=watch, daemon=True, name="orphan-watch").start()
+
+
 def run(spec: StepSpec, env: Mapping[str, str] | None = None) -> None:
     """Run one step here (the process's environment is the build's environment),
     sampling the memory of everything it starts into ``KILN_STEP_MEM`` when set."""
+    _die_with_parent()
     mem_file = (env if env is not None else os.environ).get("KILN_STEP_MEM")
     if not mem_file:
         _run(spec, env)

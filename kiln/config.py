@@ -308,6 +308,7 @@ class Workspace:
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
+        self._patches_dir: Path | None = None
         meta = parse(WorkspaceFile, self.root / WORKSPACE_FILE)
         self.release = meta.release
         self.profile = meta.profile
@@ -320,7 +321,11 @@ class Workspace:
 
     @property
     def patches_dir(self) -> Path:
-        return self.root / "patches"
+        return self._patches_dir or self.root / "patches"
+
+    def use_patches_from(self, folder: Path) -> None:
+        """Read patches from ``folder`` from now on (a build's snapshot, kiln.inputs)."""
+        self._patches_dir = folder
 
     def vendor_file(self, name: str) -> Path:
         return self.vendors_dir / f"{name}.toml"

@@ -66,6 +66,16 @@ def daemon_address() -> str:
     return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def connect():  # -> docker.DockerClient
     from docker.errors import DockerException
 
@@ -121,6 +131,7 @@ class DockerRunner:
         if not (docker_dir / "Dockerfile").is_file():
             raise ConfigError(f"{docker_dir}/Dockerfile: not found (--docker-dir)")
         self.client = connect()
+        self.remove_orphans()
         self.base = base_image
         self.image = base_image if "@sha256:" in base_image else f"unpinned:{base_image}"
         self.docker_dir = docker_dir
@@ -228,7 +239,7 @@ class DockerRunner:
             network_mode="none",
             mem_limit=limit,
             memswap_limit=limit,
-            labels={"kiln": "step"},
+            labels={"kiln": "step", "kiln.owner": str(os.getpid())},
             detach=True,
         )
         tail: deque[str] = deque(maxlen=proc.TAIL_LINES)
@@ -273,6 +284,22 @@ class DockerRunner:
                 f"{what} failed with exit code {rc} (in the builder container){where}\n{tail_text}"
             )
         return proc.Result(rc, "".join(chunks))
+
+    def remove_orphans(self) -> None:
+        """Containers of steps whose kiln process is gone (killed with SIGKILL, or its
+        machine's OOM killer): they would go on writing into work trees this run
+        re-creates. Removed, and said so."""
+        for container in self.client.containers.list(all=True, filters={"label": "kiln=step"}):
+            owner = container.labels.get("kiln.owner", "")
+            if owner.isdigit() and _pid_alive(int(owner)):
+                continue
+            log.warning(
+                "removing container %s of a kiln build that is gone (pid %s)",
+                container.short_id,
+                owner or "unknown",
+            )
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
 
     def cancel(self) -> None:
         """Kill the containers of running steps (Ctrl-C while steps run in threads);

@@ -4,6 +4,8 @@ container, where kiln's dependencies are not installed."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
@@ -71,16 +73,52 @@ def gcc_version() -> str:
     return proc.output([cxx, "-dumpfullversion"], error=ToolchainError, what=f"{cxx} version")
 
 
-def python_facts(python: Path) -> dict[str, Any]:
+def _install_stamp(python: Path) -> str | None:
+    """What changes when the Python or its packages change: the interpreter's and its
+    venv's files, and every site-packages folder (installing or removing a package adds
+    or removes entries there). None where the layout is not a plain prefix."""
+    prefix = python.parent.parent
+    sites = sorted(prefix.glob("lib/python3*/site-packages"))
+    if not sites:
+        return None
+    paths = [python, python.resolve(), prefix / "pyvenv.cfg", *sites]
+    paths += [p for s in sites for p in (s / "torch", s / "torch" / "version.py")]
+    stamp = []
+    for p in paths:
+        try:
+            st = p.stat()
+        except OSError:
+            stamp.append(f"{p}:-")
+            continue
+        stamp.append(f"{p}:{st.st_mtime_ns}:{st.st_size}:{st.st_ino}")
+    return hashlib.sha256("\n".join(stamp).encode()).hexdigest()
+
+
+def python_facts(python: Path, cache: Path | None = None) -> dict[str, Any]:
+    """The build Python's version, site-packages and torch. Importing torch takes
+    seconds, so with ``cache`` the answer is kept per install stamp (a no-op build
+    should take about a second)."""
+    stamp = _install_stamp(python) if cache is not None else None
+    saved = cache / f"python-{stamp}.json" if cache is not None and stamp else None
+    if saved is not None and saved.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            return json.loads(saved.read_text())
     raw = proc.output(
         [python, "-c", PYTHON_PROBE],
         error=ToolchainError,
         what=f"reading the build Python {python}",
     )
-    return json.loads(raw.splitlines()[-1])
+    found = json.loads(raw.splitlines()[-1])
+    if saved is not None:
+        with contextlib.suppress(OSError):
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            tmp = saved.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(found))
+            os.replace(tmp, saved)
+    return found
 
 
-def probe(python: Path, cuda_home: Path) -> dict[str, Any]:
+def probe(python: Path, cuda_home: Path, cache: Path | None = None) -> dict[str, Any]:
     """Everything, with a failure recorded as ``error`` instead of raised (so a container
     can report it as data)."""
     facts: dict[str, Any] = {
@@ -91,7 +129,7 @@ def probe(python: Path, cuda_home: Path) -> dict[str, Any]:
     try:
         facts["nvcc"] = nvcc_version(cuda_home)
         facts["gcc"] = gcc_version()
-        facts.update(python_facts(python))
+        facts.update(python_facts(python, cache))
     except ToolchainError as exc:
         facts["error"] = str(exc)
     return facts

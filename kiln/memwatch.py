@@ -41,14 +41,19 @@ def _rss_kib(pid: int) -> int:
         return 0
 
 
-def tree_rss_kib(root: int) -> int:
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (children first)."""
     kids = _children_map()
-    total, todo = 0, [root]
+    found, todo = [], list(kids.get(root, ()))
     while todo:
-        pid = todo.pop()
-        total += _rss_kib(pid)
+        pid = todo.pop(0)
+        found.append(pid)
         todo.extend(kids.get(pid, ()))
-    return total
+    return found
+
+
+def tree_rss_kib(root: int) -> int:
+    return sum(_rss_kib(pid) for pid in [root, *descendants(root)])
 
 
 class Watcher:

@@ -24,6 +24,7 @@ from kiln import (
     docker_runner,
     fsutil,
     inplace,
+    inputs,
     licenses,
     manifest,
     memwatch,
@@ -467,6 +468,9 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     for f in files.values():
         f.unlink(missing_ok=True)
     env.update(compilercache.environment(ctx.ccache, tree, files["ccache"]))
+    # torch >= 2.10 puts ccache in front of the compiler by itself when it finds one: in
+    # front of kiln's wrapper, with kiln's ccache settings, caching every compile twice.
+    env["TORCH_NO_COMPILER_WRAPPER"] = "1"
     env.update(
         {
             "KILN_GATE_DIR": str(ctx.gate),
@@ -663,6 +667,7 @@ def _build_locked(
     release_dir = opts.artifacts / ws.release.name
     logs = opts.artifacts / "logs" / ws.release.name
     logs.mkdir(parents=True, exist_ok=True)
+    snapshot = inputs.Snapshot(ws, opts.work / ".kiln-inputs" / ws.release.name / "patches")
     cache = sources.GitCache(opts.cache, Mirrors.load(opts.mirrors), opts.offline)
     try:
         runner: Runner | None = make_runner(ws, opts, logs)
@@ -721,6 +726,9 @@ def _build_locked(
         ):
             built = _run_plan(ctx, selected, stage)
             watch.stop()
+            for w in snapshot.warnings():
+                log.warning("%s", w)
+                warnings.append(w)
             kept = _carry_over(release_dir, stage, header, set(built))
             data = {
                 **header,

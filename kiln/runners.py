@@ -97,7 +97,7 @@ class LocalRunner:
         if self.pypi_cuda:
             self.cuda_home = cudapypi.provision(self.pypi_cuda, self._cache, self._log_dir)
         python = buildenv.build_python(profile, self._cache, self._python, self._log_dir)
-        found = facts.probe(python, self.cuda_home)
+        found = facts.probe(python, self.cuda_home, self._cache / "facts")
         if self.pypi_cuda:
             found["components"] = cudapypi.components(self.pypi_cuda)
         return Toolchain.from_facts(found)

@@ -57,3 +57,31 @@ def test_entries_record_the_dependency_they_read(tmp_path: Path) -> None:
     (include / "outside.h").write_text("#define OUTSIDE 3\n")
     second = _compile(_tree(tmp_path / "z" / "tree"), include, tmp_path / "cache-z")
     assert first != second
+
+
+def test_nvcc_host_compiler_through_the_wrapper_does_not_wait_for_its_own_slot(
+    tmp_path: Path,
+) -> None:
+    """nvcc -ccbin <kiln's gcc wrapper>: the host compile runs inside the nvcc compile that
+    holds the only gate slot; waiting for a slot there would deadlock."""
+    from kiln.shipped import compilegate
+
+    gate = tmp_path / "gate"
+    compilegate.write_budget(gate, mem_gib=1.0, cpus=1)
+    gcc = tmp_path / "gcc"
+    gcc.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{WRAPPER}" gcc "$@"\n')
+    gcc.chmod(0o755)
+    (tmp_path / "k.cu").write_text("__global__ void k(float* x) { x[0] = 1; }\n")
+    env = {
+        **os.environ,
+        "KILN_GATE_DIR": str(gate),
+        "KILN_GATE_MEM_GIB": "1",
+        "KILN_OBJCACHE_DIR": str(tmp_path / "cache"),
+        "KILN_OBJCACHE_ROOTS": f"TREE={tmp_path}",
+        "KILN_JOB_STATS": str(tmp_path / "jobs"),
+    }
+    nvcc = "/usr/local/cuda/bin/nvcc"
+    cmd = [sys.executable, str(WRAPPER), nvcc, "-c", "k.cu", "-o", "k.o", "-ccbin", str(gcc)]
+    subprocess.run(cmd, cwd=tmp_path, env=env, check=True, timeout=120)
+    lines = (tmp_path / "jobs").read_text().splitlines()
+    assert len(lines) == 1 and '"compiler": "nvcc"' in lines[0]  # host steps: not counted

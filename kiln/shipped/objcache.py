@@ -46,6 +46,7 @@ except ImportError:  # run as .kiln/objcache.py of a shipped tree: the kit's cop
     import compilegate  # type: ignore[no-redef]
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
+NESTED = "KILN_WRAPPED"
 DEP_FLAGS_WITH_VALUE = ("-MF", "-MT", "-MQ", "--dependency-output", "-odir")
 DEP_FLAGS = (
     "-MD",
@@ -229,6 +230,10 @@ def run_real(call: Call) -> int:
     has room for it."""
     started = time.monotonic()
     argv = [*_launcher(call), call.compiler, *call.args]
+    # What the real compiler runs through this wrapper again (nvcc's -ccbin host
+    # compiler) is part of this compile: it must not wait for a gate slot this compile
+    # holds (a deadlock), nor be cached or counted twice.
+    env = {**os.environ, NESTED: "1"}
     with compilegate.from_environment():
         if (
             not is_nvcc(call.compiler)
@@ -236,11 +241,11 @@ def run_real(call: Call) -> int:
             or "--keep" in call.args
             or "-o" not in call.args
         ):
-            rc = subprocess.call(argv)
+            rc = subprocess.call(argv, env=env)
         else:
             with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
                 # One word (``=``): ccache is told to ignore it (a fresh temp dir each time).
-                rc = subprocess.call([*argv, "--keep", f"--keep-dir={keep}"])
+                rc = subprocess.call([*argv, "--keep", f"--keep-dir={keep}"], env=env)
     _record(call, rc, started, "compiled" if call.cacheable else "other")
     return rc
 
@@ -289,6 +294,8 @@ def main(argv: list[str]) -> int:
         return 2
     roots = _roots()
     call = Call(argv[1], deterministic_args(argv[1], argv[2:], roots))
+    if os.environ.get(NESTED) == "1":  # inside a compile this wrapper already runs
+        return subprocess.call([call.compiler, *call.args])
     cache_dir = os.environ.get("KILN_OBJCACHE_DIR")
     if not call.cacheable or not cache_dir or os.environ.get("KILN_OBJCACHE_DISABLE"):
         return run_real(call)
@@ -333,7 +340,11 @@ def main(argv: list[str]) -> int:
         deps = parse_depfile(Path(call.depfile).read_text())
     else:
         res = subprocess.run(
-            [call.compiler, *call.deps_args()], capture_output=True, text=True, check=False
+            [call.compiler, *call.deps_args()],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, NESTED: "1"},
         )
         if res.returncode != 0:
             return 0  # compiled fine; just not cacheable

@@ -1,0 +1,80 @@
+"""Fault 3: kiln is SIGKILLed mid-build; the next run cleans up and finishes the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from kiln import manifest
+from tests.conftest import start_kiln_until
+from tests.faults.conftest import (
+    FAULT_PROFILE,
+    build_args,
+    build_cli,
+    make_tiny,
+    mirrors_file,
+    tiny_vendor,
+)
+from tests.workspace import write
+
+# The slow vendor's build: note its pid where the test can see it, then compile "forever".
+SLOW = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie is gone for our purpose
+        return fh.read().split(") ")[1][0] != "Z"
+
+
+def test_sigkill_mid_build_then_a_rerun_cleans_up_and_reuses_what_finished(
+    tmp_path: Path,
+) -> None:
+    up = tmp_path / "up"
+    commit = make_tiny(up)
+    mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
+    marker = tmp_path / "compiling"
+    slow = tiny_vendor(commit, command=[sys.executable, "-c", SLOW, str(marker)], after=["fast"])
+    ws = write(tmp_path / "ws", {"fast": tiny_vendor(commit), "slow": slow}, profile=FAULT_PROFILE)
+
+    kiln = start_kiln_until(marker, *build_args(ws, tmp_path, mirrors, "--offline"))
+    while not marker.read_text():
+        time.sleep(0.05)
+    step_pid = int(marker.read_text())
+    kiln.send_signal(signal.SIGKILL)  # no handler, no cleanup
+    kiln.communicate(timeout=30)
+
+    # The step's process group does not outlive kiln: it noticed and killed itself.
+    deadline = time.monotonic() + 15
+    while _alive(step_pid):
+        assert time.monotonic() < deadline, "the orphaned build step is still running"
+        time.sleep(0.1)
+    artifacts = tmp_path / "artifacts"
+    assert not (artifacts / "test-release").exists()  # nothing half-published
+    assert list((artifacts / ".staging").iterdir())  # the killed run's staging is left...
+    lock = artifacts / "logs" / ".kiln.lock"
+    assert json.loads(lock.read_text())["pid"] == kiln.pid  # ...and its lock's note
+
+    # The rerun: the slow vendor now builds normally; the fast one is unchanged.
+    write(
+        tmp_path / "ws",
+        {"fast": tiny_vendor(commit), "slow": tiny_vendor(commit)},
+        profile=FAULT_PROFILE,
+    )
+    res = build_cli(ws, tmp_path, mirrors, "--offline")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "did not finish" in res.stderr and f"pid {kiln.pid}" in res.stderr
+    release = artifacts / "test-release"
+    data = json.loads((release / "manifest.json").read_text())
+    status = {n: v["caches"]["artifact"]["status"] for n, v in data["vendors"].items()}
+    assert status == {"fast": "hit", "slow": "miss"}  # what finished before the kill is reused
+    assert not (artifacts / ".staging").exists()
+    assert lock.read_text() == ""  # a clean end leaves no holder note
+    assert manifest.check(release / "manifest.json") == []
