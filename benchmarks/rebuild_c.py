@@ -78,6 +78,9 @@ def main() -> int:
                 offline=True,
                 python=str(python),
                 toolchain="pypi",
+                # a full build each time: no outputs or objects from the previous run
+                no_compiler_cache=True,
+                artifact_cache=False,
             )
             start = time.monotonic()
             release = pipeline.build(opts)

@@ -652,7 +652,9 @@ def build(opts: Options) -> Path:
     peaks = schedule.PeakStore(opts.cache / "peaks.json")
     schedule.check_fits(selected, peaks, budget)
     (opts.artifacts / "logs").mkdir(parents=True, exist_ok=True)
-    with buildlock.hold([opts.artifacts, opts.work], wait=opts.wait):
+    # The work folder is locked once preflight passed (a run that cannot start creates
+    # nothing there).
+    with buildlock.hold([opts.artifacts], wait=opts.wait):
         return _build_locked(opts, ws, selected, budget, peaks)
 
 
@@ -667,7 +669,7 @@ def _build_locked(
     release_dir = opts.artifacts / ws.release.name
     logs = opts.artifacts / "logs" / ws.release.name
     logs.mkdir(parents=True, exist_ok=True)
-    snapshot = inputs.Snapshot(ws, opts.work / ".kiln-inputs" / ws.release.name / "patches")
+    snapshot = inputs.Snapshot(ws, logs / ".inputs" / "patches")
     cache = sources.GitCache(opts.cache, Mirrors.load(opts.mirrors), opts.offline)
     try:
         runner: Runner | None = make_runner(ws, opts, logs)
@@ -720,6 +722,7 @@ def _build_locked(
     )
     try:
         with (
+            buildlock.hold([opts.work], wait=opts.wait),
             fsutil.staged_dir(release_dir) as stage,
             memwatch.Watcher(os.getpid()) as watch,
             display,

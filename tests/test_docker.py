@@ -240,6 +240,8 @@ def test_daemon_unreachable_is_one_clear_line(tmp_path: Path, upstreams: Upstrea
         tmp_path / "a",
         "--cache",
         tmp_path / "c",
+        "--work",
+        tmp_path / "w",
         *docker_args("any:tag"),
         env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
     )

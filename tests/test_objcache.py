@@ -85,3 +85,41 @@ def test_nvcc_host_compiler_through_the_wrapper_does_not_wait_for_its_own_slot(
     subprocess.run(cmd, cwd=tmp_path, env=env, check=True, timeout=120)
     lines = (tmp_path / "jobs").read_text().splitlines()
     assert len(lines) == 1 and '"compiler": "nvcc"' in lines[0]  # host steps: not counted
+
+
+def test_a_compile_is_the_same_bytes_with_ccache_and_without(tmp_path: Path) -> None:
+    """ccache's base_dir runs the compiler with paths relative to the working directory
+    (debug info names the source as given); the wrapper writes them so itself, or a
+    build with ccache would differ from one without (kiln verify compiles without)."""
+    tree = tmp_path / "tree"
+    (tree / "inc").mkdir(parents=True)
+    (tree / "build").mkdir()
+    (tree / "inc" / "h.h").write_text("#define H 3\n")
+    (tree / "a.c").write_text('#include "h.h"\nint f(void) { return H + __LINE__; }\n')
+    base = {**os.environ, "KILN_OBJCACHE_ROOTS": f"TREE={tree}"}
+    ccache = {
+        "KILN_CCACHE": "ccache",
+        "CCACHE_DIR": str(tmp_path / "ccache"),
+        "CCACHE_BASEDIR": str(tree),
+        "CCACHE_NOHASHDIR": "1",
+    }
+    for name, extra in (("direct", {}), ("ccache", ccache)):
+        subprocess.run(
+            [
+                sys.executable,
+                str(WRAPPER),
+                "gcc",
+                "-g",
+                "-O2",
+                f"-I{tree}/inc",
+                "-c",
+                str(tree / "a.c"),
+                "-o",
+                f"{name}.o",
+            ],
+            cwd=tree / "build",
+            env={**base, **extra},
+            check=True,
+        )
+    assert list((tmp_path / "ccache").rglob("*R"))  # ccache really stored a result
+    assert (tree / "build" / "direct.o").read_bytes() == (tree / "build" / "ccache.o").read_bytes()

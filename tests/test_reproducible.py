@@ -34,6 +34,9 @@ def build_twice(
                     ws,
                     artifacts=tmp_path / f"{run}/artifacts",
                     work=tmp_path / f"{run}/deeper/work",
+                    # each build compiles: a cache hit would prove nothing here
+                    no_compiler_cache=True,
+                    artifact_cache=False,
                 )
             )
             (wheel,) = (release / "wheels").glob("*.whl")

@@ -160,6 +160,42 @@ def is_nvcc(compiler: str) -> bool:
     return os.path.basename(compiler).startswith("nvcc")
 
 
+PATH_FLAGS = ("-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-I")
+
+
+def _inside(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree + os.sep)
+
+
+def relative_paths(args: list[str], tree: str | None) -> list[str]:
+    """Sources and include paths inside the tree, written relative to the working
+    directory, as ccache's ``base_dir`` would run them: a compile then reads the same
+    command with ccache or without (debug info names its source as given), and ccache
+    finds nothing left to rewrite. Only where the working directory is in the tree
+    (elsewhere the wrapper runs without ccache: :func:`_launcher`)."""
+    cwd = os.path.realpath(os.getcwd())
+    if not tree or not _inside(cwd, tree):
+        return args
+
+    def rel(path: str) -> str:
+        norm = os.path.normpath(path)
+        return os.path.relpath(norm, cwd) if path.startswith("/") and _inside(norm, tree) else path
+
+    out: list[str] = []
+    it = iter(args)
+    for a in it:
+        flag = next((f for f in PATH_FLAGS if a == f or a.startswith(f + "/")), None)
+        if flag is not None and a == flag:
+            out += [a, rel(next(it, ""))]
+        elif flag is not None:
+            out.append(flag + rel(a[len(flag) :]))
+        elif a.startswith("/") and a.endswith(SOURCE_SUFFIXES) and os.path.isfile(a):
+            out.append(rel(a))
+        else:
+            out.append(a)
+    return out
+
+
 def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, str]]) -> list[str]:
     if os.environ.get("KILN_DETERMINISTIC") == "0":
         return args
@@ -176,6 +212,7 @@ def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, st
         f"-ffile-prefix-map={path}={PREFIX_TARGETS.get(name, '/' + name.lower())}"
         for name, path in sorted(roots, key=lambda r: (order.get(r[0], -1), r[0]))
     ]
+    args = relative_paths(args, dict(roots).get("TREE"))
     if not nvcc:
         return [*args, *maps]
     extra = [x for m in maps for x in ("-Xcompiler", m)]
@@ -196,7 +233,9 @@ def _launcher(call: Call) -> list[str]:
     """ccache in front of the real compiler for compiles, when kiln configured one
     (``KILN_CCACHE``: its path; ``CCACHE_*`` settings come with it)."""
     ccache = os.environ.get("KILN_CCACHE")
-    return [ccache] if ccache and call.cacheable else []
+    base = os.environ.get("CCACHE_BASEDIR")
+    in_base = bool(base) and _inside(os.path.realpath(os.getcwd()), os.path.realpath(base or "/"))
+    return [ccache] if ccache and call.cacheable and in_base else []
 
 
 def _record(call: Call, rc: int, started: float, result: str) -> None:
