@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln import proc
+from kiln import fsutil, proc
 from kiln.config import Profile
 from kiln.errors import BuildError, ConfigError, KilnError, ToolchainError
 from kiln.memlimit import oom_error
@@ -64,16 +64,6 @@ class Mount:
 
 def daemon_address() -> str:
     return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def connect():  # -> docker.DockerClient
@@ -291,7 +281,7 @@ class DockerRunner:
         re-creates. Removed, and said so."""
         for container in self.client.containers.list(all=True, filters={"label": "kiln=step"}):
             owner = container.labels.get("kiln.owner", "")
-            if owner.isdigit() and _pid_alive(int(owner)):
+            if owner.isdigit() and fsutil.pid_alive(int(owner)):
                 continue
             log.warning(
                 "removing container %s of a kiln build that is gone (pid %s)",

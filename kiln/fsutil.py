@@ -54,7 +54,7 @@ def disk_full(exc: OSError, path: Path, doing: str = "writing") -> DiskFull | No
     )
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -70,7 +70,7 @@ def remove_stale_staging(staging_root: Path) -> None:
         return
     for entry in staging_root.iterdir():
         pid = entry.name.rsplit("-", 1)[-1].removesuffix(".old")
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             log.info("removing stale staging folder %s", entry)
             shutil.rmtree(entry, ignore_errors=True)
 

@@ -99,6 +99,15 @@ def test_compiler_cache_hits_from_another_work_tree_path(
     assert _files(b) == wheel  # a hit gives the same bytes as the compile
 
 
+def _cli_args(tmp: Path, ws: Path, upstreams: Upstreams, python: Path) -> list[str | Path]:
+    """``kiln build`` of ``ws`` on the local runner, everything under ``tmp``."""
+    return [
+        *("--workspace", ws, "--artifacts", tmp / "artifacts", "--work", tmp / "work"),
+        *("--cache", tmp / "cache", "--mirrors", upstreams.mirrors, "--offline"),
+        *("--python", python, "--toolchain", "pypi", "--runner", "local"),
+    ]
+
+
 @pytest.fixture
 def read_only_dir(tmp_path: Path):
     """A folder even root cannot write: a read-only tmpfs mount."""
@@ -119,23 +128,7 @@ def test_non_writable_compiler_cache_warns_once_and_builds_without(
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[1], archs=["sm_100a"])})
     res = run_kiln(
         "build",
-        "--workspace",
-        ws,
-        "--artifacts",
-        tmp_path / "artifacts",
-        "--work",
-        tmp_path / "work",
-        "--cache",
-        tmp_path / "cache",
-        "--mirrors",
-        upstreams.mirrors,
-        "--offline",
-        "--python",
-        build_python,
-        "--toolchain",
-        "pypi",
-        "--runner",
-        "local",
+        *_cli_args(tmp_path, ws, upstreams, build_python),
         "--compiler-cache",
         read_only_dir,
     )
@@ -155,25 +148,7 @@ def test_two_builds_on_one_artifacts_folder_never_interleave(
     vendor = plain_vendor(upstreams.plain[1], archs=["sm_100a"])
     vendor["build"]["env"] = {"PLAIN_BUILD_DELAY": "120", "PLAIN_STARTED_MARKER": str(marker)}
     ws = write(tmp_path / "ws", {"plain": vendor})
-    common = [
-        "--workspace",
-        ws,
-        "--artifacts",
-        tmp_path / "artifacts",
-        "--work",
-        tmp_path / "work",
-        "--cache",
-        tmp_path / "cache",
-        "--mirrors",
-        upstreams.mirrors,
-        "--offline",
-        "--python",
-        build_python,
-        "--toolchain",
-        "pypi",
-        "--runner",
-        "local",
-    ]
+    common = _cli_args(tmp_path, ws, upstreams, build_python)
     first = start_kiln_until(marker, "build", *common)
     try:
         second = run_kiln("build", *common)
