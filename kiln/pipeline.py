@@ -93,6 +93,7 @@ class Context:
     gate: Path
     display: progress.Display
     echo: bool  # stream build output to the console (one step at a time, no live table)
+    most_at_once: int = 0  # the most steps that ran at the same time (manifest)
     made: dict[str, str] = field(default_factory=dict)  # output file name -> vendor
 
 
@@ -573,6 +574,7 @@ def _run_plan(ctx: Context, selected: list[Vendor], stage: Path) -> dict[str, di
                     running[pool.submit(build_vendor, ctx, v, stage)] = v.name
                 if not running:
                     break
+                ctx.most_at_once = max(ctx.most_at_once, len(running))
                 done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
                 for fut in done:
                     name = running.pop(fut)
@@ -713,7 +715,7 @@ def _build_locked(
         "runner": {"kind": runner.kind, "image": runner.image, "builder": runner.builder},
     }
     log.info(
-        "plan: %d step%s at once, memory budget %g GiB (%s), %d CPU slots",
+        "plan: %d step%s, memory budget %g GiB (%s), %d CPU slots",
         len(selected),
         "s" if len(selected) != 1 else "",
         budget.mem_gib,
@@ -738,7 +740,7 @@ def _build_locked(
                 "warnings": warnings,
                 "scheduler": {
                     **budget.to_json(),
-                    "steps_at_once": len(selected),
+                    "steps_at_once": ctx.most_at_once,
                     "peak_rss_gib": round(watch.peak_kib / 2**20, 3),
                     "wall_s": round(time.monotonic() - started, 3),
                 },
