@@ -99,3 +99,28 @@ def start_kiln_until(
         assert time.monotonic() < deadline, "the build never started compiling"
         time.sleep(0.2)
     return proc
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A docker-py client of a running daemon (skip without one, unless
+    KILN_REQUIRE_DOCKER=1); at the end, no kiln container may be left."""
+    docker = pytest.importorskip("docker")
+    try:
+        c = docker.from_env()
+        c.ping()
+    except docker.errors.DockerException as exc:
+        if os.environ.get("KILN_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"KILN_REQUIRE_DOCKER=1 but no Docker daemon answers: {exc}")
+        pytest.skip("no Docker daemon answers")
+    yield c
+    leftovers = c.containers.list(all=True, filters={"label": "kiln"})
+    assert leftovers == [], f"containers left behind: {[x.name for x in leftovers]}"
+
+
+@pytest.fixture(scope="session")
+def test_image(client) -> str:
+    """The tests' builder-like image (tests/dockerimage.py), made once."""
+    from tests import dockerimage
+
+    return dockerimage.ensure(client)

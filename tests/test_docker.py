@@ -26,7 +26,6 @@ import pytest
 from kiln import pipeline
 from kiln.errors import BuildError, ConfigError
 from kiln.toolchain import cuobjdump
-from tests import dockerimage
 from tests import upstreams as fixture_upstreams
 from tests.conftest import REPO, artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
@@ -36,26 +35,6 @@ CUDA_MOUNT = f"{os.path.realpath('/usr/local/cuda')}:/usr/local/cuda"
 DOCKER_DIR = REPO / "tests" / "docker-builder"
 # No torch in the test image: the profile builds plain CUDA extensions.
 NO_TORCH = {**{k: v for k, v in PROFILE.items() if k != "torch"}, "cuda": "13.0"}
-
-
-@pytest.fixture(scope="session")
-def client():
-    docker = pytest.importorskip("docker")
-    try:
-        c = docker.from_env()
-        c.ping()
-    except docker.errors.DockerException as exc:
-        if os.environ.get("KILN_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"KILN_REQUIRE_DOCKER=1 but no Docker daemon answers: {exc}")
-        pytest.skip("no Docker daemon answers")
-    yield c
-    leftovers = c.containers.list(all=True, filters={"label": "kiln"})
-    assert leftovers == [], f"containers left behind: {[x.name for x in leftovers]}"
-
-
-@pytest.fixture(scope="session")
-def test_image(client) -> str:
-    return dockerimage.ensure(client)
 
 
 def docker_args(image: str) -> list[str]:

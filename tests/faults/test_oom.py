@@ -17,6 +17,7 @@ from kiln import memlimit
 from kiln.errors import BuildError
 from tests.conftest import artifacts_files, run_kiln
 from tests.faults.conftest import build_args, make_tiny, mirrors_file, tiny_workspace
+from tests.test_docker import DOCKER_DIR, NO_TORCH, docker_args
 
 LIMIT = 0.0625  # GiB
 # The step starts a "compile job" that allocates 1 GiB and fails when that job dies.
@@ -86,20 +87,10 @@ def test_local_build_over_its_limit_reports_out_of_memory(cgroups, tmp_path: Pat
     assert OOM_LINE.match(last.removeprefix("kiln: error: ")), last
 
 
-def test_docker_build_over_its_limit_reports_out_of_memory(tmp_path: Path) -> None:
-    from tests.test_docker import DOCKER_DIR, NO_TORCH, docker_args
-
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        if os.environ.get("KILN_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"KILN_REQUIRE_DOCKER=1 but no Docker daemon answers: {exc}")
-        pytest.skip("no Docker daemon answers")
-    from tests import dockerimage
-
-    image = dockerimage.ensure(client)
+def test_docker_build_over_its_limit_reports_out_of_memory(
+    tmp_path: Path, client, test_image: str
+) -> None:
+    image = test_image
     up = tmp_path / "up"
     commit = make_tiny(up)
     ws = tiny_workspace(
