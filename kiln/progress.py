@@ -13,7 +13,7 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ class StepView:
     peak_kib: int = 0
     runner: str = ""
     cache: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def elapsed(self) -> float:
         if self.started is None:
