@@ -24,12 +24,12 @@ from typing import Any
 
 from kiln.config import Vendor
 from kiln.errors import ConfigError
+from kiln.shipped.objcache import SOURCE_SUFFIXES
 
 GIB = 1024**3
 SAFETY_MARGIN_GIB = 1.0  # for kiln itself, the page cache and whatever else runs
 SAFETY_FRACTION = 0.10
 LEARNED_MARGIN = 1.25  # measured peaks vary between runs of the same compile
-SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 
 
 @dataclass(frozen=True)

@@ -299,6 +299,42 @@ def test_rebuild_c_after_a_patch_edit_recompiles_only_what_changed(
     assert _call(installed, tiny["python"], "prefix_cache_block_size") == "256"
 
 
+def test_rebuild_c_uses_the_compiler_cache_across_installed_trees(
+    tiny: dict, tmp_path: Path
+) -> None:
+    """The same edit rebuilt in a second, freshly unpacked tree: the tree's own object
+    cache has never seen it, ccache (shared, like build_all's) has."""
+    edited = tmp_path / "tinyinfer-prefix-cache.patch"
+    edited.write_text(
+        (tiny["ws"] / "patches/tinyinfer-prefix-cache.patch")
+        .read_text()
+        .replace("prefix_cache_block_tokens = 64", "prefix_cache_block_tokens = 96")
+    )
+    said = []
+    for name in ("first", "second"):
+        archive.unpack(tarball(tiny["release"]), tmp_path / name)
+        tree = tmp_path / name / "tinyinfer"
+        res = run_kiln(
+            "rebuild-c",
+            tree,
+            edited,
+            "--workspace",
+            tiny["ws"],
+            "--python",
+            tiny["python"],
+            "--compiler-cache",
+            tmp_path / "ccache",
+            env=tiny["cuda"],
+        )
+        assert res.returncode == 0, res.stderr
+        assert _call(tree, tiny["python"], "prefix_cache_block_size") == "96"
+        said.append(next(ln for ln in res.stderr.splitlines() if "rebuild-c: ccache" in ln))
+    assert said == [
+        "kiln: rebuild-c: ccache 0 hits, 1 misses",
+        "kiln: rebuild-c: ccache 1 hits, 0 misses",
+    ]
+
+
 def test_rebuild_c_with_a_patch_that_does_not_apply_leaves_the_tree(
     tiny: dict, installed: Path, tmp_path: Path
 ) -> None:
