@@ -31,6 +31,8 @@ from tests.conftest import REPO, artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import PROFILE, plain_vendor, write
 
+# Debian's own Python: the one the test image has (Debian 12 both).
+HOST_PYTHON = "/usr/bin/python3"
 CUDA_MOUNT = f"{os.path.realpath('/usr/local/cuda')}:/usr/local/cuda"
 DOCKER_DIR = REPO / "tests" / "docker-builder"
 # No torch in the test image: the profile builds plain CUDA extensions.
@@ -92,6 +94,11 @@ def _sass(wheel: Path, tmp: Path) -> dict[str, str]:
 def test_docker_build_has_both_archs_and_matches_local(
     tmp_path: Path, upstreams: Upstreams, docker_options, options
 ) -> None:
+    """The same inputs and the same toolchain give the same wheel bytes in a container as on
+    the host: the test image and this host are both Debian 12 with Debian's python3,
+    setuptools, wheel and g++ (.ci/run installs them), and the CUDA is the host's, mounted."""
+    if not Path(HOST_PYTHON).exists():
+        pytest.fail(f"{HOST_PYTHON} is missing: apt-get install python3-dev python3-setuptools")
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])}, profile=NO_TORCH)
     release = pipeline.build(docker_options(ws))
     data = json.loads((release / "manifest.json").read_text())
@@ -103,25 +110,33 @@ def test_docker_build_has_both_archs_and_matches_local(
     kernels = [o for o in out["shared_objects"] if "_kernels" in o["path"]]
     assert kernels[0]["sass"] == ["sm_100a", "sm_103a"]
 
+    # Built again on the host, from scratch (no compiler or artifact cache shared with the
+    # Docker build), in other folders.
     local = pipeline.build(
         options(
             ws,
             artifacts=tmp_path / "local-artifacts",
             work=tmp_path / "local-work",
-            python=None,
+            cache=tmp_path / "local-cache",
+            python=HOST_PYTHON,
             runner="local",
             toolchain="system",
+            no_compiler_cache=True,
+            artifact_cache=False,
         )
     )
-    local_out = json.loads((local / "manifest.json").read_text())["vendors"]["plain"]["outputs"][0]
+    local_data = json.loads((local / "manifest.json").read_text())
+    local_out = local_data["vendors"]["plain"]["outputs"][0]
     print(f"\ndocker wheel sha256 {out['sha256']}\nlocal  wheel sha256 {local_out['sha256']}")
-    # The two wheels come from different Pythons and setuptools (the image's Debian
-    # 3.11.2 vs the host's), so their bytes differ; the device code must not.
+    assert local_data["toolchain"]["python_version"] == data["toolchain"]["python_version"]
+    assert local_data["toolchain"]["gcc_version"] == data["toolchain"]["gcc_version"]
     docker_sass = _sass(release / out["path"], tmp_path / "d")
     local_sass = _sass(local / local_out["path"], tmp_path / "l")
     assert docker_sass.keys() == local_sass.keys() and docker_sass
     for member, text in docker_sass.items():
         assert text == local_sass[member], f"SASS of {member} differs"
+    assert out["path"] == local_out["path"]
+    assert out["sha256"] == local_out["sha256"], "the Docker and the local wheel differ"
 
 
 def test_compiler_cache_is_a_volume_shared_by_docker_builds(
