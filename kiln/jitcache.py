@@ -3,7 +3,7 @@ deterministically into ``<release>/jit-cache/jit-cache-<label>.tar.zst`` and add
 the release's manifest and README.
 
 The archive holds ``jit-cache/deep_gemm/`` and ``jit-cache/tilelang/``, so
-``zstd -dc ... | tar -x -C /workspace`` gives the folders that ``DG_JIT_CACHE_DIR`` and
+unpacking it into ``/workspace`` (the release README says how, safely) gives the folders that ``DG_JIT_CACHE_DIR`` and
 ``TILELANG_CACHE_DIR`` point at.
 """
 

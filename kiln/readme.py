@@ -108,7 +108,10 @@ def render(data: dict[str, Any]) -> str:
         "at it:",
         "",
         "```sh",
-        "zstd -dc jit-cache/jit-cache-LABEL.tar.zst | tar -x -C /workspace",
+        "# tarfile's data filter refuses members that would land outside /workspace",
+        "zstd -dc jit-cache/jit-cache-LABEL.tar.zst | /workspace/venv/bin/python -c "
+        '\'import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode="r|")'
+        '.extractall(sys.argv[1], filter="data")\' /workspace',
         "export DG_JIT_CACHE_DIR=/workspace/jit-cache/deep_gemm "
         "TILELANG_CACHE_DIR=/workspace/jit-cache/tilelang",
         "```",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -475,6 +476,49 @@ def test_pack_jit_cache_into_the_release(tiny: dict, tmp_path: Path) -> None:
     assert res.returncode == 0 and packed.read_bytes() == first
     res = run_kiln("pack-jit-cache", tmp_path / "nothing", "--name", "x", "--release", release)
     assert res.returncode == 2 and "holds neither deep_gemm/ nor tilelang/" in res.stderr
+
+
+def _readme_jit_unpack(readme: str, workspace: Path) -> str:
+    """The release README's JIT-cache unpack command, for this test's Python and folder."""
+    (line,) = [x for x in readme.splitlines() if x.startswith("zstd -dc jit-cache/")]
+    line = line.replace("/workspace/venv/bin/python", sys.executable).replace("LABEL", "g")
+    return line.replace("/workspace", str(workspace))
+
+
+def test_readme_jit_cache_command_unpacks_and_refuses_links_out(tiny: dict, tmp_path: Path) -> None:
+    """The README tells users how to unpack a JIT cache without kiln: that command must
+    give the folders DG_JIT_CACHE_DIR/TILELANG_CACHE_DIR name, and must not follow an
+    archive's link out of the folder (plain ``tar -x`` would)."""
+    release = tmp_path / "release"
+    shutil.copytree(tiny["release"], release)
+    caches = tmp_path / "run"
+    (caches / "deep_gemm/cache").mkdir(parents=True)
+    (caches / "deep_gemm/cache/kernel.gemm.abc").write_bytes(b"cubin")
+    assert run_kiln("pack-jit-cache", caches, "--name", "g", "--release", release).returncode == 0
+    command = _readme_jit_unpack((release / "README.md").read_text(), tmp_path / "ws")
+    (tmp_path / "ws").mkdir()
+    res = subprocess.run(["bash", "-c", command], cwd=release, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "ws/jit-cache/deep_gemm/cache/kernel.gemm.abc").read_bytes() == b"cubin"
+
+    # An archive whose link points at /etc, and a member written through it.
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        link = tarfile.TarInfo("jit-cache/deep_gemm/k")
+        link.type, link.linkname = tarfile.SYMTYPE, str(tmp_path / "outside")
+        tar.addfile(link)
+        evil = tarfile.TarInfo("jit-cache/deep_gemm/k/pwned")
+        evil.size = 1
+        tar.addfile(evil, io.BytesIO(b"x"))
+    (tmp_path / "outside").mkdir()
+    (release / "jit-cache/jit-cache-g.tar.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(buf.getvalue())
+    )
+    (tmp_path / "ws2").mkdir()
+    command = _readme_jit_unpack((release / "README.md").read_text(), tmp_path / "ws2")
+    res = subprocess.run(["bash", "-c", command], cwd=release, capture_output=True, text=True)
+    assert res.returncode != 0 and "AbsoluteLinkError" in res.stderr, res.stderr
+    assert not (tmp_path / "outside/pwned").exists()
 
 
 def test_upstream_without_a_license_fails(tmp_path: Path, upstreams: Upstreams, options) -> None:
