@@ -320,8 +320,13 @@ class Workspace:
         return self.root / "vendors"
 
     @property
+    def source_patches_dir(self) -> Path:
+        """The workspace's own ``patches/`` (what users edit; a build reads a snapshot)."""
+        return self.root / "patches"
+
+    @property
     def patches_dir(self) -> Path:
-        return self._patches_dir or self.root / "patches"
+        return self._patches_dir or self.source_patches_dir
 
     def use_patches_from(self, folder: Path) -> None:
         """Read patches from ``folder`` from now on (a build's snapshot, kiln.inputs)."""

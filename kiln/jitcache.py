@@ -2,9 +2,9 @@
 deterministically into ``<release>/jit-cache/jit-cache-<label>.tar.zst`` and added to
 the release's manifest and README.
 
-The archive holds ``jit-cache/deep_gemm/`` and ``jit-cache/tilelang/``, so
-unpacking it into ``/workspace`` (the release README says how, safely) gives the folders that ``DG_JIT_CACHE_DIR`` and
-``TILELANG_CACHE_DIR`` point at.
+The archive holds ``jit-cache/deep_gemm/`` and ``jit-cache/tilelang/``, so unpacking it
+into ``/workspace`` (the release README says how, safely) gives the folders that
+``DG_JIT_CACHE_DIR`` and ``TILELANG_CACHE_DIR`` point at.
 """
 
 from __future__ import annotations

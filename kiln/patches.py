@@ -37,8 +37,12 @@ class AppliedPatch:
         return None if self.locked_sha256 is None else self.locked_sha256 == self.sha256
 
 
-def require_present(entries: list[PatchEntry], patches_dir: Path) -> None:
-    """Stop before any work when the series names a patch that is not on disk."""
+def require_present(
+    entries: list[PatchEntry], patches_dir: Path, belongs: Path | None = None
+) -> None:
+    """Stop before any work when the series names a patch that is not on disk.
+    ``belongs``: the folder the message tells the user to put it in, where ``patches_dir``
+    is a build's snapshot of it (kiln.inputs)."""
     for entry in entries:
         path = patches_dir / entry.file
         if not path.is_file():
@@ -49,7 +53,7 @@ def require_present(entries: list[PatchEntry], patches_dir: Path) -> None:
             )
             raise PatchError(
                 f"patch {entry.file} (for {entry.target}) is listed in the series but absent: "
-                f"put it at {path} ({how})"
+                f"put it at {(belongs or patches_dir) / entry.file} ({how})"
             )
 
 

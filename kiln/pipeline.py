@@ -164,7 +164,7 @@ def preflight(
     entries = [p for v in selected for p in ws.patches_for(v.name)]
     for entry in entries:
         try:
-            patches.require_present([entry], ws.patches_dir)
+            patches.require_present([entry], ws.patches_dir, ws.source_patches_dir)
         except PatchError as exc:
             found.append(str(exc))
     for vendor in selected:

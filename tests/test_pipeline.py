@@ -114,8 +114,12 @@ def test_absent_patch_stops_before_any_work(tmp_path: Path, upstreams: Upstreams
         {"plain": plain_vendor(upstreams.plain[2])},
         series=[{"file": "missing.patch", "target": "plain"}],
     )
-    with pytest.raises(PreflightError, match=r"missing.patch \(for plain\) is listed .* absent"):
+    with pytest.raises(
+        PreflightError, match=r"missing.patch \(for plain\) is listed .* absent"
+    ) as info:
         pipeline.build(options(ws))
+    # Where it belongs: the workspace's patches/, not the build's snapshot of it.
+    assert f"put it at {ws.resolve()}/patches/missing.patch (" in str(info.value)
     assert not (tmp_path / "cache").exists() and not (tmp_path / "work").exists()
 
 
