@@ -1,9 +1,11 @@
 """The Docker runner against a real Docker engine (no mocks of docker-py).
 
 The tests' builder image is made locally (tests/dockerimage.py: debootstrap + a layer)
-and stands in for the runpod CUDA image, which cannot be pulled here; the host's CUDA
-toolkit is bind-mounted read-only. Where no daemon answers these tests are skipped,
-unless KILN_REQUIRE_DOCKER=1 (set by .ci/run), where that is a failure.
+and stands in for the runpod CUDA image, which cannot be pulled here; a CUDA toolkit is
+bind-mounted read-only: the profile's 13.2 from the hash-pinned PyPI wheels for the build
+compared byte for byte with a local one, the host's 13.0 for the tests of the runner's
+behaviour (failures, memory, interrupts, ownership, network). Where no daemon answers
+these tests are skipped, unless KILN_REQUIRE_DOCKER=1 (set by .ci/run): then they fail.
 """
 
 from __future__ import annotations
@@ -92,15 +94,20 @@ def _sass(wheel: Path, tmp: Path) -> dict[str, str]:
 
 
 def test_docker_build_has_both_archs_and_matches_local(
-    tmp_path: Path, upstreams: Upstreams, docker_options, options
+    tmp_path: Path, upstreams: Upstreams, docker_options, options, pypi_cuda: Path
 ) -> None:
     """The same inputs and the same toolchain give the same wheel bytes in a container as on
     the host: the test image and this host are both Debian 12 with Debian's python3,
-    setuptools, wheel and g++ (.ci/run installs them), and the CUDA is the host's, mounted."""
+    setuptools, wheel and g++ (.ci/run installs them), and both compile with the profile's
+    CUDA 13.2 (the hash-pinned PyPI toolkit, mounted read-only into the container)."""
     if not Path(HOST_PYTHON).exists():
         pytest.fail(f"{HOST_PYTHON} is missing: apt-get install python3-dev python3-setuptools")
-    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])}, profile=NO_TORCH)
-    release = pipeline.build(docker_options(ws))
+    profile = {**NO_TORCH, "cuda": PROFILE["cuda"]}
+    ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])}, profile=profile)
+    toolkit = str(pypi_cuda.parent)  # its links point into the venv beside it: mount both
+    release = pipeline.build(
+        docker_options(ws, docker_mounts=[f"{toolkit}:{toolkit}"], cuda_home=str(pypi_cuda))
+    )
     data = json.loads((release / "manifest.json").read_text())
     assert data["runner"]["kind"] == "docker"
     assert data["runner"]["image"].startswith("unpinned:kiln-test-builder:")
@@ -121,6 +128,7 @@ def test_docker_build_has_both_archs_and_matches_local(
             python=HOST_PYTHON,
             runner="local",
             toolchain="system",
+            cuda_home=str(pypi_cuda),
             no_compiler_cache=True,
             artifact_cache=False,
         )
@@ -130,6 +138,8 @@ def test_docker_build_has_both_archs_and_matches_local(
     print(f"\ndocker wheel sha256 {out['sha256']}\nlocal  wheel sha256 {local_out['sha256']}")
     assert local_data["toolchain"]["python_version"] == data["toolchain"]["python_version"]
     assert local_data["toolchain"]["gcc_version"] == data["toolchain"]["gcc_version"]
+    assert data["toolchain"]["nvcc_version"].startswith(PROFILE["cuda"] + ".")
+    assert local_data["toolchain"]["nvcc_version"] == data["toolchain"]["nvcc_version"]
     docker_sass = _sass(release / out["path"], tmp_path / "d")
     local_sass = _sass(local / local_out["path"], tmp_path / "l")
     assert docker_sass.keys() == local_sass.keys() and docker_sass
