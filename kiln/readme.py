@@ -50,6 +50,11 @@ def _contents(data: dict[str, Any]) -> list[str]:
                 f"| {f['path']} | Re-applies a patch to an installed tree and rebuilds "
                 f"only its compiled extension (seconds; no GPU needed) |"
             )
+        if f["kind"] == "build-script":
+            rows.append(
+                f"| {f['path']} | The recipe used to build all of this from source on a "
+                f"CPU-only machine, and the command that rebuilds it and compares every file |"
+            )
     lic = [
         o["path"].split("/")[-1]
         for v in data["vendors"].values()

@@ -1,7 +1,8 @@
 """The release folder around the vendors' outputs (the model card's Contents table):
 ``install.sh`` with ``requirements.txt``, ``rebuild-<vendor>-C.sh`` per tree built in
-place, ``jit-cache/`` (kept from the previous release), and ``README.md`` generated
-from the manifest. Each file lands in the manifest's ``files`` list with its hash."""
+place, ``build-<release>.sh`` (the recipe, and the command that rebuilds it), ``jit-cache/``
+(kept from the previous release), and ``README.md`` generated from the manifest. Each
+file lands in the manifest's ``files`` list with its hash."""
 
 from __future__ import annotations
 
@@ -94,6 +95,44 @@ def rebuild_script(ws: Workspace, vendor: str, data: dict[str, Any]) -> str:
     )
 
 
+def recipe_lines(data: dict[str, Any]) -> list[str]:
+    """What each upstream was built from and how, as the build script's comment header."""
+    p = data["profile"]
+    lines = [
+        f"Profile: {', '.join(p['archs'])}; CUDA {p['cuda']}, Python {p['python']}, "
+        f"torch {p['torch'] or 'none'}; built by the {data['runner']['kind']} runner"
+        + (f" in {data['runner']['image']}" if data["runner"].get("image") else "")
+        + ".",
+    ]
+    for name, v in data["vendors"].items():
+        s, r = v["source"], v["recipe"]
+        lines.append(f"{name}: {s['url']} @ {s['commit']}")
+        lines += [f"  submodule {m['path']} @ {m['commit']}" for m in s["submodules"]]
+        lines += [f"  patch {q['file']} (sha256 {q['sha256']})" for q in v["patches"]]
+        how = " ".join(r["command"]) if r.get("command") else "pip wheel --no-build-isolation"
+        lines.append(
+            f"  {r['kind']}: {how}; archs: {', '.join(r['archs']) or 'none'} "
+            f"({r['arch_control']}); SOURCE_DATE_EPOCH={s['commit_time']}"
+        )
+        if r.get("nvcc_drop_flags"):
+            lines.append(f"  nvcc flags dropped: {' '.join(r['nvcc_drop_flags'])}")
+        # The recipe's own environment, as declared (kiln adds CUDA_HOME, the arch list and
+        # the compiler wrapper where the build runs: those paths differ per machine).
+        lines += [f"  {k}={val}" for k, val in sorted(r["env"].items())]
+    return [f"#   {line}" if line else "#" for line in lines]
+
+
+def build_script(ws: Workspace, data: dict[str, Any]) -> str:
+    return _template(
+        "build.sh",
+        {
+            "RELEASE": ws.release.name,
+            "KILN_VERSION": __version__,
+            "RECIPE": "\n".join(["# What it builds, and how:", *recipe_lines(data)]),
+        },
+    )
+
+
 def _all_hashed(text: str) -> bool:
     reqs = [
         ln
@@ -141,6 +180,10 @@ def write_files(
         rebuild.write_text(rebuild_script(ws, vendor, data))
         rebuild.chmod(0o755)
         files.append(file_entry(rebuild, stage, "rebuild-script"))
+    build = stage / f"build-{ws.release.name}.sh"
+    build.write_text(build_script(ws, data))
+    build.chmod(0o755)
+    files.append(file_entry(build, stage, "build-script"))
     subjects = provenance.subjects_of(data)
     if subjects:
         prov = stage / provenance.PROVENANCE_FILE

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from kiln.verify import device_archs
-from tests.conftest import CACHE, run_kiln
+from tests.conftest import CACHE, REPO, run_kiln
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +73,7 @@ def test_demo_release_layout_matches_the_model_card(demo_release: Path) -> None:
         "patches",
         "install.sh",
         "rebuild-tinyinfer-C.sh",
+        "build-kiln-demo.sh",
         "licenses",
         "manifest.json",
         "README.md",
@@ -126,19 +130,25 @@ def test_manifest_check_rejects_a_malformed_manifest(demo_release: Path, tmp_pat
 def demo_rebuild(
     demo_release: Path, build_python: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """`kiln verify` on the demo release: a rebuild from the manifest, elsewhere, later."""
+    """The release's own build-kiln-demo.sh (which runs `kiln verify`): a rebuild from the
+    manifest alone, elsewhere, later, compared file by file."""
     into = tmp_path_factory.mktemp("verify")
     mirrors = demo_release.parent.parent / "work" / "demo-upstreams" / "mirrors.toml"
-    res = run_kiln(
-        "verify",
-        demo_release / "manifest.json",
-        "--into",
-        into,
-        "--mirrors",
-        mirrors,
-        "--offline",
-        "--python",
-        build_python,
+    res = subprocess.run(
+        [
+            "bash",
+            str(demo_release / "build-kiln-demo.sh"),
+            str(REPO),
+            str(into),
+            "--mirrors",
+            str(mirrors),
+            "--offline",
+            "--python",
+            str(build_python),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KILN_PYTHON": sys.executable},
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "is reproduced bit for bit" in res.stdout

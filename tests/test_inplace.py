@@ -133,6 +133,7 @@ def test_release_layout_matches_the_model_card(tiny: dict) -> None:
             "patches",
             "install.sh",
             "rebuild-tinyinfer-C.sh",
+            "build-test-release.sh",
             "licenses",
             "manifest.json",
             "README.md",
@@ -391,12 +392,38 @@ def test_shipped_rebuild_script_runs_without_kiln(
 
 
 def test_install_sh_is_clean_shell(tiny: dict) -> None:
-    for script in ("install.sh", "rebuild-tinyinfer-C.sh"):
+    for script in ("install.sh", "rebuild-tinyinfer-C.sh", "build-test-release.sh"):
         path = tiny["release"] / script
         subprocess.run(["bash", "-n", str(path)], check=True)
         shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
         res = subprocess.run([shellcheck, str(path)], capture_output=True, text=True)
         assert res.returncode == 0, res.stdout
+
+
+def test_build_script_states_the_recipe_and_refuses_a_folder_that_is_not_kiln(
+    tiny: dict, tmp_path: Path
+) -> None:
+    """build-<release>.sh carries the recipe in words (what a reader audits) and runs kiln;
+    pointed at something that is not a kiln checkout it says so (it is run for real, on the
+    demo release, by tests/test_demo.py's verify fixture)."""
+    script = tiny["release"] / "build-test-release.sh"
+    text = script.read_text()
+    data = json.loads((tiny["release"] / "manifest.json").read_text())
+    for name, v in data["vendors"].items():
+        assert f"#   {name}: {v['source']['url']} @ {v['source']['commit']}" in text
+        for q in v["patches"]:
+            assert f"patch {q['file']} (sha256 {q['sha256']})" in text
+    assert "TINYINFER_ACCELERATOR=nvidia" in text
+    res = subprocess.run(
+        ["bash", str(script), str(tmp_path), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        f"build: {tmp_path} is not a kiln checkout (no kiln/__init__.py): clone kiln there"
+    )
+    assert not (tmp_path / "out").exists()
 
 
 def test_install_sh_installs_for_real(tiny: dict, tmp_path: Path) -> None:
