@@ -119,7 +119,8 @@ def recipe_lines(data: dict[str, Any]) -> list[str]:
         # The recipe's own environment, as declared (kiln adds CUDA_HOME, the arch list and
         # the compiler wrapper where the build runs: those paths differ per machine).
         lines += [f"  {k}={val}" for k, val in sorted(r["env"].items())]
-    return [f"#   {line}" if line else "#" for line in lines]
+    # A value is data: a newline in one must not end the comment and become shell code.
+    return ["#   " + line.replace("\r", "\\r").replace("\n", "\\n") for line in lines]
 
 
 def build_script(ws: Workspace, data: dict[str, Any]) -> str:

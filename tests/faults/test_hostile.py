@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -55,7 +56,9 @@ def test_build_env_and_arguments_are_data_not_shell(tmp_path: Path) -> None:
     commit = make_tiny(up)
     mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
     evil = _injections(marker)
-    ws = tiny_workspace(tmp_path / "ws", commit, env={"EVIL": " ".join(evil)})
+    # EVIL_NL: a newline, as a generated script's comment line would meet it.
+    env = {"EVIL": " ".join(evil), "EVIL_NL": f"x\ntouch {marker}\n"}
+    ws = tiny_workspace(tmp_path / "ws", commit, env=env)
     vendor = (ws / "vendors" / "tiny.toml").read_text()
     (ws / "vendors" / "tiny.toml").write_text(
         vendor.replace('"build.py"]', '"build.py", ' + ", ".join(f"'{e}'" for e in evil) + "]")
@@ -65,6 +68,13 @@ def test_build_env_and_arguments_are_data_not_shell(tmp_path: Path) -> None:
     tree = next((tmp_path / "work").rglob("evil.txt")).parent
     assert (tree / "evil.txt").read_text() == " ".join(evil)
     assert (tree / "argv.txt").read_text().splitlines() == evil
+    assert not marker.exists()
+    # The release's build script states the recipe's environment in comments: run it (it
+    # stops at its argument check) and nothing in those values may run.
+    (script,) = (tmp_path / "artifacts").rglob("build-*.sh")
+    assert "EVIL_NL=x\\ntouch" in script.read_text()
+    res = subprocess.run(["bash", str(script), str(tmp_path / "nokiln"), str(tmp_path / "o")])
+    assert res.returncode == 2
     assert not marker.exists()
     _no_marker(tmp_path)
 
