@@ -59,6 +59,50 @@ def test_entries_record_the_dependency_they_read(tmp_path: Path) -> None:
     assert first != second
 
 
+def _toolkit_and_venv(root: Path) -> tuple[Path, Path]:
+    """A CUDA home laid out as kiln lays out its PyPI CUDA (links into a prefix inside a
+    venv), and a build venv with its own include/, both under ``root``."""
+    prefix = root / "toolchain" / "venv" / "site-packages" / "nvidia" / "cu13"
+    (prefix / "include").mkdir(parents=True)
+    (prefix / "include" / "cuda_like.h").write_text("#define CUDA_LIKE 3\n")
+    home = root / "toolchain" / "cuda"
+    home.mkdir()
+    (home / "include").symlink_to(prefix / "include")
+    venv = root / "env"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "include").mkdir()
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    return home, venv
+
+
+def test_entries_do_not_carry_where_the_toolkit_or_the_venv_lie(tmp_path: Path) -> None:
+    """The same compile with kiln's cache (toolchain and build venv) in two places gives
+    the same entry: the toolkit's real prefix and the venv are named, not spelled out
+    (they were, and a release's tarball depended on where .kiln-cache/ was)."""
+    entries = []
+    for place in ("a", "zz"):
+        home, venv = _toolkit_and_venv(tmp_path / place / "cache")
+        tree = tmp_path / place / "tree"
+        (tree / "src").mkdir(parents=True)
+        (tree / "src" / "b.c").write_text(
+            "#include <cuda_like.h>\nint g(void) { return CUDA_LIKE; }\n"
+        )
+        env = {
+            **os.environ,
+            "KILN_OBJCACHE_DIR": str(tree / "cache"),
+            "KILN_OBJCACHE_ROOTS": f"TREE={tree};CUDA={home}",
+            "KILN_OBJCACHE_PYTHON": str(venv / "bin" / "python"),
+        }
+        argv = ["gcc", "-c", "src/b.c", "-o", "b.o", f"-I{home}/include", f"-I{venv}/include"]
+        subprocess.run([sys.executable, str(WRAPPER), *argv], cwd=tree, env=env, check=True)
+        entries.append(sorted(p.read_bytes() for p in (tree / "cache" / "entries").iterdir()))
+    assert entries[0] == entries[1]
+    text = entries[0][0].decode()
+    assert "@CUDA@/include/cuda_like.h" in text and "@VENV@/include" in text
+    assert str(tmp_path) not in text
+
+
 def test_nvcc_host_compiler_through_the_wrapper_does_not_wait_for_its_own_slot(
     tmp_path: Path,
 ) -> None:

@@ -66,6 +66,25 @@ def _roots() -> list[tuple[str, str]]:
     return sorted(pairs, key=lambda p: -len(p[1]))
 
 
+def _names(roots: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The roots, plus the other spellings of a root the cache meets: where a CUDA home is
+    a farm of links into another prefix (kiln's PyPI CUDA), dependencies resolve to that
+    prefix, which must be named too or an entry carries the cache's location. Only for
+    naming paths in entries and keys: the compile's prefix maps use ``roots`` alone."""
+    pairs = list(roots)
+    for name, path in roots:
+        include = os.path.realpath(os.path.join(path, "include"))
+        if os.path.basename(include) == "include" and os.path.dirname(include) != path:
+            pairs.append((name, os.path.dirname(include)))
+    # The build venv's own include/ (setuptools adds -I<venv>/include), so that a key does
+    # not carry where the venv lies; only a venv (pyvenv.cfg), never a prefix such as /usr.
+    python = os.environ.get("KILN_OBJCACHE_PYTHON", "")
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python))) if python else ""
+    if venv and os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        pairs.append(("VENV", os.path.realpath(venv)))
+    return sorted(pairs, key=lambda p: -len(p[1]))
+
+
 def normalize(text: str, roots: list[tuple[str, str]]) -> str:
     for name, path in roots:
         text = text.replace(path, f"@{name}@")
@@ -331,8 +350,8 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: objcache.py REAL_COMPILER ARGS...", file=sys.stderr)
         return 2
-    roots = _roots()
-    call = Call(argv[1], deterministic_args(argv[1], argv[2:], roots))
+    call = Call(argv[1], deterministic_args(argv[1], argv[2:], _roots()))
+    roots = _names(_roots())
     if os.environ.get(NESTED) == "1":  # inside a compile this wrapper already runs
         return subprocess.call([call.compiler, *call.args])
     cache_dir = os.environ.get("KILN_OBJCACHE_DIR")
