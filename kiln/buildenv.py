@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from kiln import proc
+from kiln import fsutil, proc
 from kiln.config import Profile
 from kiln.errors import ToolchainError
 
@@ -24,6 +24,14 @@ log = logging.getLogger("kiln.buildenv")
 
 ENV_VAR = "KILN_BUILD_PYTHON"
 MARKER = ".kiln-complete"
+# Every file of a venv kiln provisions gets this mtime (1980-01-01, zip's epoch). GCC's
+# `#pragma once` takes two headers of equal content, size and mtime (in seconds) for one
+# file: torch ships c10/util/python_stub.h and torch/csrc/utils/python_stub.h, and whether
+# pip wrote them within one second decided whether the second was included, so the
+# object's debug info depended on the moment of install. Part of the venvs' identity
+# (LAYOUT), so venvs made before are made again.
+PINNED_MTIME = 315532800
+LAYOUT = 2
 
 
 def _spec(profile: Profile) -> dict[str, object]:
@@ -32,6 +40,7 @@ def _spec(profile: Profile) -> dict[str, object]:
         "torch": profile.torch,
         "index": profile.torch_index,
         "tools": list(profile.build_tools),
+        "layout": LAYOUT,
     }
 
 
@@ -66,6 +75,7 @@ def make_venv(base: Path, venv: Path, pip_args: list[str], log_file: Path, what:
         log_file=log_file,
         what=f"installing {what}",
     )
+    fsutil.set_mtimes(venv, PINNED_MTIME)
     return python
 
 

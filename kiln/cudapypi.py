@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from kiln import proc
-from kiln.buildenv import make_venv
+from kiln.buildenv import LAYOUT, make_venv
 from kiln.errors import ToolchainError
 
 log = logging.getLogger("kiln.cudapypi")
@@ -74,7 +74,7 @@ def _layout(prefix: Path, home: Path) -> None:
 def provision(cuda: str, cache: Path, log_dir: Path) -> Path:
     """The CUDA home of the pinned toolkit, installed once per lock."""
     text = lock_text(cuda)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(f"{text}\nlayout {LAYOUT}".encode()).hexdigest()[:12]
     root = cache.resolve() / "toolchains" / f"cuda-{cuda}-{digest}"
     home = root / "cuda"
     if (root / MARKER).exists():
