@@ -11,16 +11,7 @@ from typing import Any
 from kiln import pipeline
 from kiln.pipeline import Options
 from tests.upstreams import Upstreams
-from tests.workspace import plain_vendor, write
-
-PATCH = """\
---- a/plainext/__init__.py
-+++ b/plainext/__init__.py
-@@ -1,2 +1,2 @@
- VERSION = "1.2.0"
--GREETING = "hello from plainext"
-+GREETING = "hello from patched plainext"
-"""
+from tests.workspace import PATCH, plain_vendor, write
 
 
 def workspace(root: Path, upstreams: Upstreams) -> Path:

@@ -528,7 +528,8 @@ def test_readme_jit_cache_command_unpacks_and_refuses_links_out(tiny: dict, tmp_
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "ws/jit-cache/deep_gemm/cache/kernel.gemm.abc").read_bytes() == b"cubin"
 
-    # An archive whose link points at /etc, and a member written through it.
+    # An archive whose link points at a folder outside (an absolute path), and a member
+    # written through that link.
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         link = tarfile.TarInfo("jit-cache/deep_gemm/k")

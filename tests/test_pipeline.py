@@ -16,16 +16,7 @@ from kiln import manifest, pipeline
 from kiln.errors import BuildError, PreflightError, VerifyError
 from tests.conftest import artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
-from tests.workspace import PROFILE, plain_vendor, write
-
-PATCH = """\
---- a/plainext/__init__.py
-+++ b/plainext/__init__.py
-@@ -1,2 +1,2 @@
- VERSION = "1.2.0"
--GREETING = "hello from plainext"
-+GREETING = "hello from patched plainext"
-"""
+from tests.workspace import PATCH, PROFILE, plain_vendor, write
 
 
 def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options) -> None:

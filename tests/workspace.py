@@ -9,6 +9,16 @@ import tomlkit
 
 from tests.upstreams import BASE_URL
 
+# A patch against the plain fixture upstream (tests/upstreams.py) that changes its greeting.
+PATCH = """\
+--- a/plainext/__init__.py
++++ b/plainext/__init__.py
+@@ -1,2 +1,2 @@
+ VERSION = "1.2.0"
+-GREETING = "hello from plainext"
++GREETING = "hello from patched plainext"
+"""
+
 # The tests' profile: CUDA 13.2 as the release (from NVIDIA's hash-pinned PyPI wheels,
 # --toolchain pypi), Python 3.11 and torch 2.14.1 (its CUDA 13.0 build) as on this machine.
 PROFILE: dict[str, Any] = {
