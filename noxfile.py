@@ -10,6 +10,8 @@ nox -s tests / nox -s lint
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -115,3 +117,11 @@ def publish(session: nox.Session) -> None:
 def plan(session: nox.Session) -> None:
     """The release workflow's matrix: one job per upstream x profile (-- --json)."""
     _kiln(session, "plan")
+
+
+@nox.session
+def build_public(session: nox.Session) -> None:
+    """The public DeepGEMM, DeepEP and FlashMLA (examples/public), offline from the git
+    bundles in $KILN_BUNDLES (default ../shared/upstreams)."""
+    bundles = os.environ.get("KILN_BUNDLES", "../shared/upstreams")
+    _kiln(session, "build", "--workspace", "examples/public", "--bundles", bundles)

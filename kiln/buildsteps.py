@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kiln import memwatch, proc
 from kiln.errors import BuildError
+from kiln.shipped import pipcuda
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class StepSpec:
     tree: str
     out_dir: str
     command: list[str] | None = None
+    # What this machine's pip CUDA offers (kiln.shipped.pipcuda.discover, from the
+    # probe): the step makes the link-names folder from it before the build starts.
+    pip_cuda: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -112,6 +116,11 @@ def run(spec: StepSpec, env: Mapping[str, str] | None = None) -> None:
 
 def _run(spec: StepSpec, env: Mapping[str, str] | None) -> None:
     tree = Path(spec.tree)
+    if spec.pip_cuda is not None:
+        where = env if env is not None else os.environ
+        pipcuda.materialize(
+            spec.pip_cuda, str(tree / pipcuda.LINKS_DIR), cc=where.get("KILN_REAL_CC", "gcc")
+        )
     if spec.kind == "inplace":
         assert spec.command
         proc.run(

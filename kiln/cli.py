@@ -27,6 +27,12 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
         default=Path("."),
         help="folder with kiln.toml, vendors/ and patches/ (default: .)",
     )
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="NAME",
+        help="build a [profiles.NAME] variant of kiln.toml's profile (default: [profile])",
+    )
     p.add_argument("--artifacts", type=Path, default=Path("artifacts"))
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument(
@@ -42,6 +48,14 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
         "--offline",
         action="store_true",
         help="never use the network: only the cache and local mirrors",
+    )
+    p.add_argument(
+        "--bundles",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="upstreams from the git bundles in DIR, as the workspace's bundles.toml names "
+        "them (made into mirrors; implies --offline)",
     )
     p.add_argument(
         "--python",
@@ -136,14 +150,23 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
 def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipeline.Options
     from kiln.pipeline import Options
 
+    mirrors, offline = args.mirrors, args.offline
+    if args.bundles is not None:
+        from kiln.bundles import mirrors_from_bundles
+
+        mirrors = mirrors_from_bundles(
+            args.workspace, args.bundles, args.work / "mirrors-from-bundles"
+        )
+        offline = True
     return Options(
         workspace=args.workspace,
         vendors=vendors,
+        profile=args.profile,
         artifacts=args.artifacts,
         cache=args.cache,
         work=args.work,
-        mirrors=args.mirrors,
-        offline=args.offline,
+        mirrors=mirrors,
+        offline=offline,
         python=args.python,
         cuda_home=args.cuda_home,
         runner=args.runner,
@@ -238,6 +261,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     from kiln import facts
 
+    if args.system:  # {"requirements": [...], "include_dirs": [...]}: which are missing
+        asked = json.loads(args.system)
+        print(json.dumps(facts.missing_system(asked["requirements"], asked["include_dirs"])))
+        return 0
     python = Path(args.python or sys.executable)
     print(json.dumps(facts.probe(python, facts.find_cuda_home(args.cuda_home))))
     return 0
@@ -302,6 +329,31 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from kiln import publish
 
     print(publish.publish(args.release, args.to, args.dry_run))
+    return 0
+
+
+def cmd_gpu_test(args: argparse.Namespace) -> int:
+    from kiln import gputest
+    from kiln.mirrors import Mirrors
+    from kiln.sources import GitCache
+
+    mirrors, offline = args.mirrors, args.offline
+    if args.bundles is not None:
+        from kiln.bundles import mirrors_from_bundles
+
+        mirrors = mirrors_from_bundles(args.workspace, args.bundles, args.work / "gpu-test-mirrors")
+        offline = True
+    cache = GitCache(args.cache, Mirrors.load(mirrors), offline)
+    results = gputest.gpu_test(args.release, args.vendor or None, args.python, cache)
+    for r in results:
+        verdict = "passed" if r["passed"] else f"FAILED (exit {r['returncode']})"
+        print(
+            f"gpu-test {r['vendor']}: {verdict} in {r['duration_s']} s on {r['gpus'][0]['name']} "
+            f"({args.release / gputest.RESULTS_DIR / (r['vendor'] + '.json')})"
+        )
+    failed = [r["vendor"] for r in results if not r["passed"]]
+    if failed:
+        raise gputest.GpuTestError(f"the GPU test of {', '.join(failed)} failed: see its log")
     return 0
 
 
@@ -403,6 +455,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="(internal) print the toolchain facts as JSON")
     p.add_argument("--python", default=None)
     p.add_argument("--cuda-home", default=None)
+    p.add_argument("--system", default=None, help="JSON: check these system requirements")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("manifest", help="manifest tools")
@@ -432,6 +485,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, help="a folder, file:///PATH, or hf://ORG/NAME")
     p.add_argument("--dry-run", action="store_true", help="list what would be uploaded")
     p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser(
+        "gpu-test", help="run the upstreams' own GPU tests against a release's wheels"
+    )
+    p.add_argument("release", type=Path, help="the release folder (holds manifest.json)")
+    p.add_argument("vendor", nargs="*", help="vendors to test (default: all that declare one)")
+    p.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the Python whose torch (with CUDA) the test environment builds on "
+        "(default: this one)",
+    )
+    p.add_argument("--workspace", type=Path, default=Path("."), help="for --bundles")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    p.add_argument("--work", type=Path, default=Path("build/work"))
+    p.add_argument("--mirrors", type=Path, default=None)
+    p.add_argument("--offline", action="store_true")
+    p.add_argument("--bundles", type=Path, default=None, metavar="DIR")
+    p.set_defaults(func=cmd_gpu_test)
 
     p = sub.add_parser("verify-wheel", help="verify wheels built elsewhere (cibuildwheel)")
     p.add_argument("wheels", nargs="*", type=Path)

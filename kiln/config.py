@@ -160,6 +160,9 @@ class Release(Strict):
 class WorkspaceFile(Strict):
     release: Release
     profile: Profile
+    # Named variants of the profile (``--profile NAME``): each holds only the keys it
+    # changes, e.g. ``[profiles.cu132] cuda = "13.2"``.
+    profiles: dict[Name, dict[str, Any]] = Field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- vendors
@@ -181,7 +184,40 @@ class Source(Strict):
     license_id: LicenseId | None = None
 
 
-ArchControl = Literal["torch-arch-list", "hardcoded", "none"]
+ArchControl = Literal["torch-arch-list", "hardcoded", "toggles", "none"]
+
+
+class SystemRequirement(Strict):
+    """A file the build needs from the build machine's system (not from PyPI or the
+    upstream), checked in preflight where builds run: a header on the compiler's include
+    path or a library the linker finds, and the package that provides it."""
+
+    header: str | None = None  # e.g. "infiniband/mlx5dv.h"
+    library: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]+$")] | None = None  # "ibverbs"
+    package: str  # e.g. "libibverbs-dev" (named in the error: apt-get install <package>)
+
+    @model_validator(mode="after")
+    def _one(self) -> SystemRequirement:
+        if (self.header is None) == (self.library is None):
+            raise ValueError("name exactly one of header or library")
+        if self.header is not None:
+            _inside(self.header)
+        return self
+
+    @property
+    def what(self) -> str:
+        return f"header <{self.header}>" if self.header else f"library -l{self.library}"
+
+
+class GpuTest(Strict):
+    """The upstream's own GPU test, run by ``kiln gpu-test`` against the release's wheel:
+    the files of the pinned tree it needs (copied into a scratch folder) and the command
+    (run there, with the test environment's Python first on PATH)."""
+
+    files: Annotated[list[InsidePath], Field(min_length=1)]
+    command: Annotated[list[str], Field(min_length=1)]
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: Annotated[int, Field(ge=1)] = 3600
 
 
 class Build(Strict):
@@ -189,13 +225,16 @@ class Build(Strict):
 
     ``arch_control`` says how the archs reach the compiler: ``torch-arch-list``
     (kiln sets ``TORCH_CUDA_ARCH_LIST``), ``hardcoded`` (the upstream's setup.py
-    fixes them; kiln only checks), ``none`` (no device code at build time; the
-    wheel must hold none).
+    fixes them; kiln only checks), ``toggles`` (setup.py builds ``archs`` unless told
+    to leave some out: ``arch_toggles`` names, per arch, the variables that drop it; the
+    profile's archs choose which are built), ``none`` (no device code at build time;
+    the wheel must hold none).
     """
 
     kind: Literal["wheel", "inplace"]
     archs: ArchList = Field(default_factory=list)
     arch_control: ArchControl
+    arch_toggles: dict[Arch, dict[str, str]] = Field(default_factory=dict)
     # Caps, not settings: kiln's scheduler picks MAX_JOBS and NVCC_THREADS from the
     # memory budget (kiln/schedule.py); set these only where an upstream breaks or
     # misbehaves with more. nvcc_threads also says the upstream honors NVCC_THREADS.
@@ -212,6 +251,15 @@ class Build(Strict):
     # smallest fix where a flag defeats reproducible output (e.g. "-lineinfo", which
     # records source mtimes and the build directory). docs/reproducibility.md.
     nvcc_drop_flags: list[str] = Field(default_factory=list)
+    # Flags the wrapper appends to every compile, after the upstream's own (so that
+    # ``-std=c++20`` wins over a hard-coded ``-std=c++17``): C++ sources (g++ or gcc)
+    # and nvcc compiles.
+    cxx_append_flags: list[str] = Field(default_factory=list)
+    nvcc_append_flags: list[str] = Field(default_factory=list)
+    # What the build needs from the machine's system (checked before any work).
+    system: list[SystemRequirement] = Field(default_factory=list)
+    # The upstream's own GPU test (``kiln gpu-test``).
+    gpu_test: GpuTest | None = None
     # kind "inplace": the upstream's own build command, run in the tree; the files it
     # leaves that kiln verifies (globs); a module to import as a smoke test; extra
     # tarball exclusions; and the command that rebuilds only the extension (rebuild_c).
@@ -235,6 +283,15 @@ class Vendor(Strict):
             raise ValueError("build.archs must be empty when build.arch_control is 'none'")
         if b.arch_control != "none" and not b.archs:
             raise ValueError("build.archs is empty: list the archs this upstream builds")
+        if b.arch_control == "toggles":
+            missing = sorted(set(b.archs) - set(b.arch_toggles))
+            if missing:
+                raise ValueError(
+                    f"build.arch_toggles: no toggle for {', '.join(missing)} (name the "
+                    f"variables that leave each arch out)"
+                )
+        elif b.arch_toggles:
+            raise ValueError("build.arch_toggles is for build.arch_control = 'toggles'")
         if b.kind == "inplace" and not (b.command and b.outputs):
             raise ValueError("build.command and build.outputs are required for kind 'inplace'")
         if b.kind == "wheel" and (b.command or b.outputs or b.rebuild_command):
@@ -306,14 +363,26 @@ def parse(model: type[M], path: Path, data: dict[str, Any] | None = None) -> M:
 class Workspace:
     """A folder with ``kiln.toml``, ``vendors/`` and ``patches/``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, profile: str | None = None) -> None:
         self.root = root.resolve()
         self._patches_dir: Path | None = None
         meta = parse(WorkspaceFile, self.root / WORKSPACE_FILE)
         self.release = meta.release
-        self.profile = meta.profile
+        self.profile_name = profile
+        self.profile = self._pick_profile(meta, profile)
         self.vendors = self._load_vendors()
         self.series = self._load_series()
+
+    def _pick_profile(self, meta: WorkspaceFile, name: str | None) -> Profile:
+        if name is None:
+            return meta.profile
+        if name not in meta.profiles:
+            known = ", ".join(meta.profiles) or "none"
+            raise ConfigError(
+                f"{WORKSPACE_FILE}: --profile {name}: no [profiles.{name}] table (known: {known})"
+            )
+        merged = {**meta.profile.model_dump(exclude_none=True), **meta.profiles[name]}
+        return parse(Profile, Path(f"{WORKSPACE_FILE} [profiles.{name}]"), merged)
 
     @property
     def vendors_dir(self) -> Path:
@@ -348,7 +417,7 @@ class Workspace:
             data = read_toml(path)
             if "name" in data:
                 raise ConfigError(f"{rel}: name: unknown key (the file name is the vendor name)")
-            vendor = parse(Vendor, rel, {**data, "name": path.stem})
+            vendor = self._for_profile(parse(Vendor, rel, {**data, "name": path.stem}), rel)
             extra = sorted(set(vendor.build.archs) - set(self.profile.archs))
             if extra:
                 raise ConfigError(
@@ -359,6 +428,24 @@ class Workspace:
         if not vendors:
             raise ConfigError(f"{self.vendors_dir}: no vendor TOML files")
         return vendors
+
+    def _for_profile(self, vendor: Vendor, rel: Path) -> Vendor:
+        """A ``toggles`` recipe builds the profile's share of its archs: the others are
+        left out through their toggle variables (set in build.env)."""
+        b = vendor.build
+        if b.arch_control != "toggles":
+            return vendor
+        keep = [a for a in b.archs if a in self.profile.archs]
+        if not keep:
+            raise ConfigError(
+                f"{rel}: build.archs: none of {', '.join(b.archs)} is in the profile's archs "
+                f"({', '.join(self.profile.archs)}) in {WORKSPACE_FILE}"
+            )
+        env = dict(b.env)
+        for arch in b.archs:
+            if arch not in keep:
+                env.update(b.arch_toggles[arch])
+        return vendor.model_copy(update={"build": b.model_copy(update={"archs": keep, "env": env})})
 
     def _load_series(self) -> SeriesFile:
         path = self.patches_dir / SERIES_FILE

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import shlex
@@ -191,6 +192,18 @@ class DockerRunner:
 
     def toolchain(self, profile: Profile) -> Toolchain:
         return Toolchain.from_facts(self._probe())
+
+    def missing_system(
+        self, requirements: list[dict[str, str]], include_dirs: list[str]
+    ) -> list[dict[str, str]]:
+        asked = json.dumps({"requirements": requirements, "include_dirs": include_dirs})
+        res = self.run(
+            probe_command(self.python, self.cuda_home, asked),
+            cwd=Path("/"),
+            env=step_env(self.base_env()),
+            what="checking the builder image for the recipes' system files",
+        )
+        return json.loads(res.output.strip().splitlines()[-1])
 
     def base_env(self) -> dict[str, str]:
         return {"PATH": CONTAINER_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"}

@@ -15,6 +15,7 @@ from typing import Any
 
 from kiln import proc
 from kiln.errors import ToolchainError
+from kiln.shipped import pipcuda
 
 PYTHON_PROBE = """\
 import json, sys, sysconfig
@@ -118,6 +119,39 @@ def python_facts(python: Path, cache: Path | None = None) -> dict[str, Any]:
     return found
 
 
+def missing_system(
+    requirements: list[dict[str, str]], include_dirs: list[str]
+) -> list[dict[str, str]]:
+    """The declared system files (``build.system``) this machine lacks: a header the C++
+    compiler cannot include (with kiln's pip-CUDA include folders added), a library the
+    linker does not find."""
+    cxx = os.environ.get("CXX", "g++")
+    cc = os.environ.get("CC", "gcc")
+    have = [p for p in os.environ.get("CPLUS_INCLUDE_PATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "CPLUS_INCLUDE_PATH": os.pathsep.join([*have, *include_dirs])}
+    missing = []
+    for req in requirements:
+        if req.get("header"):
+            res = proc.run(
+                [cxx, "-E", "-x", "c++", "-o", os.devnull, "-include", req["header"], os.devnull],
+                env=env,
+                check=False,
+            )
+            ok = res.returncode == 0
+        else:
+            lib = req.get("library", "")
+            ok = any(
+                Path(p).is_absolute() and Path(p).exists()
+                for p in (
+                    proc.run([cc, f"-print-file-name=lib{lib}{ext}"], check=False).output.strip()
+                    for ext in (".so", ".a")
+                )
+            )
+        if not ok:
+            missing.append(req)
+    return missing
+
+
 def probe(python: Path, cuda_home: Path, cache: Path | None = None) -> dict[str, Any]:
     """Everything, with a failure recorded as ``error`` instead of raised (so a container
     can report it as data)."""
@@ -130,6 +164,9 @@ def probe(python: Path, cuda_home: Path, cache: Path | None = None) -> dict[str,
         facts["nvcc"] = nvcc_version(cuda_home)
         facts["gcc"] = gcc_version()
         facts.update(python_facts(python, cache))
+        facts["pip_cuda"] = pipcuda.discover(
+            facts["site_packages"], str(cuda_home), os.environ.get("CC", "gcc")
+        )
     except ToolchainError as exc:
         facts["error"] = str(exc)
     return facts

@@ -31,6 +31,7 @@ def git(
     what: str | None = None,
     env: dict[str, str] | None = None,
     log_file: Path | None = None,
+    idle_timeout: float | None = None,
 ) -> proc.Result:
     """Run ``git args...``; file:// transport is allowed (mirrors are local paths)."""
     return proc.run(
@@ -41,6 +42,7 @@ def git(
         error=error,
         what=what,
         log_file=log_file,
+        idle_timeout=idle_timeout,
     )
 
 

@@ -25,7 +25,7 @@ from kiln.errors import VerifyError
 from kiln.patches import AppliedPatch
 from kiln.shipped.objcache import wrapper_env
 from kiln.toolchain import Toolchain
-from kiln.verify import SharedObject, check_archs, device_archs
+from kiln.verify import SharedObject, check_archs, check_linkage, device_archs, linkage
 
 log = logging.getLogger("kiln.inplace")
 
@@ -41,7 +41,10 @@ DEFAULT_EXCLUDE = (
     ".ninja_log",
     ".ninja_deps",
     "tmpxft_*",
+    ".kiln/host",  # links into this machine's CUDA and site-packages (pipcuda, cudashim)
 )
+# The kit: stand-alone (stdlib only) modules that import each other by plain name there.
+KIT_FILES = ("objcache.py", "compilegate.py", "cudashim.py", "pipcuda.py", "rebuild.py")
 WRAPPERS = {"gcc": "KILN_REAL_CC", "g++": "KILN_REAL_CXX", "nvcc": "KILN_REAL_NVCC"}
 WRAPPER_DEFAULTS = {"gcc": "gcc", "g++": "g++", "nvcc": "nvcc"}
 
@@ -58,7 +61,7 @@ def install_kit(tree: Path) -> Path:
             exclude.write_text(text + f"/{KIT}/\n")
     (kit / "bin").mkdir(parents=True, exist_ok=True)
     shipped = resources.files("kiln.shipped")
-    for name in ("objcache.py", "compilegate.py", "rebuild.py"):
+    for name in KIT_FILES:
         (kit / name).write_text(shipped.joinpath(name).read_text())
     for name, var in WRAPPERS.items():
         wrapper = kit / "bin" / name
@@ -91,8 +94,10 @@ def verify_outputs(tree: Path, vendor: Vendor) -> list[SharedObject]:
     objects = []
     for path in find_outputs(tree, vendor.build.outputs, vendor.name):
         sass, ptx = device_archs(path)
-        objects.append(SharedObject(str(path.relative_to(tree)), sass, ptx))
+        needed, runpath = linkage(path)
+        objects.append(SharedObject(str(path.relative_to(tree)), sass, ptx, needed, runpath))
     check_archs(vendor.name, objects, list(vendor.build.archs))
+    check_linkage(vendor.name, objects)
     return objects
 
 

@@ -17,19 +17,36 @@ from pathlib import Path
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def _children_map() -> dict[int, list[int]]:
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: split after the last ')'.
+    return int(stat[stat.rfind(b")") + 2 :].split()[1])
+
+
+def _children_map(known: dict[int, int] | None = None) -> dict[int, list[int]]:
+    """Parent -> children of every process. With ``known`` (pid -> ppid, kept between
+    calls by a sampler), only processes not seen before are read: a sample then costs a
+    directory listing, not a read of every process's stat (it runs every second)."""
+    pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    if known is None:
+        known = {}
+    else:
+        alive = set(pids)
+        for gone in [p for p in known if p not in alive]:
+            del known[gone]
     kids: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # comm may hold spaces and parentheses: split after the last ')'.
-        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
-        kids.setdefault(ppid, []).append(int(entry.name))
+    for pid in pids:
+        ppid = known.get(pid)
+        if ppid is None:
+            ppid = _ppid(pid)
+            if ppid is None:
+                continue
+            known[pid] = ppid
+        kids.setdefault(ppid, []).append(pid)
     return kids
 
 
@@ -41,9 +58,11 @@ def _rss_kib(pid: int) -> int:
         return 0
 
 
-def descendants(root: int) -> list[int]:
-    """Every process below ``root`` (children first)."""
-    kids = _children_map()
+def descendants(root: int, known: dict[int, int] | None = None) -> list[int]:
+    """Every process below ``root`` (children first). Without ``known`` every process is
+    read afresh (what killing a tree must use: a cached parent of a reused pid would
+    name a stranger)."""
+    kids = _children_map(known)
     found, todo = [], list(kids.get(root, ()))
     while todo:
         pid = todo.pop(0)
@@ -52,16 +71,17 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def tree_rss_kib(root: int) -> int:
-    return sum(_rss_kib(pid) for pid in [root, *descendants(root)])
+def tree_rss_kib(root: int, known: dict[int, int] | None = None) -> int:
+    return sum(_rss_kib(pid) for pid in [root, *descendants(root, known)])
 
 
 class Watcher:
     """Samples ``tree_rss_kib(pid)`` in a daemon thread until :meth:`stop`."""
 
-    def __init__(self, pid: int, out: Path | None = None, interval: float = 0.5) -> None:
+    def __init__(self, pid: int, out: Path | None = None, interval: float = 1.0) -> None:
         self.pid, self.out, self.interval = pid, out, interval
         self.peak_kib = self.current_kib = 0
+        self._known: dict[int, int] = {}  # pid -> ppid, read once per process
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="memwatch")
 
@@ -73,7 +93,7 @@ class Watcher:
         self.stop()
 
     def _sample(self) -> None:
-        self.current_kib = tree_rss_kib(self.pid)
+        self.current_kib = tree_rss_kib(self.pid, self._known)
         self.peak_kib = max(self.peak_kib, self.current_kib)
         if self.out is not None:
             tmp = self.out.with_name(self.out.name + ".tmp")

@@ -4,8 +4,10 @@ that replaces the release folder only when everything passed."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -44,6 +46,7 @@ from kiln.mirrors import Mirrors
 from kiln.recipes import build_environment
 from kiln.runners import LocalRunner, Runner, step_env
 from kiln.shipped import compilegate as compile_gate
+from kiln.shipped import pipcuda
 
 SUPPORTED_KINDS = ("wheel", "inplace")
 
@@ -54,6 +57,7 @@ log = logging.getLogger("kiln.pipeline")
 class Options:
     workspace: Path
     vendors: list[str] | None = None
+    profile: str | None = None  # a [profiles.NAME] variant of kiln.toml's profile
     artifacts: Path = Path("artifacts")
     cache: Path = Path(".kiln-cache")
     work: Path = Path("build/work")
@@ -187,6 +191,7 @@ def preflight(
     if not found and runner is not None:
         tc = runner.toolchain(ws.profile)
         found.extend(toolchain.problems(tc, ws.profile))
+        found.extend(system_problems(selected, runner, tc))
     if found:
         raise PreflightError(
             f"cannot build {ws.release.name} here ({len(found)} "
@@ -195,6 +200,27 @@ def preflight(
             offline_advice(ws),
         )
     return tc, patches.hash_report(entries, ws.patches_dir)
+
+
+def system_problems(selected: list[Vendor], runner: Runner, tc: toolchain.Toolchain) -> list[str]:
+    """The recipes' ``build.system`` files (a header, a library) that are missing where
+    builds run, each with the package that provides it: found in seconds, not after a
+    compile has run for minutes."""
+    asked = {(v.name, i): r for v in selected for i, r in enumerate(v.build.system)}
+    if not asked:
+        return []
+    wanted = [r.model_dump(exclude_none=True) for r in asked.values()]
+    include_dirs = list(tc.pip_cuda.get("include_dirs", []))
+    missing = runner.missing_system(wanted, include_dirs)
+    where = "in the builder image" if runner.kind == "docker" else "on this machine"
+    out = []
+    for (name, i), req in asked.items():
+        if req.model_dump(exclude_none=True) in missing:
+            out.append(
+                f"vendors/{name}.toml: build.system.{i}: {req.what} not found {where}: "
+                f"install it (apt-get install {req.package})"
+            )
+    return out
 
 
 _claim_lock = threading.Lock()
@@ -233,6 +259,26 @@ class Step:
     mem_gib: float
 
 
+_MISSING_LIB = re.compile(r"cannot find (-l\S+)")
+
+
+def link_hint(log_file: Path, env: dict[str, str]) -> str | None:
+    """For a link that failed on a library: which one, and where kiln looked."""
+    try:
+        text = log_file.read_text(errors="replace")
+    except OSError:
+        return None
+    missing = sorted(set(_MISSING_LIB.findall(text)))
+    if not missing:
+        return None
+    looked = [p for p in env.get("LIBRARY_PATH", "").split(os.pathsep) if p]
+    return (
+        f"the linker found no {', '.join(missing)}; kiln looked in LIBRARY_PATH "
+        f"{', '.join(looked) or '(empty)'} and the compiler's own folders: install the "
+        f"library or add its folder to build.env LIBRARY_PATH in the vendor TOML"
+    )
+
+
 def run_step(ctx: Context, step: Step) -> None:
     """``python -m kiln step SPEC`` through the runner (here, or in the container)."""
     spec_file = step.log_file.with_suffix(".step.json")
@@ -242,16 +288,22 @@ def run_step(ctx: Context, step: Step) -> None:
     writable = [tree, out_dir, step.log_file.parent]
     if ctx.ccache.directory is not None:
         writable.append(ctx.ccache.directory)
-    ctx.runner.run(
-        [step.spec.python, "-m", "kiln", "step", spec_file],
-        cwd=tree,
-        env=step_env(step.env),
-        log_file=step.log_file,
-        writable=writable,
-        what=f"building {step.spec.vendor}",
-        mem_gib=step.mem_gib,
-        echo=ctx.echo,
-    )
+    try:
+        ctx.runner.run(
+            [step.spec.python, "-m", "kiln", "step", spec_file],
+            cwd=tree,
+            env=step_env(step.env),
+            log_file=step.log_file,
+            writable=writable,
+            what=f"building {step.spec.vendor}",
+            mem_gib=step.mem_gib,
+            echo=ctx.echo,
+        )
+    except BuildError as exc:
+        hint = link_hint(step.log_file, step.env)
+        if hint is None:
+            raise
+        raise BuildError(f"building {step.spec.vendor}: {hint}\n{exc}") from exc
 
 
 def _wheel_outputs(
@@ -274,7 +326,9 @@ def _wheel_outputs(
         label = wheelfix.local_label(ctx.ws.profile, co.commit, [p.sha256 for p in applied])
         fixed = wheelfix.normalize(made[0], label, co.commit_time, made[0].parent / "fixed")
     with timed(timings, "verify"):
-        report = verify.verify_wheel(fixed, list(vendor.build.archs), ctx.ws.profile)
+        report = verify.verify_wheel(
+            fixed, list(vendor.build.archs), ctx.ws.profile, ctx.tc.site_packages
+        )
     wheel = _place(fixed, stage / "wheels", vendor.name, ctx.made)
     shutil.rmtree(made[0].parent, ignore_errors=True)
     archs = sorted({a for o in report.shared_objects for a in o.sass})
@@ -416,11 +470,14 @@ def _reuse(ctx: Context, vendor: Vendor, key: str, stage: Path) -> dict[str, Any
 def _measure(ctx: Context, vendor: Vendor, files: dict[str, Path]) -> dict[str, Any]:
     """What the step used (memory, compiles, compiler-cache hits), and the learned
     per-job peak for the next run (only from real compiles: cache hits use little)."""
-    jobs = schedule.summarize_jobs(schedule.job_stats(files["jobs"]))
+    stats = schedule.job_stats(files["jobs"])
+    jobs = schedule.summarize_jobs(stats)
     mem = memwatch.read(files["mem"])
     cc = compilercache.read_stats(files["ccache"])
     if jobs["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
-        ctx.peaks.remember(vendor, jobs["peak_job_gib"])
+        # Only real compiles teach (a ccache hit runs briefly and small); per unit too.
+        units = schedule.learned_units(stats) if not cc["hits"] else {}
+        ctx.peaks.remember(vendor, jobs["peak_job_gib"], units)
     return {
         "measured": {**jobs, "peak_rss_gib": round(mem["peak_kib"] / 2**20, 3)},
         "compiler": {
@@ -461,6 +518,12 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         max_jobs=choice.max_jobs,
         nvcc_threads=choice.nvcc_threads,
     )
+    # What torch's pip CUDA lacks on a host without a full CUDA install (headers on the
+    # include path, unversioned link names, a libcuda stub): kiln.shipped.pipcuda.
+    fixes: dict[str, Any] = {}
+    if ctx.tc.pip_cuda:
+        env.update(pipcuda.environment(ctx.tc.pip_cuda, str(tree / pipcuda.LINKS_DIR), env))
+        fixes = pipcuda.record(ctx.tc.pip_cuda, ctx.tc.site_packages, ctx.tc.cuda_home)
     # Every build compiles through kiln's wrapper (deterministic flags, object cache,
     # ccache, the run's compile gate).
     inplace.install_kit(tree)
@@ -472,8 +535,11 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     # torch >= 2.10 puts ccache in front of the compiler by itself when it finds one: in
     # front of kiln's wrapper, with kiln's ccache settings, caching every compile twice.
     env["TORCH_NO_COMPILER_WRAPPER"] = "1"
+    hints = ctx.gate / f"hints-{vendor.name}.json"
+    hints.write_text(json.dumps(schedule.gate_hints(vendor, ctx.peaks, choice.nvcc_threads)))
     env.update(
         {
+            "KILN_GATE_HINTS": str(hints),
             "KILN_GATE_DIR": str(ctx.gate),
             "KILN_GATE_MEM_GIB": str(choice.gate_mem_gib),
             "KILN_GATE_CPUS": str(choice.nvcc_threads or 1),
@@ -484,7 +550,15 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
     out_dir = stage / f".out-{vendor.name}" if b.kind == "wheel" else tree
     container_gib = min(ctx.budget.mem_gib, choice.gate_mem_gib * choice.max_jobs + 1.0)
     step = Step(
-        StepSpec(vendor.name, b.kind, ctx.tc.python, str(tree), str(out_dir), b.command),
+        StepSpec(
+            vendor.name,
+            b.kind,
+            ctx.tc.python,
+            str(tree),
+            str(out_dir),
+            b.command,
+            pip_cuda=ctx.tc.pip_cuda or None,
+        ),
         env,
         ctx.logs / f"{vendor.name}-build.log",
         ctx.opts.mem_limit_gib or max(container_gib, choice.gate_mem_gib),
@@ -534,6 +608,7 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> dict[str, Any]:
         "patch_tag": ctx.ws.series.tags.get(vendor.name),
         "recipe": vendor.build.model_dump(mode="json"),
         "environment": recorded_env,
+        "toolchain_fixes": fixes,
         "runner": {
             "kind": ctx.runner.kind,
             "image": ctx.runner.image,
@@ -644,7 +719,7 @@ def _check_after(ws: Workspace) -> None:
 
 def build(opts: Options) -> Path:
     """Build the selected vendors of ``opts.workspace``; return the release folder."""
-    ws = Workspace(opts.workspace)
+    ws = Workspace(opts.workspace, opts.profile)
     _check_after(ws)
     selected = ws.select(opts.vendors)
     opts.artifacts, opts.work, opts.cache = (
@@ -726,7 +801,7 @@ def _build_locked(
         with (
             buildlock.hold([opts.work], wait=opts.wait),
             fsutil.staged_dir(release_dir) as stage,
-            memwatch.Watcher(os.getpid()) as watch,
+            memwatch.Watcher(os.getpid(), interval=2.0) as watch,
             display,
         ):
             built = _run_plan(ctx, selected, stage)
@@ -741,6 +816,14 @@ def _build_locked(
                 "scheduler": {
                     **budget.to_json(),
                     "steps_at_once": ctx.most_at_once,
+                    "compiles_at_once": schedule.most_at_once(
+                        [
+                            s
+                            for v, e in built.items()
+                            if e["caches"]["artifact"]["status"] != "hit"
+                            for s in schedule.job_stats(logs / f"{v}.jobs")
+                        ]
+                    ),
                     "peak_rss_gib": round(watch.peak_kib / 2**20, 3),
                     "wall_s": round(time.monotonic() - started, 3),
                 },

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,17 @@ def kill_all() -> None:
             _kill_group(proc)
 
 
+def _watch_idle(
+    proc: subprocess.Popen[str], last: list[float], idle: float, stalled: threading.Event
+) -> None:
+    while proc.poll() is None:
+        if time.monotonic() - last[0] > idle:
+            stalled.set()
+            _kill_group(proc)
+            return
+        time.sleep(min(1.0, idle / 4))
+
+
 def _render(cmd: Sequence[str | os.PathLike[str]]) -> str:
     return shlex.join(str(c) for c in cmd)
 
@@ -66,6 +78,7 @@ def run(
     what: str | None = None,
     echo: bool = False,
     timeout: float | None = None,
+    idle_timeout: float | None = None,
 ) -> Result:
     """Run ``cmd``; return its combined stdout+stderr.
 
@@ -73,6 +86,9 @@ def run(
     ``echo`` also streams the output to stderr, line by line (long builds).
     With ``check`` a non-zero exit raises ``error`` naming ``what`` (or the
     command), the exit code, the output's last lines and the log path.
+    ``idle_timeout``: a command that prints nothing for that long is stalled: it is
+    killed and ``error`` raised, whatever ``check`` says (a fetch whose server accepted
+    the connection and then went silent would otherwise wait for ever).
     """
     line = _render(cmd)
     log.debug("$ %s%s", line, f"  (in {cwd})" if cwd else "")
@@ -109,8 +125,15 @@ def run(
         timer = threading.Timer(timeout, _kill_group, (proc,)) if timeout else None
         if timer:
             timer.start()
+        last = [time.monotonic()]
+        stalled = threading.Event()
+        if idle_timeout:
+            threading.Thread(
+                target=_watch_idle, args=(proc, last, idle_timeout, stalled), daemon=True
+            ).start()
         try:
             for out_line in proc.stdout:
+                last[0] = time.monotonic()
                 chunks.append(out_line)
                 tail.append(out_line.rstrip("\n"))
                 if sink is not None:
@@ -131,6 +154,10 @@ def run(
                 timer.cancel()
         if timer and timer.finished.is_set() and rc == -signal.SIGKILL:
             raise subprocess.TimeoutExpired([str(c) for c in cmd], timeout or 0)
+        if stalled.is_set():
+            raise error(
+                f"{what or line} stalled: no data for {idle_timeout:g} s, so kiln stopped it"
+            )
     finally:
         if sink is not None:
             sink.close()

@@ -52,6 +52,10 @@ def build_environment(
     }
     if b.nvcc_drop_flags:
         own["KILN_NVCC_DROP"] = " ".join(b.nvcc_drop_flags)
+    if b.cxx_append_flags:
+        own["KILN_CXX_APPEND"] = " ".join(b.cxx_append_flags)
+    if b.nvcc_append_flags:
+        own["KILN_NVCC_APPEND"] = " ".join(b.nvcc_append_flags)
     if b.arch_control == "torch-arch-list":
         own["TORCH_CUDA_ARCH_LIST"] = ";".join(arch_to_torch(a) for a in b.archs)
     env.update(own)

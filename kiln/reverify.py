@@ -160,6 +160,7 @@ def rebuild(manifest_file: Path, opts: pipeline.Options) -> Path:
     opts.workspace = workspace_from_manifest(
         data, manifest_file.parent, opts.work / "verify-workspace"
     )
+    opts.profile = None  # the manifest's profile, as built, is the workspace's [profile]
     opts.artifacts = opts.work / "artifacts"
     opts.work = opts.work / "trees"
     # A rebuild from scratch: cached outputs or objects would prove nothing.

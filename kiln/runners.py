@@ -37,6 +37,12 @@ class Runner(Protocol):
 
     def base_env(self) -> dict[str, str]: ...
 
+    def missing_system(
+        self, requirements: list[dict[str, str]], include_dirs: list[str]
+    ) -> list[dict[str, str]]:
+        """Which of the recipes' ``build.system`` files are missing where builds run."""
+        ...
+
     def cancel(self) -> None:
         """Stop every command this runner runs now (Ctrl-C while steps run in threads)."""
         ...
@@ -105,6 +111,11 @@ class LocalRunner:
     def base_env(self) -> dict[str, str]:
         return dict(os.environ)
 
+    def missing_system(
+        self, requirements: list[dict[str, str]], include_dirs: list[str]
+    ) -> list[dict[str, str]]:
+        return facts.missing_system(requirements, include_dirs)
+
     def cancel(self) -> None:
         proc.kill_all()
 
@@ -136,8 +147,9 @@ class LocalRunner:
         )
 
 
-def probe_command(python: str, cuda_home: str) -> list[str]:
-    return [python, "-m", "kiln", "probe", "--python", python, "--cuda-home", cuda_home]
+def probe_command(python: str, cuda_home: str, system: str | None = None) -> list[str]:
+    cmd = [python, "-m", "kiln", "probe", "--python", python, "--cuda-home", cuda_home]
+    return [*cmd, "--system", system] if system else cmd
 
 
 def parse_probe(output: str) -> dict[str, object]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -83,7 +82,9 @@ def recipe_fingerprint(vendor: Vendor) -> str:
 
 class PeakStore:
     """Measured peak RSS per compile job, per vendor and recipe (``peaks.json`` in
-    kiln's cache), so the next run plans from what the last one used."""
+    kiln's cache), so the next run plans from what the last one used; and per
+    translation unit its CPU seconds and peak RSS, which the compile gate uses to start
+    the longest units first and to reserve each unit's own memory."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -99,15 +100,27 @@ class PeakStore:
             return float(peak) if isinstance(peak, int | float) and peak > 0 else None
         return None
 
-    def remember(self, vendor: Vendor, peak_job_gib: float) -> None:
+    def units(self, vendor: Vendor) -> dict[str, dict[str, float]]:
+        """Per translation unit (its path in the tree): learned ``cpu_s`` and ``rss_gib``."""
+        entry = self.data.get(vendor.name)
+        if isinstance(entry, dict) and entry.get("recipe") == recipe_fingerprint(vendor):
+            units = entry.get("units")
+            return units if isinstance(units, dict) else {}
+        return {}
+
+    def remember(
+        self, vendor: Vendor, peak_job_gib: float, units: dict[str, dict[str, float]] | None = None
+    ) -> None:
         if peak_job_gib <= 0:
             return
         # The larger of this and the last peak of the same recipe: one run may have
         # compiled only the light files (the rest were cache hits).
         peak_job_gib = max(peak_job_gib, self.learned(vendor) or 0.0)
+        known = {**self.units(vendor), **(units or {})}
         self.data[vendor.name] = {
             "recipe": recipe_fingerprint(vendor),
             "peak_job_gib": round(peak_job_gib, 3),
+            "units": dict(sorted(known.items())),
         }
 
     def save(self) -> None:
@@ -161,12 +174,24 @@ def check_fits(vendors: list[Vendor], peaks: PeakStore, budget: Budget) -> None:
             )
 
 
+# How many compiles a step may have waiting at the gate at once (MAX_JOBS): enough that
+# the gate, not the build tool's file order, picks what runs next (a waiting compile is
+# a small Python process).
+WAITING_PER_CPU = 8
+MIN_WAITING = 32
+
+
 def choose(vendor: Vendor, tree: Path, peaks: PeakStore, budget: Budget) -> Choice:
     """MAX_JOBS and NVCC_THREADS for one step. ``max_jobs``/``nvcc_threads`` in the
-    recipe are caps (an upstream that breaks with more), not the choice."""
+    recipe are caps (an upstream that breaks with more), not the choice.
+
+    MAX_JOBS is not what runs at once: every compile waits at the run's compile gate
+    for memory and a CPU slot, so a step offers as many compiles as it has (up to a
+    bound) and the gate starts them by priority within the budget."""
     b = vendor.build
     per_job, source = estimate(vendor, peaks)
-    tus = count_translation_units(tree)
+    learned_units = peaks.units(vendor)
+    tus = len(learned_units) or count_translation_units(tree)
     threads: int | None = None
     if b.nvcc_threads is not None:
         # Per-arch threads inside one nvcc: worth it only while cores outnumber TUs.
@@ -176,10 +201,53 @@ def choose(vendor: Vendor, tree: Path, peaks: PeakStore, budget: Budget) -> Choi
     if per_compile > budget.mem_gib:
         threads = 1 if threads is not None else None
         per_compile = per_job
-    by_mem = max(1, math.floor(budget.mem_gib / per_compile))
-    by_cpu = max(1, budget.cpus // (threads or 1))
-    jobs = max(1, min(by_mem, by_cpu, max(tus, 1), b.max_jobs or by_cpu))
+    waiting = max(MIN_WAITING, WAITING_PER_CPU * budget.cpus)
+    jobs = max(1, min(max(tus, 1), waiting, b.max_jobs or waiting))
     return Choice(jobs, threads, per_job, source, round(per_compile, 3), tus)
+
+
+def gate_hints(vendor: Vendor, peaks: PeakStore, threads: int | None) -> dict[str, Any]:
+    """What the compile gate learns of this step's units (``KILN_GATE_HINTS``): per unit
+    its CPU seconds (priority) and memory to reserve (its learned peak times a margin,
+    times the nvcc threads it runs with); units without one get the step's estimate and
+    the mean CPU time of the known units."""
+    units = peaks.units(vendor)
+    out = {
+        src: {
+            "cpu_s": round(float(u.get("cpu_s", 0.0)), 3),
+            "mem_gib": round(float(u.get("rss_gib", 0.0)) * LEARNED_MARGIN * (threads or 1), 3),
+        }
+        for src, u in units.items()
+        if isinstance(u, dict) and u.get("rss_gib")
+    }
+    mean = sum(u["cpu_s"] for u in out.values()) / len(out) if out else 0.0
+    return {"units": out, "default_cpu_s": round(mean, 3)}
+
+
+def learned_units(stats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per unit, from one step's compiles: CPU seconds and peak RSS (GiB)."""
+    out: dict[str, dict[str, float]] = {}
+    for s in stats:
+        if s.get("result") != "compiled" or s.get("rc") != 0 or not s.get("source"):
+            continue
+        out[s["source"]] = {
+            "cpu_s": round(float(s.get("cpu_s", 0.0)), 3),
+            "rss_gib": round(float(s.get("rss_kib", 0)) / 2**20, 3),
+        }
+    return out
+
+
+def most_at_once(stats: list[dict[str, Any]]) -> int:
+    """The most compiles that ran at the same moment (from their start and wall time)."""
+    events = []
+    for s in stats:
+        if s.get("result") == "compiled" and isinstance(s.get("start"), int | float):
+            events += [(s["start"], 1), (s["start"] + float(s.get("wall_s", 0.0)), -1)]
+    most = now = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        now += step
+        most = max(most, now)
+    return most
 
 
 def job_stats(path: Path) -> list[dict[str, Any]]:
@@ -201,5 +269,7 @@ def summarize_jobs(stats: list[dict[str, Any]]) -> dict[str, Any]:
         "compiles": len(compiled),
         "objcache_hits": sum(1 for s in stats if s.get("result") == "objcache-hit"),
         "compile_cpu_s": round(sum(s.get("cpu_s", 0.0) for s in compiled), 3),
+        "compile_wall_s": round(sum(s.get("wall_s", 0.0) for s in compiled), 3),
+        "gate_wait_s": round(sum(s.get("waited_s", 0.0) for s in stats), 3),
         "peak_job_gib": round(max((s.get("rss_kib", 0) for s in compiled), default=0) / 2**20, 3),
     }

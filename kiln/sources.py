@@ -27,6 +27,28 @@ from kiln.mirrors import Mirrors, is_remote
 
 log = logging.getLogger("kiln.sources")
 
+# A fetch that receives nothing for this long has stalled (a server that accepted the
+# connection and went silent): it is stopped and reported. Progress lines keep coming
+# while data flows, however slowly.
+STALL_ENV = "KILN_FETCH_STALL_S"
+DEFAULT_STALL_S = 120.0
+
+
+def stall_seconds() -> float:
+    try:
+        return max(float(os.environ.get(STALL_ENV, DEFAULT_STALL_S)), 1.0)
+    except ValueError:
+        return DEFAULT_STALL_S
+
+
+def local_path(source: str) -> Path | None:
+    """The folder a local mirror names (``/srv/x.git``, ``file:///srv/x.git``), or None."""
+    return None if is_remote(source) else Path(source.removeprefix("file://"))
+
+
+def is_shallow(repo: Path) -> bool:
+    return (repo / "shallow").is_file() or (repo / ".git" / "shallow").is_file()
+
 
 @dataclass(frozen=True)
 class SubmoduleState:
@@ -141,19 +163,49 @@ class GitCache:
                 f"add a local mirror for it (--mirrors FILE) or run without --offline"
             )
         shown = url if source == url else f"{url} (mirror {source})"
+        local = local_path(source)
+        if local is not None and not (local / "HEAD").exists() and not (local / ".git").exists():
+            raise SourceError(
+                f"{what}: mirror {source} for {url} "
+                f"{'is not a git repository' if local.exists() else 'does not exist'}: "
+                f"fix the mirrors file (or make the mirror there)"
+            )
         log.info("fetching %s", shown)
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *extra_refs]
-        res = git(
-            "fetch",
-            "--quiet",
-            "--prune",
-            "--no-write-fetch-head",
-            "--",
-            source,
-            *refspecs,
-            cwd=self.bare(url),
-            check=False,
-        )
+        stall = stall_seconds()
+        try:
+            res = git(
+                # A server that sends below 1 KiB/s for the stall time is given up on.
+                *("-c", "http.lowSpeedLimit=1024", "-c", f"http.lowSpeedTime={int(stall)}"),
+                "fetch",
+                "--progress",  # progress lines: what tells a slow fetch from a stalled one
+                "--prune",
+                "--no-write-fetch-head",
+                # A shallow mirror (CI checkouts are shallow by default): take its
+                # commits as they are; without this git drops its refs with exit code 0.
+                "--update-shallow",
+                "--",
+                source,
+                *refspecs,
+                cwd=self.bare(url),
+                check=False,
+                idle_timeout=stall,
+            )
+        except SourceError as exc:  # stalled
+            raise FetchFailed(
+                f"{what}: fetching {shown} stalled: no data for {stall:g} s; the cache keeps "
+                f"only what completed before: rerun once the source answers (or raise "
+                f"{STALL_ENV})",
+                refused_sha=False,
+            ) from exc
+        if local is not None and is_shallow(local):
+            log.warning(
+                "%s: mirror %s is shallow (only its newest commits): builds that count "
+                "history (setuptools-scm, git describe) may differ; unshallow it with "
+                "`git fetch --unshallow` to be safe",
+                what,
+                source,
+            )
         if res.returncode != 0:
             reason = git_reason(res.output)
             raise FetchFailed(
@@ -213,8 +265,14 @@ class GitCache:
                 self.fetch(url, what)  # servers that refuse fetching by SHA
             full = self.lookup(url, sha, what)
         if full is None:
+            local = local_path(self.mirrors.map(url))
+            shallow = (
+                " (a shallow mirror: it holds only its newest commits)"
+                if (local is not None and is_shallow(local))
+                else ""
+            )
             raise SourceError(
-                f"{what}: commit {sha} is not in {self.mirrors.map(url)}; "
+                f"{what}: commit {sha} is not in {self.mirrors.map(url)}{shallow}; "
                 f"check the pinned SHA (or the mirror)"
             )
         return full
@@ -244,7 +302,9 @@ def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float 
         return str(exc)
     if not is_remote(source):
         path = Path(source.removeprefix("file://"))
-        return None if path.exists() else f"{what}: mirror {source} for {url} does not exist"
+        if not path.exists():
+            return f"{what}: mirror {source} for {url} does not exist: fix the mirrors file"
+        return _commit_problem(path, sha, source, what)
     if cache.offline:
         return (
             f"{what}: {url} is not in the cache and --offline forbids fetching it; "
@@ -263,6 +323,20 @@ def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float 
         reason = (res.output.strip().splitlines() or ["no answer"])[-1]
         return f"{what}: cannot reach {source} ({reason})"
     return None
+
+
+def _commit_problem(mirror: Path, sha: str, source: str, what: str) -> str | None:
+    """Preflight for a local mirror: is the pinned commit there (seconds, before any
+    fetch or compile)? None when it is, or when the folder cannot be asked."""
+    res = git("rev-parse", "--disambiguate=" + sha, cwd=mirror, check=False)
+    if res.returncode != 0 and "not a git repository" in res.output:
+        return f"{what}: mirror {source} is not a git repository: fix the mirrors file"
+    found = [c for c in res.output.split() if FULL_SHA_RE.match(c)]
+    commits = [c for c in found if git_out("cat-file", "-t", c, cwd=mirror) == "commit"]
+    if commits:
+        return None
+    shallow = " (a shallow mirror: it holds only its newest commits)" if is_shallow(mirror) else ""
+    return f"{what}: commit {sha} is not in mirror {source}{shallow}; check the pinned SHA"
 
 
 def checkout(cache: GitCache, source: Source, dest: Path, what: str) -> Checkout:

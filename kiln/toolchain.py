@@ -32,6 +32,9 @@ class Toolchain:
     torch_cxx11_abi: bool | None
     # --toolchain pypi: each hash-pinned CUDA wheel (name, version, sha256)
     components: tuple[dict[str, str], ...] = ()
+    # What the build Python's pip CUDA offers where builds run (kiln.shipped.pipcuda):
+    # headers, libraries, missing link names, how -lcuda is satisfied.
+    pip_cuda: dict[str, Any] = field(default_factory=dict, hash=False)
     # Where builds run, ccache's path (the compiler cache); not part of the identity.
     ccache: str | None = field(default=None, compare=False)
 
@@ -56,6 +59,7 @@ class Toolchain:
             torch_cuda=facts["torch_cuda"],
             torch_cxx11_abi=facts["cxx11_abi"],
             components=tuple(facts.get("components", ())),
+            pip_cuda=facts.get("pip_cuda") or {},
             ccache=facts.get("ccache"),
         )
 

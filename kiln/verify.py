@@ -25,6 +25,64 @@ class SharedObject:
     path: str
     sass: list[str]
     ptx: list[str]
+    # What the dynamic linker will look for (DT_NEEDED) and where (DT_RUNPATH/DT_RPATH)
+    needed: list[str] = field(default_factory=list)
+    runpath: list[str] = field(default_factory=list)
+
+
+# kiln's own link-time folders (kiln/shipped/pipcuda.py): nothing built may point there.
+KILN_HOST_MARK = "/.kiln/host/"
+
+
+def linkage(path: Path) -> tuple[list[str], list[str]]:
+    """(DT_NEEDED, DT_RUNPATH + DT_RPATH entries) of an ELF shared object."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    needed: list[str] = []
+    paths: list[str] = []
+    try:
+        with path.open("rb") as fh:
+            for section in ELFFile(fh).iter_sections():
+                if not isinstance(section, DynamicSection):
+                    continue
+                for tag in section.iter_tags():
+                    if tag.entry.d_tag == "DT_NEEDED":
+                        needed.append(tag.needed)
+                    elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
+                        text = tag.runpath if tag.entry.d_tag == "DT_RUNPATH" else tag.rpath
+                        paths.extend(p for p in text.split(":") if p)
+    except ELFError as exc:
+        raise VerifyError(f"{path.name}: not a readable ELF file: {exc}") from None
+    return needed, paths
+
+
+def check_linkage(
+    report_name: str, objects: list[SharedObject], build_site: str | None = None
+) -> None:
+    """Nothing kiln put in place at link time (the link-names folder, the libcuda stub)
+    may become a run-time dependency: no NEEDED entry that is a path or names the stub
+    file itself, no RUNPATH into kiln's folders; and no RUNPATH into the build venv's
+    site-packages (it exists on the build machine only; kiln's wrapper makes such rpaths
+    ``$ORIGIN``-relative)."""
+    for o in objects:
+        bad = [n for n in o.needed if "/" in n or n == "libcuda.so"]
+        bad += [p for p in o.runpath if KILN_HOST_MARK in p.rstrip("/") + "/"]
+        if bad:
+            raise VerifyError(
+                f"{report_name}: {o.path} depends at run time on {', '.join(bad)}, a link-time "
+                f"stand-in of kiln's: the upstream must link by library name "
+                f"(e.g. -lcuda gives libcuda.so.1), not by kiln's path"
+            )
+        site = (build_site or "").rstrip("/")
+        leaked = [p for p in o.runpath if site and (p == site or p.startswith(site + "/"))]
+        if leaked:
+            raise VerifyError(
+                f"{report_name}: {o.path} has RUNPATH {', '.join(leaked)}, the build venv's "
+                f"site-packages, which exists on the build machine only: link it with an "
+                f"$ORIGIN-relative rpath"
+            )
 
 
 @dataclass
@@ -122,7 +180,9 @@ def auditwheel_show(wheel: Path) -> dict[str, object]:
     return {"returncode": res.returncode, "output": res.output.strip()}
 
 
-def verify_wheel(wheel: Path, expected: list[str], profile: Profile) -> WheelReport:
+def verify_wheel(
+    wheel: Path, expected: list[str], profile: Profile, build_site: str | None = None
+) -> WheelReport:
     name, version, tags = check_tags(wheel, profile)
     report = WheelReport(wheel.name, name, version, tags)
     with tempfile.TemporaryDirectory(prefix="kiln-verify-") as tmp, zipfile.ZipFile(wheel) as zf:
@@ -132,7 +192,9 @@ def verify_wheel(wheel: Path, expected: list[str], profile: Profile) -> WheelRep
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(zf.read(member))
             sass, ptx = device_archs(target)
-            report.shared_objects.append(SharedObject(member, sass, ptx))
+            needed, runpath = linkage(target)
+            report.shared_objects.append(SharedObject(member, sass, ptx, needed, runpath))
     check_archs(wheel.name, report.shared_objects, expected)
+    check_linkage(wheel.name, report.shared_objects, build_site)
     report.auditwheel = auditwheel_show(wheel)
     return report

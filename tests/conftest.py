@@ -27,6 +27,15 @@ def build_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def public_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python with examples/public's torch and build tools (NVSHMEM for DeepEP)."""
+    from kiln.config import Workspace
+
+    profile = Workspace(REPO / "examples" / "public").profile
+    return buildenv.build_python(profile, CACHE, None, tmp_path_factory.mktemp("provision"))
+
+
+@pytest.fixture(scope="session")
 def pypi_cuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The CUDA home of the tests' CUDA 13.2 (hash-pinned PyPI wheels, made once)."""
     return cudapypi.provision(PROFILE["cuda"], CACHE, tmp_path_factory.mktemp("cuda"))

@@ -123,3 +123,65 @@ def test_demo_extension_computes_on_the_gpu(tmp_path: Path) -> None:
     print(res.stdout, res.stderr)
     assert res.returncode == 0, res.stderr
     assert "max abs error" in res.stdout
+
+
+@pytest.mark.gpu
+def test_flashmla_from_its_bundle_passes_its_own_gpu_test(tmp_path: Path) -> None:
+    """FlashMLA (examples/public) built by kiln's local runner for this GPU's arch from
+    its git bundle, then `kiln gpu-test`: FlashMLA's own dense-decoding test against the
+    release's wheel in a fresh environment. Needs the bundles ($KILN_BUNDLES)."""
+    from tests import public
+
+    python, facts = _gpu_python()
+    major, minor = facts["cap"]
+    arch = f"sm_{major}{minor}a"
+    nvcc = nvcc_version(find_cuda_home())
+    ws = public.copy_workspace(tmp_path / "ws")
+    for other in ("deepep", "deepgemm"):
+        (ws / "vendors" / f"{other}.toml").unlink()
+    # FlashMLA's history and its CUTLASS commit are all this needs (what travels to a GPU
+    # machine: $KILN_BUNDLES may hold just those two bundles).
+    (ws / "bundles.toml").write_text(
+        '[bundles]\n"https://github.com/deepseek-ai/FlashMLA" = "FlashMLA.bundle"\n'
+        '"https://github.com/NVIDIA/cutlass.git" = "cutlass.bundle"\n'
+    )
+    meta = tomlkit.parse((ws / "kiln.toml").read_text())
+    meta["profile"].update(
+        {
+            "cuda": ".".join(nvcc.split(".")[:2]),
+            "python": facts["python"],
+            "torch": facts["torch"],
+            "archs": [arch],  # FlashMLA's toggles leave its other arch out
+        }
+    )
+    (ws / "kiln.toml").write_text(tomlkit.dumps(meta))
+    mirrors = public.mirrors(tmp_path / "mirrors", ws)
+    release = pipeline.build(
+        pipeline.Options(
+            workspace=ws,
+            artifacts=tmp_path / "artifacts",
+            cache=tmp_path / "cache",
+            work=tmp_path / "work",
+            mirrors=mirrors,
+            offline=True,
+            python=python,
+            runner="local",
+        )
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            *("-m", "kiln", "gpu-test", release, "flashmla", "--python", python),
+            *("--cache", tmp_path / "cache", "--mirrors", mirrors, "--offline"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    print(res.stdout[-3000:], res.stderr[-3000:])
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads((release / "gpu-tests" / "flashmla.json").read_text())
+    assert result["passed"] and result["gpus"][0]["name"]
+    wheel = json.loads((release / "manifest.json").read_text())["vendors"]["flashmla"]["outputs"][0]
+    assert result["wheel"]["sha256"] == wheel["sha256"]

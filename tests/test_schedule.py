@@ -36,18 +36,64 @@ def _tree(tmp_path: Path, n: int) -> Path:
     return tree
 
 
-def test_jobs_follow_memory_not_cores(tmp_path: Path) -> None:
+def test_a_step_offers_its_units_to_the_gate_up_to_a_bound(tmp_path: Path) -> None:
+    """MAX_JOBS is what a step offers the compile gate, not what runs: the gate starts
+    compiles by priority within the memory budget and CPU slots (tests below)."""
     tree = _tree(tmp_path, 10)
     peaks = schedule.PeakStore(tmp_path / "peaks.json")
     v = _vendor(mem_per_job_gib=4.0)
-    by_mem = schedule.choose(v, tree, peaks, schedule.Budget(9.0, 16, "test"))
-    assert (by_mem.max_jobs, by_mem.translation_units) == (2, 10)
-    by_cpu = schedule.choose(v, tree, peaks, schedule.Budget(100.0, 3, "test"))
-    assert by_cpu.max_jobs == 3
+    small_budget = schedule.choose(v, tree, peaks, schedule.Budget(9.0, 16, "test"))
+    assert (small_budget.max_jobs, small_budget.translation_units) == (10, 10)
     by_tus = schedule.choose(v, _tree(tmp_path / "small", 2), peaks, schedule.Budget(100, 16, "t"))
     assert by_tus.max_jobs == 2
+    many = schedule.choose(v, _tree(tmp_path / "many", 100), peaks, schedule.Budget(100, 2, "t"))
+    assert many.max_jobs == schedule.MIN_WAITING  # a bounded queue of waiting compiles
     capped = schedule.choose(_vendor(max_jobs=1), tree, peaks, schedule.Budget(100, 16, "t"))
     assert capped.max_jobs == 1
+
+
+def test_learned_units_become_the_gates_hints(tmp_path: Path) -> None:
+    peaks = schedule.PeakStore(tmp_path / "peaks.json")
+    v = _vendor()
+    stats = [
+        {
+            "result": "compiled",
+            "rc": 0,
+            "source": "csrc/big.cu",
+            "cpu_s": 170.0,
+            "rss_kib": 9 << 20,
+        },
+        {
+            "result": "compiled",
+            "rc": 0,
+            "source": "csrc/small.cu",
+            "cpu_s": 10.0,
+            "rss_kib": 1 << 20,
+        },
+        {"result": "compiled", "rc": 1, "source": "csrc/failed.cu", "cpu_s": 5.0, "rss_kib": 1},
+    ]
+    peaks.remember(v, 9.0, schedule.learned_units(stats))
+    hints = schedule.gate_hints(v, peaks, None)
+    assert set(hints["units"]) == {"csrc/big.cu", "csrc/small.cu"}
+    assert hints["units"]["csrc/big.cu"] == {
+        "cpu_s": 170.0,
+        "mem_gib": 9.0 * schedule.LEARNED_MARGIN,
+    }
+    assert hints["default_cpu_s"] == 90.0
+    assert (
+        schedule.gate_hints(_vendor(mem_per_job_gib=1.5), peaks, None)["units"] == {}
+    )  # recipe changed
+
+
+def test_most_compiles_at_once_from_their_start_and_wall_times() -> None:
+    stats = [
+        {"result": "compiled", "start": 0.0, "wall_s": 10.0},
+        {"result": "compiled", "start": 5.0, "wall_s": 10.0},
+        {"result": "compiled", "start": 10.0, "wall_s": 1.0},  # starts as the first ends
+        {"result": "other", "start": 6.0, "wall_s": 1.0},  # a link: not a compile
+    ]
+    assert schedule.most_at_once(stats) == 2
+    assert schedule.most_at_once([*stats, {"result": "compiled", "start": 6.0, "wall_s": 1}]) == 3
 
 
 def test_nvcc_threads_only_where_the_recipe_allows_and_cores_are_spare(tmp_path: Path) -> None:

@@ -9,11 +9,19 @@ its threads before it starts the real compiler, and gives them back when done. A
 step therefore gets ``MAX_JOBS`` as large as its parallelism allows and the gate
 keeps the sum of what runs under the run's budget.
 
+Which waiting compile goes next: the one with the highest priority that fits, where
+a compile's priority is its learned CPU time (the longest first: a long translation
+unit started last would run on alone while the other cores idle) and links come
+before any compile (their step waits on them). The per-unit estimates come from the
+last run of the same recipe (``KILN_GATE_HINTS``: a JSON file kiln writes per step);
+a unit without one gets the step's estimate.
+
 The gate is a folder: ``budget.json`` ({"mem_gib", "cpus"}), ``lock`` (flock'ed
-while the holders are counted) and ``holders/<id>.json``, each flock'ed by its
-live holder. A holder killed with SIGKILL loses its flock, so the next count
-drops it: no leaked slots after a crash. flock works across containers that share
-the bind-mounted folder.
+while the holders are counted), ``holders/<id>.json`` and ``waiting/<id>.json``,
+each flock'ed by its live process, and ``changed`` (rewritten whenever a holder or
+a waiter comes or goes, so waiters look again only then). A process killed with
+SIGKILL loses its flocks, so the next count drops it: no leaked slots after a crash.
+flock works across containers that share the bind-mounted folder.
 """
 
 from __future__ import annotations
@@ -27,18 +35,23 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-POLL_S = 0.05
+POLL_S = 0.05  # how often a waiter whose turn may come next looks at ``changed``
+IDLE_POLL_S = 2.0  # ... and one further back in the queue (many wait: keep them cheap)
+RESCAN_S = 10.0  # look again at least this often, even when nothing says it changed
+FIRST = 1e12  # the priority of non-compiles (links)
 
 
 def write_budget(gate: Path, mem_gib: float, cpus: int) -> None:
     gate.mkdir(parents=True, exist_ok=True)
     (gate / "holders").mkdir(exist_ok=True)
+    (gate / "waiting").mkdir(exist_ok=True)
     (gate / "budget.json").write_text(json.dumps({"mem_gib": mem_gib, "cpus": cpus}))
 
 
-def _alive_holders(holders: Path) -> list[dict[str, float]]:
+def _alive(folder: Path) -> list[dict[str, float]]:
+    """The entries of ``folder`` whose process still holds them; leftovers removed."""
     alive = []
-    for path in holders.glob("*.json"):
+    for path in sorted(folder.glob("*.json")):
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -46,51 +59,138 @@ def _alive_holders(holders: Path) -> list[dict[str, float]]:
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:  # its holder is alive and holds it
+            except BlockingIOError:  # its process is alive and holds it
                 with contextlib.suppress(ValueError, OSError):
-                    alive.append(json.loads(os.pread(fd, 4096, 0) or b"{}"))
+                    entry = json.loads(os.pread(fd, 4096, 0) or b"{}")
+                    alive.append({**entry, "id": path.stem})
                 continue
-            path.unlink(missing_ok=True)  # nobody holds it: a dead holder's leftover
+            path.unlink(missing_ok=True)  # nobody holds it: a dead process's leftover
         finally:
             os.close(fd)
     return alive
 
 
+def _bump(gate: Path) -> None:
+    with contextlib.suppress(OSError):
+        (gate / "changed").write_text(uuid.uuid4().hex)
+
+
+def _changed_stamp(gate: Path) -> tuple[int, int]:
+    try:
+        st = (gate / "changed").stat()
+        return st.st_mtime_ns, st.st_ino
+    except OSError:
+        return 0, 0
+
+
+def admitted(
+    budget: dict[str, float], holders: list[dict], waiters: list[dict], me: str
+) -> tuple[bool, int]:
+    """Whether waiter ``me`` may start now, and its place in the queue: waiters are
+    taken by priority (ties: who came first) and each one that fits beside those already
+    running is counted as started; ``me`` goes when its turn comes and it fits. One job
+    alone always runs (the caller checked before the build that one job of every step
+    fits the budget)."""
+    mem = sum(h.get("mem_gib", 0.0) for h in holders)
+    cpu = sum(h.get("cpus", 1) for h in holders)
+    running = len(holders)
+    order = sorted(waiters, key=lambda w: (-w.get("priority", 0.0), w.get("since", 0.0)))
+    for place, w in enumerate(order):
+        fits = mem + w.get("mem_gib", 0.0) <= budget["mem_gib"] + 1e-9
+        fits = fits and cpu + w.get("cpus", 1) <= budget["cpus"]
+        if fits or not running:
+            if w["id"] == me:
+                return True, place
+            mem += w.get("mem_gib", 0.0)
+            cpu += w.get("cpus", 1)
+            running += 1
+        elif w["id"] == me:
+            return False, place
+    return False, len(order)
+
+
+def _register(path: Path, entry: dict) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, json.dumps(entry).encode())
+    return fd
+
+
 @contextlib.contextmanager
-def slot(gate: Path, mem_gib: float, cpus: int) -> Iterator[None]:
-    """Wait until ``mem_gib`` and ``cpus`` fit beside the live holders, hold them
-    while the body runs. One job alone always runs (the caller checked before the
-    build that one job of every step fits the budget)."""
+def slot(gate: Path, mem_gib: float, cpus: int, priority: float = 0.0) -> Iterator[None]:
+    """Wait until this job's turn comes and ``mem_gib`` and ``cpus`` fit beside the live
+    holders, hold them while the body runs."""
     budget = json.loads((gate / "budget.json").read_text())
-    holders = gate / "holders"
-    mine = holders / f"{uuid.uuid4().hex}.json"
-    while True:
-        with open(gate / "lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            alive = _alive_holders(holders)
-            used_mem = sum(h.get("mem_gib", 0.0) for h in alive)
-            used_cpu = sum(h.get("cpus", 1) for h in alive)
-            fits = used_mem + mem_gib <= budget["mem_gib"] + 1e-9
-            fits = fits and used_cpu + cpus <= budget["cpus"]
-            if fits or not alive:
-                fd = os.open(mine, os.O_RDWR | os.O_CREAT, 0o644)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                os.write(fd, json.dumps({"mem_gib": mem_gib, "cpus": cpus}).encode())
-                break
-        time.sleep(POLL_S)
+    me = uuid.uuid4().hex
+    entry = {"mem_gib": mem_gib, "cpus": cpus, "priority": priority, "since": time.time()}
+    waiting = gate / "waiting" / f"{me}.json"
+    waiting.parent.mkdir(exist_ok=True)
+    wfd = _register(waiting, entry)
+    _bump(gate)
+    seen, looked, near = None, 0.0, True
+    try:
+        while True:
+            stamp = _changed_stamp(gate)
+            if stamp != seen or time.monotonic() - looked >= RESCAN_S:
+                seen, looked = stamp, time.monotonic()
+                with open(gate / "lock", "a") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    holders = _alive(gate / "holders")
+                    go, place = admitted(budget, holders, _alive(gate / "waiting"), me)
+                    if go:
+                        fd = _register(gate / "holders" / f"{me}.json", entry)
+                        break
+                # Those next in line look often; the rest of a long queue rarely.
+                near = place < max(int(budget["cpus"]), 1)
+            time.sleep(POLL_S if near else IDLE_POLL_S)
+    finally:
+        waiting.unlink(missing_ok=True)
+        os.close(wfd)
+    _bump(gate)
     try:
         yield
     finally:
-        mine.unlink(missing_ok=True)
+        (gate / "holders" / f"{me}.json").unlink(missing_ok=True)
         os.close(fd)
+        _bump(gate)
 
 
-def from_environment() -> contextlib.AbstractContextManager[None]:
+def _hints() -> dict:
+    path = os.environ.get("KILN_GATE_HINTS")
+    if not path:
+        return {}
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def hinted_priority(source: str | None) -> float:
+    """A compile's learned CPU seconds (its priority), else the step's default."""
+    hints = _hints()
+    unit = hints.get("units", {}).get(source or "")
+    if isinstance(unit, dict) and isinstance(unit.get("cpu_s"), int | float):
+        return float(unit["cpu_s"])
+    default = hints.get("default_cpu_s", 0.0)
+    return float(default) if isinstance(default, int | float) else 0.0
+
+
+def _mem_for(source: str | None) -> float:
+    unit = _hints().get("units", {}).get(source or "")
+    if isinstance(unit, dict) and isinstance(unit.get("mem_gib"), int | float):
+        return float(unit["mem_gib"])
+    return float(os.environ.get("KILN_GATE_MEM_GIB", "0") or 0)
+
+
+def from_environment(
+    source: str | None = None, priority: float = 0.0
+) -> contextlib.AbstractContextManager[None]:
     """The slot this compile needs, from the step's environment; a no-op outside
     kiln's builds (e.g. ``rebuild.py`` on an installed tree)."""
     gate = os.environ.get("KILN_GATE_DIR")
     if not gate or not (Path(gate) / "budget.json").is_file():
         return contextlib.nullcontext()
-    mem = float(os.environ.get("KILN_GATE_MEM_GIB", "0") or 0)
     cpus = int(os.environ.get("KILN_GATE_CPUS", "1") or 1)
-    return slot(Path(gate), mem, cpus)
+    return slot(Path(gate), _mem_for(source), cpus, priority)

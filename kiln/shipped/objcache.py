@@ -29,9 +29,11 @@ one changed file of an installed tree in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import resource
 import shlex
 import subprocess
@@ -41,11 +43,16 @@ import time
 from pathlib import Path
 
 try:
-    from kiln.shipped import compilegate
-except ImportError:  # run as .kiln/objcache.py of a shipped tree: the kit's copy beside it
+    from kiln.shipped import compilegate, cudashim
+except ImportError:  # run as .kiln/objcache.py of a shipped tree: the kit's copies beside it
     import compilegate  # type: ignore[no-redef]
+    import cudashim  # type: ignore[no-redef]
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
+CXX_SUFFIXES = (".cc", ".cpp", ".cxx")
+# Where the CUDA home with the fixed-module-ID cudafe++ lies in a tree (cudashim.py);
+# machine-specific like everything under .kiln/host, never packed.
+SHIM_HOME = os.path.join(".kiln", "host", "cuda")
 NESTED = "KILN_WRAPPED"
 DEP_FLAGS_WITH_VALUE = ("-MF", "-MT", "-MQ", "--dependency-output", "-odir")
 DEP_FLAGS = (
@@ -63,6 +70,9 @@ def _roots() -> list[tuple[str, str]]:
         name, _, path = item.partition("=")
         if name and path:
             pairs.append((name, os.path.realpath(path)))
+    tree = dict(pairs).get("TREE")
+    if tree and dict(pairs).get("CUDA"):  # nvcc runs from the shim home: map it as CUDA
+        pairs.append(("CUDASHIM", os.path.join(tree, SHIM_HOME)))
     return sorted(pairs, key=lambda p: -len(p[1]))
 
 
@@ -172,7 +182,7 @@ def compiler_identity(compiler: str) -> str:
     return hashlib.sha256((res.stdout + res.stderr).encode()).hexdigest()
 
 
-PREFIX_TARGETS = {"TREE": ".", "SITE": "/site-packages", "CUDA": "/cuda"}
+PREFIX_TARGETS = {"TREE": ".", "SITE": "/site-packages", "CUDA": "/cuda", "CUDASHIM": "/cuda"}
 
 
 def is_nvcc(compiler: str) -> bool:
@@ -215,6 +225,44 @@ def relative_paths(args: list[str], tree: str | None) -> list[str]:
     return out
 
 
+_BUILD_LIB = re.compile(r"^lib\.[^/]+$")
+
+
+def installed_dir(output: str) -> str | None:
+    """Where a shared object setuptools links into ``build/lib.<platform>/`` lands,
+    relative to site-packages once the wheel is installed (None: not such a link)."""
+    parts = os.path.realpath(output).split(os.sep)
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i - 1] == "build" and _BUILD_LIB.match(parts[i]):
+            return os.path.join(*parts[i + 1 : -1]) if len(parts) > i + 2 else "."
+    return None
+
+
+def relocatable_rpaths(args: list[str], site: str | None) -> list[str]:
+    """An ``-Wl,-rpath,<build venv's site-packages>/x`` (DeepEP's NVSHMEM and NCCL) made
+    ``$ORIGIN``-relative: the wheel is installed into a site-packages beside the same
+    NVIDIA wheels, and the build venv's path would make every build folder's bytes
+    differ and point nowhere on the user's machine."""
+    out = args[args.index("-o") + 1] if "-o" in args[:-1] else None
+    where = installed_dir(out) if out else None
+    if not site or where is None:
+        return args
+
+    def rel(path: str) -> str:
+        real = os.path.realpath(path)
+        if not _inside(real, site):
+            return path
+        return "$ORIGIN/" + os.path.relpath(real, os.path.join(site, where))
+
+    fixed = []
+    for a in args:
+        for prefix in ("-Wl,-rpath,", "-Wl,-rpath="):
+            if a.startswith(prefix):
+                a = prefix + ":".join(rel(p) for p in a[len(prefix) :].split(":"))
+        fixed.append(a)
+    return fixed
+
+
 def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, str]]) -> list[str]:
     if os.environ.get("KILN_DETERMINISTIC") == "0":
         return args
@@ -223,17 +271,22 @@ def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, st
         drop = set(os.environ.get("KILN_NVCC_DROP", "").split())
         args = [a for a in args if a not in drop]
     if "-c" not in args and not (nvcc and "-dlink" in args):
-        return args
+        return relocatable_rpaths(args, dict(roots).get("SITE"))
     # A fixed order (not the paths' lengths, which vary with the build folder), the tree
-    # last so that it wins where it sits inside another root.
-    order = {"CUDA": 0, "SITE": 1, "TREE": 2}
+    # after the others so that it wins where it sits inside another root, and the shim
+    # CUDA home (inside the tree) last.
+    order = {"CUDA": 0, "SITE": 1, "TREE": 2, "CUDASHIM": 3}
     maps = [
         f"-ffile-prefix-map={path}={PREFIX_TARGETS.get(name, '/' + name.lower())}"
         for name, path in sorted(roots, key=lambda r: (order.get(r[0], -1), r[0]))
     ]
     args = relative_paths(args, dict(roots).get("TREE"))
     if not nvcc:
-        return [*args, *maps]
+        cxx = "-c" in args and any(a.endswith(CXX_SUFFIXES) for a in args)
+        append = os.environ.get("KILN_CXX_APPEND", "").split() if cxx else []
+        return [*args, *append, *maps]
+    if "-c" in args:
+        args = [*args, *os.environ.get("KILN_NVCC_APPEND", "").split()]
     extra = [x for m in maps for x in ("-Xcompiler", m)]
     sources = [a for a in args if a.endswith(".cu") and os.path.isfile(a)]
     if len(sources) == 1:
@@ -257,10 +310,20 @@ def _launcher(call: Call) -> list[str]:
     return [ccache] if ccache and call.cacheable and in_base else []
 
 
-def _record(call: Call, rc: int, started: float, result: str) -> None:
+def _tree_relative(path: str | None) -> str:
+    """A source as the stats name it: its path in the tree where it is inside."""
+    if not path:
+        return ""
+    tree = dict(_roots()).get("TREE")
+    real = os.path.realpath(path)
+    return os.path.relpath(real, tree) if tree and _inside(real, tree) else os.path.basename(path)
+
+
+def _record(call: Call, rc: int, started: float, result: str, waited: float = 0.0) -> None:
     """One line per compiler run into the step's stats (``KILN_JOB_STATS``): the
-    largest process's peak RSS and the CPU time of the run, for the scheduler's
-    learned estimates and the benchmark's floor."""
+    largest process's peak RSS and the CPU time of the run (for the scheduler's learned
+    estimates and the benchmark's floor), when it started after its gate wait (for the
+    most compiles that ran at once) and how long it waited."""
     stats = os.environ.get("KILN_JOB_STATS")
     if not stats:
         return
@@ -268,12 +331,14 @@ def _record(call: Call, rc: int, started: float, result: str) -> None:
     line = json.dumps(
         {
             "compiler": os.path.basename(call.compiler),
-            "source": os.path.basename(call.source or ""),
+            "source": _tree_relative(call.source),
             "result": result,
             "rc": rc,
             "rss_kib": use.ru_maxrss,
             "cpu_s": round(use.ru_utime + use.ru_stime, 3),
             "wall_s": round(time.monotonic() - started, 3),
+            "start": round(time.time() - (time.monotonic() - started), 3),
+            "waited_s": round(waited, 3),
         }
     )
     fd = os.open(stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -283,16 +348,47 @@ def _record(call: Call, rc: int, started: float, result: str) -> None:
         os.close(fd)
 
 
-def run_real(call: Call) -> int:
+def _nvcc_from_shim(call: Call, seed: str) -> tuple[str, dict[str, str]]:
+    """nvcc started from kiln's CUDA home (cudashim.py), so cudafe++ takes a module ID
+    fixed by the source's path in the tree and the compile's normalized command (else
+    it may end the ID with its process id). The real nvcc where there is no tree."""
+    roots = dict(_roots())
+    tree, home = roots.get("TREE"), roots.get("CUDA")
+    if os.environ.get("KILN_DETERMINISTIC") == "0" or not tree or not home:
+        return call.compiler, {}
+    if os.path.realpath(os.path.dirname(os.path.dirname(call.compiler))) != home:
+        return call.compiler, {}  # some other nvcc than the build's CUDA home
+    python = os.environ.get("KILN_OBJCACHE_PYTHON") or sys.executable
+    shim = cudashim.ensure_home(home, os.path.join(tree, SHIM_HOME), python)
+    env = {}
+    if call.source and call.source.endswith(".cu"):
+        env["KILN_MODULE_ID"] = cudashim.module_id(_tree_relative(call.source), seed)
+    return os.path.join(shim, "bin", os.path.basename(call.compiler)), env
+
+
+def _priority(call: Call) -> float:
+    """Links and other non-compiles first (a step waits on them); compiles by their
+    learned CPU time, longest first (compilegate.py)."""
+    if not call.cacheable:
+        return compilegate.FIRST
+    return compilegate.hinted_priority(_tree_relative(call.source))
+
+
+def run_real(call: Call, seed: str = "") -> int:
     """The real compiler (behind ccache when configured), once the run's compile gate
     has room for it."""
-    started = time.monotonic()
-    argv = [*_launcher(call), call.compiler, *call.args]
+    requested = time.monotonic()
+    compiler, extra_env = (
+        _nvcc_from_shim(call, seed) if is_nvcc(call.compiler) else (call.compiler, {})
+    )
+    argv = [*_launcher(call), compiler, *call.args]
     # What the real compiler runs through this wrapper again (nvcc's -ccbin host
     # compiler) is part of this compile: it must not wait for a gate slot this compile
     # holds (a deadlock), nor be cached or counted twice.
-    env = {**os.environ, NESTED: "1"}
-    with compilegate.from_environment():
+    env = {**os.environ, NESTED: "1", **extra_env}
+    source = _tree_relative(call.source) if call.cacheable else None
+    with compilegate.from_environment(source, _priority(call)):
+        started = time.monotonic()
         if (
             not is_nvcc(call.compiler)
             or os.environ.get("KILN_DETERMINISTIC") == "0"
@@ -304,7 +400,8 @@ def run_real(call: Call) -> int:
             with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
                 # One word (``=``): ccache is told to ignore it (a fresh temp dir each time).
                 rc = subprocess.call([*argv, "--keep", f"--keep-dir={keep}"], env=env)
-    _record(call, rc, started, "compiled" if call.cacheable else "other")
+    result = "compiled" if call.cacheable else "other"
+    _record(call, rc, started, result, waited=started - requested)
     return rc
 
 
@@ -346,28 +443,64 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def with_own_depfile(call: Call) -> tuple[Call, str | None]:
+    """The compile with ``-MD -MF <out>.kiln.d`` added where the build asked for no
+    dependency file: the compiler lists what it read while it compiles (gcc and nvcc
+    alike), instead of a second ``-M`` run of the preprocessor afterwards."""
+    if not call.cacheable or call.depfile is not None or call.out is None:
+        return call, None
+    if any(x in call.args for x in (*DEP_FLAGS, "-M", "-MM")):
+        return call, None  # the build's own -MD without -MF: leave its file alone
+    own = call.out + ".kiln.d"
+    return Call(call.compiler, [*call.args, "-MD", "-MF", own]), own
+
+
+def _deps_after_compile(call: Call) -> list[str] | None:
+    """Every file the compile read: from its depfile, else from a ``-M`` run (a build
+    whose own dependency flags kiln leaves alone); None where that fails."""
+    if call.depfile and os.path.isfile(call.depfile):
+        return parse_depfile(Path(call.depfile).read_text())
+    res = subprocess.run(
+        [call.compiler, *call.deps_args()],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, NESTED: "1"},
+    )
+    return parse_depfile(res.stdout) if res.returncode == 0 else None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: objcache.py REAL_COMPILER ARGS...", file=sys.stderr)
         return 2
     call = Call(argv[1], deterministic_args(argv[1], argv[2:], _roots()))
-    roots = _names(_roots())
     if os.environ.get(NESTED) == "1":  # inside a compile this wrapper already runs
         return subprocess.call([call.compiler, *call.args])
+    call, own_depfile = with_own_depfile(call)
+    roots = _names(_roots())
+    # The compile as it would read anywhere: what the object cache keys it by, and the
+    # seed of its fixed module ID (the same with or without caches).
+    named = [
+        normalize(os.getcwd(), roots),
+        [normalize(os.path.abspath(x) if x == call.source else x, roots) for x in call.key_args()],
+    ]
+    seed = hashlib.sha256(json.dumps([os.path.basename(call.compiler), *named]).encode())
+    try:
+        return _compile(call, roots, named, seed.hexdigest(), own_depfile is not None)
+    finally:
+        if own_depfile:
+            with contextlib.suppress(OSError):
+                os.unlink(own_depfile)
+
+
+def _compile(call: Call, roots: list[tuple[str, str]], named: list, seed: str, own: bool) -> int:
     cache_dir = os.environ.get("KILN_OBJCACHE_DIR")
     if not call.cacheable or not cache_dir or os.environ.get("KILN_OBJCACHE_DISABLE"):
-        return run_real(call)
+        return run_real(call, seed)
     cache = Path(cache_dir)
     key_material = json.dumps(
-        [
-            os.path.basename(call.compiler),
-            compiler_identity(call.compiler),
-            normalize(os.getcwd(), roots),
-            [
-                normalize(os.path.abspath(x) if x == call.source else x, roots)
-                for x in call.key_args()
-            ],
-        ]
+        [os.path.basename(call.compiler), compiler_identity(call.compiler), *named]
     )
     key = hashlib.sha256(key_material.encode()).hexdigest()
     entry_path = cache / "entries" / f"{key}.json"
@@ -383,7 +516,7 @@ def main(argv: list[str]) -> int:
             # An object whose bytes no longer hash to its name is corrupt: recompile.
             if obj.is_file() and sha256_file(str(obj)) == entry["object"]:
                 Path(call.out).write_bytes(obj.read_bytes())
-                if call.depfile:
+                if call.depfile and not own:
                     Path(call.depfile).write_text(
                         f"{call.out}: " + " ".join(d.replace(" ", "\\ ") for d in deps) + "\n"
                     )
@@ -391,25 +524,15 @@ def main(argv: list[str]) -> int:
                     sys.stderr.write(f"objcache: hit {call.source}\n")  # one write: no interleaving
                 _record(call, 0, time.monotonic(), "objcache-hit")
                 return 0
-    rc = run_real(call)
+    rc = run_real(call, seed)
     if rc != 0:
         return rc
-    if call.depfile and os.path.isfile(call.depfile):
-        deps = parse_depfile(Path(call.depfile).read_text())
-    else:
-        res = subprocess.run(
-            [call.compiler, *call.deps_args()],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, NESTED: "1"},
-        )
-        if res.returncode != 0:
-            return 0  # compiled fine; just not cacheable
-        deps = parse_depfile(res.stdout)
+    found = _deps_after_compile(call)
+    if found is None:
+        return 0  # compiled fine; just not cacheable
     # Sorted by their normalized names: sorting absolute paths would order the tree's
     # files differently against outside headers when the tree moves (entry bytes differ).
-    deps = sorted({os.path.realpath(d) for d in deps}, key=lambda d: normalize(d, roots))
+    deps = sorted({os.path.realpath(d) for d in found}, key=lambda d: normalize(d, roots))
     obj_hash = sha256_file(call.out)
     _write_atomic(cache / "objects" / f"{obj_hash}.o", Path(call.out).read_bytes())
     entry = {

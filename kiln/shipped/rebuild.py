@@ -25,8 +25,10 @@ import time
 from pathlib import Path
 
 try:  # inside kiln
+    from kiln.shipped import pipcuda
     from kiln.shipped.objcache import wrapper_env
-except ImportError:  # shipped: objcache.py sits beside this file in .kiln/
+except ImportError:  # shipped: the kit's modules sit beside this file in .kiln/
+    import pipcuda  # type: ignore[no-redef]
     from objcache import wrapper_env  # type: ignore[no-redef]
 
 
@@ -111,6 +113,9 @@ def environment(tree: Path, meta: dict, python: Path, cuda_home: str) -> dict[st
     env.update(meta["env"])
     env["CUDA_HOME"] = cuda_home
     env["PATH"] = f"{cuda_home}/bin:{env.get('PATH', '/usr/bin:/bin')}"
+    # What torch's pip CUDA lacks on this machine (headers, link names, a libcuda stub),
+    # as kiln's build had it on the build machine.
+    env.update(pipcuda.prepare(str(tree), site, cuda_home, env, cc=env.get("CC", "gcc")))
     env.update(wrapper_env(tree, str(python), site, cuda_home, env))
     return env
 

@@ -1,0 +1,321 @@
+"""What kiln does for a CPU-only host that compiles with torch's pip CUDA (issue 12):
+headers and link names from NVIDIA's wheels, the libcuda stub, flags appended without a
+patch, cudafe++'s module ID fixed, dependencies from the compile itself, and the gate's
+order. Real gcc, nvcc and ELF files; no build of a whole upstream (tests/test_public.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kiln.errors import VerifyError
+from kiln.shipped import compilegate, cudashim, pipcuda
+from kiln.verify import SharedObject, check_linkage, linkage
+
+WRAPPER = Path(__file__).resolve().parents[1] / "kiln" / "shipped" / "objcache.py"
+NVCC = "/usr/local/cuda/bin/nvcc"
+
+
+def _fake_site(tmp_path: Path) -> Path:
+    """site-packages/nvidia as torch's CUDA wheels lay it out: versioned libraries only."""
+    site = tmp_path / "site"
+    for pkg, libs in {
+        "cu13": ["libnvrtc.so.13", "libcublas.so.13"],
+        "nccl": ["libnccl.so.2"],
+    }.items():
+        (site / "nvidia" / pkg / "include").mkdir(parents=True)
+        (site / "nvidia" / pkg / "lib").mkdir()
+        for lib in libs:
+            (site / "nvidia" / pkg / "lib" / lib).write_bytes(b"")
+    (site / "nvidia" / "cu13" / "include" / "nvrtc.h").write_text("#define KILN_NVRTC 1\n")
+    (site / "nvidia" / "nccl" / "lib" / "libplain.so").write_bytes(b"")  # has its link name
+    (site / "nvidia" / "nccl" / "lib" / "libplain.so.1").write_bytes(b"")
+    return site
+
+
+def test_link_names_only_where_the_wheels_lack_them(tmp_path: Path) -> None:
+    site = _fake_site(tmp_path)
+    found = pipcuda.discover(str(site), str(tmp_path / "no-cuda"))
+    assert sorted(found["links"]) == ["libcublas.so", "libnccl.so", "libnvrtc.so"]
+    assert found["links"]["libnvrtc.so"].endswith("nvidia/cu13/lib/libnvrtc.so.13")
+    assert [Path(d).parent.name for d in found["include_dirs"]] == ["cu13", "nccl"]
+
+
+def test_environment_keeps_what_the_recipe_set_first(tmp_path: Path) -> None:
+    found = pipcuda.discover(str(_fake_site(tmp_path)), str(tmp_path / "no-cuda"))
+    env = pipcuda.environment(found, "/links", {"LIBRARY_PATH": "/mine", "CPLUS_INCLUDE_PATH": ""})
+    libs = env["LIBRARY_PATH"].split(":")
+    assert libs[0] == "/mine" and libs[1] == "/links" and libs[2].endswith("nvidia/cu13/lib")
+    assert env["CPLUS_INCLUDE_PATH"].split(":")[0].endswith("nvidia/cu13/include")
+
+
+def test_cccl_comes_first_for_cxx_and_never_for_c(tmp_path: Path) -> None:
+    home = tmp_path / "cuda"
+    (home / "include" / "cccl").mkdir(parents=True)
+    found = pipcuda.discover(str(_fake_site(tmp_path)), str(home))
+    env = pipcuda.environment(found, "/links", {})
+    assert env["CPLUS_INCLUDE_PATH"].split(":")[0] == str(home / "include" / "cccl")
+    assert str(home / "include" / "cccl") not in env["C_INCLUDE_PATH"]
+
+
+def _link_against_stub(tmp_path: Path, cuda_h: str | None) -> list[str]:
+    """Link `-lcuda -lnvrtc` (gcc's default --as-needed) on a host with neither a driver
+    nor toolkit stubs; return NEEDED of the result (and check it has no RUNPATH)."""
+    site = tmp_path / "site"
+    lib = site / "nvidia" / "cu13" / "lib"
+    lib.mkdir(parents=True)
+    (site / "nvidia" / "cu13" / "include").mkdir()
+    if cuda_h is not None:
+        (site / "nvidia" / "cu13" / "include" / "cuda.h").write_text(cuda_h)
+    (tmp_path / "nvrtc.c").write_text("int nvrtcVersion(int* a, int* b) { return 0; }\n")
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libnvrtc.so.13",
+            "-o",
+            lib / "libnvrtc.so.13",
+            tmp_path / "nvrtc.c",
+        ],
+        check=True,
+    )
+    found = pipcuda.discover(str(site), str(tmp_path / "no-cuda"))
+    assert found["cuda_link"] == "kiln-stub"  # no driver, no toolkit stubs on this host
+    links = tmp_path / "tree" / pipcuda.LINKS_DIR
+    pipcuda.materialize(found, str(links))
+    env = {**os.environ, **pipcuda.environment(found, str(links), {})}
+    (tmp_path / "ext.c").write_text(
+        "int cuInit(unsigned); int nvrtcVersion(int*, int*);\n"
+        "int f(void) { int a, b; return cuInit(0) + nvrtcVersion(&a, &b); }\n"
+    )
+    out = tmp_path / "ext.so"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", out, tmp_path / "ext.c", "-lcuda", "-lnvrtc"],
+        check=True,
+        env=env,
+    )
+    needed, runpath = linkage(out)
+    assert not runpath
+    check_linkage("ext", [SharedObject("ext.so", [], [], needed, runpath)])  # passes
+    return needed
+
+
+CUDA_H = "typedef int CUresult;\n#define cuInit cuInit_v9\nCUresult cuInit(unsigned int f);\n"
+
+
+def test_stub_links_and_records_only_the_drivers_name(tmp_path: Path) -> None:
+    """The stub lets `-lcuda -lnvrtc` link on a host without a driver; the result needs
+    libcuda.so.1 (the driver, by name) and libnvrtc.so.13, nothing of kiln's folder. The
+    stub holds cuda.h's functions under their macro names (cuInit -> cuInit_v9 here)."""
+    cuda_h = CUDA_H.replace("cuInit_v9", "cuInit")
+    needed = _link_against_stub(tmp_path, cuda_h)
+    assert "libcuda.so.1" in needed and "libnvrtc.so.13" in needed
+    assert "void cuInit_v9(void)" in pipcuda.stub_source(str(_h(tmp_path, CUDA_H)))
+
+
+def _h(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "h" / "cuda.h"
+    path.parent.mkdir()
+    path.write_text(text)
+    return path
+
+
+def test_an_empty_stub_would_drop_the_driver_under_as_needed(tmp_path: Path) -> None:
+    """Why the stub carries cuda.h's functions (this check can fail): an empty one is
+    dropped by --as-needed, and the extension would miss libcuda.so.1 at run time."""
+    needed = _link_against_stub(tmp_path, None)
+    assert "libcuda.so.1" not in needed
+
+
+def test_a_runtime_path_into_kiln_folders_fails_verify(tmp_path: Path) -> None:
+    """The check can fail: a shared object that records kiln's links folder as RUNPATH."""
+    links = tmp_path / "tree" / ".kiln" / "host" / "links"
+    links.mkdir(parents=True)
+    (tmp_path / "ext.c").write_text("int f(void) { return 0; }\n")
+    out = tmp_path / "bad.so"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", out, tmp_path / "ext.c", f"-Wl,-rpath,{links}"],
+        check=True,
+    )
+    needed, runpath = linkage(out)
+    with pytest.raises(VerifyError, match="link-time stand-in"):
+        check_linkage("bad", [SharedObject("bad.so", [], [], needed, runpath)])
+
+
+MODULE_ID_FIXTURE = """\
+#include <cuda/std/tuple>
+template <typename T> __global__ void k(T* p) {
+  auto t = cuda::std::make_tuple(1, 2); cuda::std::ignore = t; p[0] = T(1); }
+template __global__ void k<float>(float*);
+"""
+
+
+def _wrapped_nvcc(tree: Path, out: str, env: dict[str, str]) -> bytes:
+    subprocess.run(
+        [
+            sys.executable,
+            str(WRAPPER),
+            NVCC,
+            "-c",
+            "u.cu",
+            "-o",
+            out,
+            "-gencode",
+            "arch=compute_100a,code=sm_100a",
+        ],
+        cwd=tree,
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    return (tree / out).read_bytes()
+
+
+def test_cudafe_module_id_is_fixed_through_kilns_cuda_home(tmp_path: Path) -> None:
+    """A file that only instantiates a template and uses cuda::std::ignore: cudafe++
+    ends its module ID with its pid, so plain nvcc differs on every compile (seen first,
+    which is what makes this test able to fail); through kiln's wrapper it does not."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "u.cu").write_text(MODULE_ID_FIXTURE)
+    plain = []
+    for i in (1, 2):
+        keep = tmp_path / f"keep{i}"
+        keep.mkdir()
+        subprocess.run(
+            [
+                NVCC,
+                "-c",
+                "u.cu",
+                "-o",
+                f"p{i}.o",
+                "-gencode",
+                "arch=compute_100a,code=sm_100a",
+                "-Xcudafe",
+                "--orig_src_path_name=u.cu",
+                "--keep",
+                f"--keep-dir={keep}",
+            ],
+            cwd=tree,
+            check=True,
+            timeout=300,
+        )
+        plain.append((tree / f"p{i}.o").read_bytes())
+    assert plain[0] != plain[1]
+    env = {
+        **os.environ,
+        "KILN_OBJCACHE_ROOTS": f"TREE={tree};CUDA=/usr/local/cuda",
+        "KILN_OBJCACHE_PYTHON": sys.executable,
+    }
+    a, b = (_wrapped_nvcc(tree, f"w{i}.o", env) for i in (1, 2))
+    assert a == b
+    assert (tree / ".kiln" / "host" / "cuda" / "bin" / "cudafe++").is_file()
+
+
+def test_module_id_depends_on_the_source_path_and_the_compile() -> None:
+    one = cudashim.module_id("csrc/a.cu", "seed")
+    assert one == cudashim.module_id("csrc/a.cu", "seed")
+    assert one != cudashim.module_id("csrc/b.cu", "seed")
+    assert one != cudashim.module_id("csrc/a.cu", "other flags")
+    assert one.startswith("_") and "_4_a_cu_" in one and one.endswith("_0")
+
+
+def test_cudafe_args_drop_generation_only_with_an_id() -> None:
+    args = ["--gen_module_id_file", "--module_id_file_name", "/t/x.module_id", "in.ii"]
+    assert cudashim.cudafe_args(args, None) == (args, None)
+    kept, target = cudashim.cudafe_args(args, "_id")
+    assert (
+        kept == ["--module_id_file_name", "/t/x.module_id", "in.ii"] and target == "/t/x.module_id"
+    )
+
+
+def _compile_cxx(
+    tree: Path, env: dict[str, str], std_check: bool = True
+) -> subprocess.CompletedProcess:
+    (tree / "m.cpp").write_text(
+        ("#if __cplusplus < 202002L\n#error C++20 or later\n#endif\n" if std_check else "")
+        + '#include "h.h"\nint f() { return H; }\n'
+    )
+    (tree / "h.h").write_text("#define H 1\n")
+    return subprocess.run(
+        [sys.executable, str(WRAPPER), "gcc", "-std=c++17", "-c", "m.cpp", "-o", "m.o"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_cxx_append_flags_win_over_a_hard_coded_standard(tmp_path: Path) -> None:
+    """DeepGEMM's setup.py passes -std=c++17 (to gcc: setuptools compiles .cpp with CC);
+    torch 2.14's ATen needs C++20. Without the recipe's flag the compile fails."""
+    base = {**os.environ, "KILN_OBJCACHE_ROOTS": f"TREE={tmp_path}"}
+    assert _compile_cxx(tmp_path, base).returncode != 0
+    res = _compile_cxx(tmp_path, {**base, "KILN_CXX_APPEND": "-std=c++20"})
+    assert res.returncode == 0, res.stderr
+
+
+def test_dependencies_come_from_the_compile_not_a_second_preprocessor_run(
+    tmp_path: Path,
+) -> None:
+    """A compile without a depfile gets -MD -MF from the wrapper: the entry lists the
+    header, and the compiler ran once (one compiler process in the job stats, no -M run:
+    a -M run would go through no record, so count the processes with a stand-in cc)."""
+    calls = tmp_path / "calls"
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec gcc "$@"\n')
+    cc.chmod(0o755)
+    env = {
+        **os.environ,
+        "KILN_OBJCACHE_ROOTS": f"TREE={tmp_path}",
+        "KILN_OBJCACHE_DIR": str(tmp_path / "objcache"),
+    }
+    (tmp_path / "h.h").write_text("#define H 1\n")
+    (tmp_path / "m.c").write_text('#include "h.h"\nint f(void) { return H; }\n')
+    subprocess.run(
+        [sys.executable, str(WRAPPER), str(cc), "-c", "m.c", "-o", "m.o"],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+    )
+    runs = [ln for ln in calls.read_text().splitlines() if "--version" not in ln]
+    assert len(runs) == 1 and "-MD" in runs[0] and " -M " not in f" {runs[0]} "
+    (entry,) = (tmp_path / "objcache" / "entries").iterdir()
+    assert "@TREE@/h.h" in [d for d, _ in json.loads(entry.read_text())["deps"]]
+    assert not (tmp_path / "m.o.kiln.d").exists()  # kiln's own depfile is removed
+
+
+def test_gate_starts_the_longest_first_and_backfills_what_fits() -> None:
+    budget = {"mem_gib": 10.0, "cpus": 2}
+    waiters = [
+        {"id": "short", "priority": 5.0, "since": 1, "mem_gib": 1.0, "cpus": 1},
+        {"id": "long", "priority": 170.0, "since": 2, "mem_gib": 9.0, "cpus": 1},
+        {"id": "mid", "priority": 60.0, "since": 3, "mem_gib": 2.0, "cpus": 1},
+    ]
+    assert compilegate.admitted(budget, [], waiters, "long") == (True, 0)
+    # With 'long' running, 'mid' (2 GiB) does not fit beside it; 'short' (1 GiB) does.
+    running = [{"mem_gib": 9.0, "cpus": 1}]
+    rest = [w for w in waiters if w["id"] != "long"]
+    assert compilegate.admitted(budget, running, rest, "mid") == (False, 0)
+    assert compilegate.admitted(budget, running, rest, "short") == (True, 1)
+    # No CPU slot left: nobody goes, whatever the priority.
+    full = [{"mem_gib": 1.0, "cpus": 1}, {"mem_gib": 1.0, "cpus": 1}]
+    assert compilegate.admitted(budget, full, waiters, "long") == (False, 0)
+
+
+def test_gate_order_is_only_arrival_without_priorities() -> None:
+    """The check above can fail: without learned priorities the first to come goes."""
+    budget = {"mem_gib": 10.0, "cpus": 1}
+    waiters = [
+        {"id": "a", "priority": 0.0, "since": 1, "mem_gib": 1.0, "cpus": 1},
+        {"id": "b", "priority": 0.0, "since": 2, "mem_gib": 1.0, "cpus": 1},
+    ]
+    assert compilegate.admitted(budget, [], waiters, "a") == (True, 0)
+    assert compilegate.admitted(budget, [], waiters, "b") == (False, 1)
