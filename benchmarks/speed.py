@@ -232,8 +232,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kernels", type=int, default=8, help="translation units per upstream")
-    ap.add_argument("--root", type=Path, default=REPO / "build" / "bench-speed")
+    ap.add_argument("--root", type=Path, default=None)
+    ap.add_argument(
+        "--public",
+        action="store_true",
+        help="the real upstreams of examples/public instead of the fixture (speed_public.py)",
+    )
+    ap.add_argument(
+        "--bundles",
+        type=Path,
+        default=Path(os.environ.get("KILN_BUNDLES", REPO.parent / "shared" / "upstreams")),
+        help="with --public: the folder of the upstreams' git bundles",
+    )
+    ap.add_argument("--profile", default=None, help="with --public: a [profiles.NAME] of it")
     args = ap.parse_args()
+    if args.public:
+        import speed_public
+
+        speed_public.main(args)
+        return
+    args.root = args.root or REPO / "build" / "bench-speed"
     root = args.root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     ws, mirrors = make_fixture(root, args.kernels)

@@ -120,7 +120,10 @@ def _make_env(python: str, env_dir: Path, wheel: Path, log_file: Path) -> Path:
         [test_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
     )
     dirs = list(dict.fromkeys(d for d in base if Path(d).is_dir() and d != own))
-    (Path(own) / "_kiln_test_python.pth").write_text("".join(f"{d}\n" for d in dirs))
+    # addsitedir, not a plain path: the test Python's own .pth files (editable installs,
+    # path hooks) count too.
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in dirs)
+    (Path(own) / "_kiln_test_python.pth").write_text(lines)
     proc.run(
         [test_python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel],
         error=GpuTestError,

@@ -165,10 +165,12 @@ class GitCache:
         shown = url if source == url else f"{url} (mirror {source})"
         local = local_path(source)
         if local is not None and not (local / "HEAD").exists() and not (local / ".git").exists():
+            state = "is not a git repository" if local.exists() else "does not exist"
             raise SourceError(
-                f"{what}: mirror {source} for {url} "
-                f"{'is not a git repository' if local.exists() else 'does not exist'}: "
-                f"fix the mirrors file (or make the mirror there)"
+                f"{what}: {url}: no repository there ({state}): fix the URL"
+                if source == url
+                else f"{what}: mirror {source} for {url} {state}: fix the mirrors file "
+                f"(or make the mirror there)"
             )
         log.info("fetching %s", shown)
         refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *extra_refs]

@@ -110,10 +110,18 @@ def admitted(
 
 
 def _register(path: Path, entry: dict) -> int:
+    """Create ``path`` flock'ed by this process. Only under the gate's lock: a scan that
+    saw the file between its creation and its flock would take it for a dead process's
+    leftover and remove it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
     os.write(fd, json.dumps(entry).encode())
     return fd
+
+
+def _gone(fd: int) -> bool:
+    """Whether the file open at ``fd`` was removed (then it is registered no more)."""
+    return os.fstat(fd).st_nlink == 0
 
 
 @contextlib.contextmanager
@@ -125,7 +133,9 @@ def slot(gate: Path, mem_gib: float, cpus: int, priority: float = 0.0) -> Iterat
     entry = {"mem_gib": mem_gib, "cpus": cpus, "priority": priority, "since": time.time()}
     waiting = gate / "waiting" / f"{me}.json"
     waiting.parent.mkdir(exist_ok=True)
-    wfd = _register(waiting, entry)
+    with open(gate / "lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        wfd = _register(waiting, entry)
     _bump(gate)
     seen, looked, near = None, 0.0, True
     try:
@@ -135,6 +145,9 @@ def slot(gate: Path, mem_gib: float, cpus: int, priority: float = 0.0) -> Iterat
                 seen, looked = stamp, time.monotonic()
                 with open(gate / "lock", "a") as lock:
                     fcntl.flock(lock, fcntl.LOCK_EX)
+                    if _gone(wfd):  # never: registered under this lock; but never wait unseen
+                        os.close(wfd)
+                        wfd = _register(waiting, entry)
                     holders = _alive(gate / "holders")
                     go, place = admitted(budget, holders, _alive(gate / "waiting"), me)
                     if go:

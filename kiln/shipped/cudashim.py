@@ -12,7 +12,10 @@ to generate one.
 
 So kiln's compiler wrapper runs nvcc from a CUDA home of its own: ``bin/nvcc`` is a link
 to the real one (nvcc finds its tools beside the path it was started as), ``bin/cudafe++``
-is this script, everything else links to the real home. This script writes the ID the
+is this script, everything else links to the real home; ``bin/nvcc.profile`` is the real
+one with its ``TOP`` spelled as the real home's, so every include and library path nvcc
+passes on (``-L`` lands in the device link's recorded command line) reads as without the
+shim, wherever the shim lies. This script writes the ID the
 wrapper chose (``KILN_MODULE_ID``: from the source's path in the tree and the compile's
 normalized command) into ``F``, drops ``--gen_module_id_file`` and runs the real cudafe++
 (``KILN_REAL_CUDAFE``). Without ``KILN_MODULE_ID`` it changes nothing.
@@ -45,9 +48,9 @@ def _write_file(path: str, text: str, mode: int) -> None:
 
 
 def ensure_home(real_home: str, dest: str, python: str) -> str:
-    """The shim CUDA home for ``real_home`` at ``dest`` (made once, atomically; remade
-    when it points at another home). Returns ``dest``."""
-    real_home = os.path.realpath(real_home)
+    """The shim CUDA home for ``real_home`` (spelled as the build spells it) at ``dest``
+    (made once, atomically; remade when it points at another home). Returns ``dest``."""
+    real_home = os.path.abspath(real_home)
     stamp = f"{SHIM_VERSION}\n{real_home}\n{python}\n"
     marker = os.path.join(dest, ".kiln-shim")
     try:
@@ -59,6 +62,7 @@ def ensure_home(real_home: str, dest: str, python: str) -> str:
     parent = os.path.dirname(os.path.abspath(dest))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".cuda-", dir=parent)
+    os.chmod(tmp, 0o755)
     try:
         for entry in sorted(os.listdir(real_home)):
             if entry != "bin":
@@ -66,8 +70,17 @@ def ensure_home(real_home: str, dest: str, python: str) -> str:
         os.mkdir(os.path.join(tmp, "bin"))
         real_bin = os.path.join(real_home, "bin")
         for entry in sorted(os.listdir(real_bin)):
-            if entry != "cudafe++":
+            if entry not in ("cudafe++", "nvcc.profile"):
                 os.symlink(os.path.join(real_bin, entry), os.path.join(tmp, "bin", entry))
+        with open(os.path.join(real_bin, "nvcc.profile")) as fh:
+            profile = fh.read()
+        # TOP as nvcc would have read it from the real bin/ ($(_HERE_) stays in PATH, so
+        # that this bin/, with its cudafe++, is searched first).
+        _write_file(
+            os.path.join(tmp, "bin", "nvcc.profile"),
+            profile.replace("$(_HERE_)/..", f"{real_bin}/.."),
+            0o644,
+        )
         here = os.path.abspath(__file__)
         _write_file(
             os.path.join(tmp, "bin", "cudafe++"),

@@ -70,9 +70,6 @@ def _roots() -> list[tuple[str, str]]:
         name, _, path = item.partition("=")
         if name and path:
             pairs.append((name, os.path.realpath(path)))
-    tree = dict(pairs).get("TREE")
-    if tree and dict(pairs).get("CUDA"):  # nvcc runs from the shim home: map it as CUDA
-        pairs.append(("CUDASHIM", os.path.join(tree, SHIM_HOME)))
     return sorted(pairs, key=lambda p: -len(p[1]))
 
 
@@ -182,7 +179,7 @@ def compiler_identity(compiler: str) -> str:
     return hashlib.sha256((res.stdout + res.stderr).encode()).hexdigest()
 
 
-PREFIX_TARGETS = {"TREE": ".", "SITE": "/site-packages", "CUDA": "/cuda", "CUDASHIM": "/cuda"}
+PREFIX_TARGETS = {"TREE": ".", "SITE": "/site-packages", "CUDA": "/cuda"}
 
 
 def is_nvcc(compiler: str) -> bool:
@@ -273,9 +270,9 @@ def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, st
     if "-c" not in args and not (nvcc and "-dlink" in args):
         return relocatable_rpaths(args, dict(roots).get("SITE"))
     # A fixed order (not the paths' lengths, which vary with the build folder), the tree
-    # after the others so that it wins where it sits inside another root, and the shim
-    # CUDA home (inside the tree) last.
-    order = {"CUDA": 0, "SITE": 1, "TREE": 2, "CUDASHIM": 3}
+    # last so that it wins where it sits inside another root. (nvcc's shim CUDA home
+    # needs no map: its nvcc.profile spells every path as the real home's.)
+    order = {"CUDA": 0, "SITE": 1, "TREE": 2}
     maps = [
         f"-ffile-prefix-map={path}={PREFIX_TARGETS.get(name, '/' + name.lower())}"
         for name, path in sorted(roots, key=lambda r: (order.get(r[0], -1), r[0]))
@@ -356,10 +353,11 @@ def _nvcc_from_shim(call: Call, seed: str) -> tuple[str, dict[str, str]]:
     tree, home = roots.get("TREE"), roots.get("CUDA")
     if os.environ.get("KILN_DETERMINISTIC") == "0" or not tree or not home:
         return call.compiler, {}
-    if os.path.realpath(os.path.dirname(os.path.dirname(call.compiler))) != home:
+    given = os.path.dirname(os.path.dirname(os.path.abspath(call.compiler)))
+    if os.path.realpath(given) != home:
         return call.compiler, {}  # some other nvcc than the build's CUDA home
     python = os.environ.get("KILN_OBJCACHE_PYTHON") or sys.executable
-    shim = cudashim.ensure_home(home, os.path.join(tree, SHIM_HOME), python)
+    shim = cudashim.ensure_home(given, os.path.join(tree, SHIM_HOME), python)
     env = {}
     if call.source and call.source.endswith(".cu"):
         env["KILN_MODULE_ID"] = cudashim.module_id(_tree_relative(call.source), seed)

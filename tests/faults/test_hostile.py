@@ -86,7 +86,9 @@ def test_url_with_shell_syntax_is_passed_to_git_as_data(tmp_path: Path, how: str
     cache = GitCache(tmp_path / "cache", Mirrors(), offline=True)
     with pytest.raises(SourceError) as info:
         cache.resolve(url, "a" * 40, "evil")
-    assert "\n" not in str(info.value) and str(info.value).startswith("evil: fetching ")
+    # one line, the URL verbatim: kiln checked the folder it names (there is none) before
+    # any git command, which would have been given it as one argument
+    assert "\n" not in str(info.value) and str(info.value).startswith(f"evil: {url}: ")
     # ... and through a mirrors file, whose targets are data too
     cache = GitCache(tmp_path / "cache", Mirrors({BASE_URL: url + "/"}), offline=True)
     with pytest.raises(SourceError):
