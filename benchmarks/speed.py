@@ -245,6 +245,11 @@ def main() -> None:
         help="with --public: the folder of the upstreams' git bundles",
     )
     ap.add_argument("--profile", default=None, help="with --public: a [profiles.NAME] of it")
+    ap.add_argument(
+        "--learn",
+        action="store_true",
+        help="with --public: first a kiln build with nothing learned (reported apart)",
+    )
     args = ap.parse_args()
     if args.public:
         import speed_public

@@ -305,6 +305,7 @@ def main(args: Any) -> None:
         k: [{x: y for x, y in r.items() if x not in strip} for r in v]
         for k, v in {
             "naive": naive,
+            "first": first,
             "cold": cold,
             "noop": noop,
             "patch": patched,
