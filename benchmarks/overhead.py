@@ -37,8 +37,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kiln import memwatch  # noqa: E402
-from kiln.shipped import compilegate  # noqa: E402
+from kiln.inside import memwatch  # noqa: E402
+from kiln.inside.kit import compilegate  # noqa: E402
 
 SHIPPED = ("objcache.py", "compilegate.py", "cudashim.py", "pipcuda.py")
 
@@ -53,15 +53,25 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]
     return time.monotonic() - start, use.ru_utime + use.ru_stime
 
 
+def _kit_path(rev: str) -> str:
+    """Where the wrapper's files lie at ``rev`` (kiln/shipped before the stage packages)."""
+    res = subprocess.run(
+        ["git", "-C", str(REPO), "cat-file", "-e", f"{rev}:kiln/inside/kit/objcache.py"],
+        capture_output=True,
+        check=False,
+    )
+    return "kiln/inside/kit" if res.returncode == 0 else "kiln/shipped"
+
+
 def kit(dest: Path, rev: str | None) -> Path:
     """The wrapper's files as of ``rev`` (None: the working tree) in ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED:
         if rev is None:
-            shutil.copy(REPO / "kiln" / "shipped" / name, dest / name)
+            shutil.copy(REPO / "kiln" / "inside" / "kit" / name, dest / name)
             continue
         res = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{rev}:kiln/shipped/{name}"],
+            ["git", "-C", str(REPO), "show", f"{rev}:{_kit_path(rev)}/{name}"],
             capture_output=True,
             text=True,
             check=False,
@@ -223,7 +233,7 @@ def extra_passes(cwd: Path, cmd: list[str], env: dict[str, str], rounds: int) ->
 GATE_WAITER = """
 import sys, time
 from pathlib import Path
-from kiln.shipped import compilegate
+from kiln.inside.kit import compilegate
 with compilegate.slot(Path(sys.argv[1]), 0.1, 1, float(sys.argv[2])):
     pass
 """

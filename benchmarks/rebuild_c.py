@@ -26,9 +26,13 @@ from pathlib import Path
 
 import tomlkit
 
-from kiln import archive, buildenv, cudapypi, demo, pipeline
-from kiln.config import Profile, Workspace
-from kiln.rebuildc import rebuild_c
+from kiln import demo
+from kiln.build import pipeline
+from kiln.config.models import Profile
+from kiln.config.workspace import Workspace
+from kiln.rebuild_c import rebuild_c
+from kiln.release import archive
+from kiln.toolchain import buildenv, cudapypi
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo"

@@ -36,8 +36,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kiln import buildenv, gitrepo, memwatch  # noqa: E402
-from kiln.config import Profile  # noqa: E402
+from kiln.config.models import Profile  # noqa: E402
+from kiln.inside import memwatch  # noqa: E402
+from kiln.sources import gitrepo  # noqa: E402
+from kiln.toolchain import buildenv  # noqa: E402
 
 BASE_URL = "https://bench.invalid/"
 UPSTREAMS = ("ops_a", "ops_b", "ops_c")

@@ -33,9 +33,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kiln import buildenv, bundles, memwatch  # noqa: E402
-from kiln.config import Workspace  # noqa: E402
-from kiln.mirrors import Mirrors  # noqa: E402
+from kiln.config.mirrors import Mirrors  # noqa: E402
+from kiln.config.workspace import Workspace  # noqa: E402
+from kiln.inside import memwatch  # noqa: E402
+from kiln.sources import bundles  # noqa: E402
+from kiln.toolchain import buildenv  # noqa: E402
 
 CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 PATCH_FILE = "flashmla-bench.patch"

@@ -148,11 +148,11 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipeline.Options
-    from kiln.pipeline import Options
+    from kiln.build.pipeline import Options
 
     mirrors, offline = args.mirrors, args.offline
     if args.bundles is not None:
-        from kiln.bundles import mirrors_from_bundles
+        from kiln.sources.bundles import mirrors_from_bundles
 
         mirrors = mirrors_from_bundles(
             args.workspace, args.bundles, args.work / "mirrors-from-bundles"
@@ -187,7 +187,7 @@ def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipelin
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from kiln import pipeline
+    from kiln.build import pipeline
 
     release = pipeline.build(_options(args, args.vendor or None))
     print(release)
@@ -195,7 +195,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from kiln import demo, pipeline
+    from kiln import demo
+    from kiln.build import pipeline
 
     opts = _options(args, None)
     mirrors = demo.prepare(args.workspace, opts.work / "demo-upstreams")
@@ -207,9 +208,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_lock(args: argparse.Namespace) -> int:
     from kiln import lock
-    from kiln.config import Workspace
-    from kiln.mirrors import Mirrors
-    from kiln.sources import GitCache
+    from kiln.config.mirrors import Mirrors
+    from kiln.config.workspace import Workspace
+    from kiln.sources.checkout import GitCache
 
     ws = Workspace(args.workspace)
     cache = GitCache(args.cache, Mirrors.load(args.mirrors), args.offline)
@@ -219,9 +220,9 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild_c(args: argparse.Namespace) -> int:
-    from kiln.config import Workspace
-    from kiln.rebuildc import rebuild_c
-    from kiln.toolchain import find_cuda_home
+    from kiln.config.workspace import Workspace
+    from kiln.rebuild_c import rebuild_c
+    from kiln.toolchain.checks import find_cuda_home
 
     ws = Workspace(args.workspace)
     ccache_dir = None if args.no_compiler_cache else (args.compiler_cache or args.cache / "ccache")
@@ -239,41 +240,17 @@ def cmd_rebuild_c(args: argparse.Namespace) -> int:
 
 
 def cmd_pack_jit_cache(args: argparse.Namespace) -> int:
-    from kiln.jitcache import pack_into_release
+    from kiln.jit_cache import pack_into_release
 
     print(pack_into_release(args.cache_dir, args.name, args.release))
-    return 0
-
-
-def cmd_step(args: argparse.Namespace) -> int:
-    """Run one build step here (what runners call, in a container or not)."""
-    from kiln import buildsteps
-
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)  # only this process needs kiln's source
-    buildsteps.run(buildsteps.StepSpec.from_file(args.spec), env)
-    return 0
-
-
-def cmd_probe(args: argparse.Namespace) -> int:
-    """Print the toolchain facts of this machine as JSON (run where builds run)."""
-    import json
-
-    from kiln import facts
-
-    if args.system:  # {"requirements": [...], "include_dirs": [...]}: which are missing
-        asked = json.loads(args.system)
-        print(json.dumps(facts.missing_system(asked["requirements"], asked["include_dirs"])))
-        return 0
-    python = Path(args.python or sys.executable)
-    print(json.dumps(facts.probe(python, facts.find_cuda_home(args.cuda_home))))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     import tempfile
 
-    from kiln import manifest, reverify
+    from kiln import reproduce as reverify
+    from kiln.release import manifest
 
     data = manifest.read(args.manifest)
     if args.rebuilt:
@@ -293,7 +270,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_manifest_check(args: argparse.Namespace) -> int:
-    from kiln import manifest
+    from kiln.release import manifest
 
     problems = manifest.check(args.manifest)
     for p in problems:
@@ -314,8 +291,8 @@ def cmd_manifest_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from kiln import matrix
-    from kiln.config import Workspace
+    from kiln.config.workspace import Workspace
+    from kiln.plan import matrix
 
     ws = Workspace(args.workspace)
     if args.release_name:
@@ -333,13 +310,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_test(args: argparse.Namespace) -> int:
-    from kiln import gputest
-    from kiln.mirrors import Mirrors
-    from kiln.sources import GitCache
+    from kiln import gpu_test as gputest
+    from kiln.config.mirrors import Mirrors
+    from kiln.sources.checkout import GitCache
 
     mirrors, offline = args.mirrors, args.offline
     if args.bundles is not None:
-        from kiln.bundles import mirrors_from_bundles
+        from kiln.sources.bundles import mirrors_from_bundles
 
         mirrors = mirrors_from_bundles(args.workspace, args.bundles, args.work / "gpu-test-mirrors")
         offline = True
@@ -358,8 +335,8 @@ def cmd_gpu_test(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_wheel(args: argparse.Namespace) -> int:
-    from kiln import wheelcheck
-    from kiln.config import Workspace
+    from kiln.config.workspace import Workspace
+    from kiln.verify import wheels as wheelcheck
 
     if args.manifest:
         lines = wheelcheck.verify_release(args.manifest)
@@ -447,16 +424,6 @@ def parser() -> argparse.ArgumentParser:
         help="compare against this earlier rebuild instead of building again",
     )
     p.set_defaults(func=cmd_verify)
-
-    p = sub.add_parser("step", help="(internal) run one build step from its JSON spec")
-    p.add_argument("spec", type=Path)
-    p.set_defaults(func=cmd_step)
-
-    p = sub.add_parser("probe", help="(internal) print the toolchain facts as JSON")
-    p.add_argument("--python", default=None)
-    p.add_argument("--cuda-home", default=None)
-    p.add_argument("--system", default=None, help="JSON: check these system requirements")
-    p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("manifest", help="manifest tools")
     msub = p.add_subparsers(dest="manifest_command", required=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kiln.config import read_toml
+from kiln.config.workspace import read_toml
 from kiln.errors import ConfigError
-from kiln.gitrepo import CommitSpec, make_repo, snapshot
+from kiln.sources.gitrepo import CommitSpec, make_repo, snapshot
 
 HISTORY = "upstreams/history.toml"
 

@@ -17,12 +17,14 @@ from pathlib import Path
 
 import tomlkit
 
-from kiln import proc
-from kiln.config import SERIES_FILE, WORKSPACE_FILE, PatchEntry, Profile, Workspace
+from kiln.config.fields import SERIES_FILE, WORKSPACE_FILE
+from kiln.config.models import PatchEntry, Profile
+from kiln.config.workspace import Workspace
 from kiln.errors import PatchError
 from kiln.fsutil import sha256_file
-from kiln.release import REQUIREMENTS as REQUIREMENTS_NAME
-from kiln.sources import GitCache, gitlinks
+from kiln.inside import proc
+from kiln.release.files import REQUIREMENTS as REQUIREMENTS_NAME
+from kiln.sources.checkout import GitCache, gitlinks
 
 
 def _write_toml(path: Path, doc: tomlkit.TOMLDocument) -> None:
@@ -107,7 +109,7 @@ def lock_image(ws: Workspace) -> list[str]:
         return []
     from docker.errors import DockerException
 
-    from kiln.docker_runner import DockerUnavailable, connect
+    from kiln.runners.docker import DockerUnavailable, connect
 
     try:
         digest = connect().images.get_registry_data(ref).id
@@ -136,7 +138,7 @@ def lock_runtime(ws: Workspace) -> list[str]:
     """Resolve what install.sh installs (``runtime-requirements.txt``, else the profile's
     torch) for the profile's Python and platform with pip's installation report, and
     write every package with its sha256 to ``runtime-requirements.lock``."""
-    from kiln.release import requirements
+    from kiln.release.files import requirements
 
     text = requirements(ws, locked=False)
     with tempfile.TemporaryDirectory(prefix="kiln-lock-") as tmp:

@@ -20,9 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln import fsutil, manifest, release, reverify, verify
-from kiln.config import Workspace
+from kiln import fsutil
+from kiln import reproduce as reverify
+from kiln.config.workspace import Workspace
 from kiln.errors import ManifestError
+from kiln.release import files as release
+from kiln.release import manifest
+from kiln.verify import binaries as verify
 
 # What must be equal across the partials of one release. Other top-level keys (such as
 # the scheduler's figures) describe one run and are not carried into the merged manifest.

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln import fsutil, manifest
+from kiln import fsutil
 from kiln.errors import KilnError
+from kiln.release import manifest
 
 log = logging.getLogger("kiln.publish")
 

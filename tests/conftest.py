@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kiln import buildenv, cudapypi
-from kiln.config import Profile
-from kiln.pipeline import Options
+from kiln.build.pipeline import Options
+from kiln.config.models import Profile
+from kiln.toolchain import buildenv, cudapypi
 from tests import upstreams as fixture_upstreams
 from tests.workspace import PROFILE
 
@@ -29,7 +29,7 @@ def build_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def public_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Python with examples/public's torch and build tools (NVSHMEM for DeepEP)."""
-    from kiln.config import Workspace
+    from kiln.config.workspace import Workspace
 
     profile = Workspace(REPO / "examples" / "public").profile
     return buildenv.build_python(profile, CACHE, None, tmp_path_factory.mktemp("provision"))

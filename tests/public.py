@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln import bundles
+from kiln.sources import bundles
 
 REPO = Path(__file__).resolve().parents[1]
 WORKSPACE = REPO / "examples" / "public"

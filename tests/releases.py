@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kiln import pipeline
-from kiln.pipeline import Options
+from kiln.build import pipeline
+from kiln.build.pipeline import Options
 from tests.upstreams import Upstreams
 from tests.workspace import PATCH, plain_vendor, write
 

@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from kiln import buildenv
+from kiln.toolchain import buildenv
 
 STUB = "#pragma once\nstruct _object;\nusing PyObject = _object;\n"
 

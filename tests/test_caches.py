@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kiln import manifest, pipeline
-from kiln.buildlock import Busy
+from kiln.build import pipeline
+from kiln.build.runlock import Busy
+from kiln.release import manifest
 from tests.conftest import artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kiln import cibw
-from kiln.config import Workspace
+from kiln.config.workspace import Workspace
+from kiln.verify import cibw
 from tests.conftest import REPO, run_kiln
 
 WORKFLOW = REPO / "ci" / "release.yml"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.config import Workspace, arch_to_torch
+from kiln.config.workspace import Workspace, arch_to_torch
 from kiln.errors import ConfigError
 from tests.conftest import REPO
 from tests.workspace import PROFILE, plain_vendor, write

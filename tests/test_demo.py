@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.verify import device_archs
+from kiln.verify.binaries import device_archs
 from tests.conftest import CACHE, REPO, run_kiln
 
 

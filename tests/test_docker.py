@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from kiln import pipeline
+from kiln.build import pipeline
 from kiln.errors import BuildError, ConfigError
-from kiln.toolchain import cuobjdump
+from kiln.toolchain.checks import cuobjdump
 from tests import upstreams as fixture_upstreams
 from tests.conftest import REPO, artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kiln import facts
+from kiln.inside import facts
 
 
 def test_facts_are_reused_until_a_package_is_installed(tmp_path: Path) -> None:

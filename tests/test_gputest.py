@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln import pipeline
+from kiln.build import pipeline
 from tests.conftest import run_kiln
 from tests.releases import edit_manifest
 from tests.upstreams import Upstreams
@@ -55,7 +55,14 @@ def release(tmp_path_factory: pytest.TempPathFactory, upstreams: Upstreams, buil
 
 def _gpu_test(release: Path, root: Path, mirrors: Path, *args: str, env=None):
     return run_kiln(
-        "gpu-test", release, *args, "--cache", root / "cache", "--mirrors", mirrors, "--offline",
+        "gpu-test",
+        release,
+        *args,
+        "--cache",
+        root / "cache",
+        "--mirrors",
+        mirrors,
+        "--offline",
         env=env,
     )
 

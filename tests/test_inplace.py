@@ -21,10 +21,12 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from kiln import archive, demo, manifest, pipeline
-from kiln.config import Workspace
+from kiln import demo
+from kiln.build import pipeline
+from kiln.build.kinds.inplace import arch_family, pack_tree
+from kiln.config.workspace import Workspace
 from kiln.errors import BuildError, VerifyError
-from kiln.inplace import arch_family, pack_tree
+from kiln.release import archive, manifest
 from tests.conftest import REPO, run_kiln
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write

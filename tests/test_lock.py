@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kiln.config import Workspace
+from kiln.config.mirrors import Mirrors
+from kiln.config.workspace import Workspace
 from kiln.fsutil import sha256_file
 from kiln.lock import lock, lock_runtime
-from kiln.mirrors import Mirrors
-from kiln.sources import GitCache
+from kiln.sources.checkout import GitCache
 from tests.conftest import run_kiln
 from tests.upstreams import BASE_URL, Upstreams
 from tests.workspace import write

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln import manifest
 from kiln.merge import CONTENT_FIELDS, HEADER_FIELDS
+from kiln.release import manifest
 from tests import releases
 from tests.conftest import run_kiln
 from tests.upstreams import Upstreams

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kiln.shipped import objcache
+from kiln.inside.kit import objcache
 
 WRAPPER = Path(objcache.__file__)
 
@@ -108,7 +108,7 @@ def test_nvcc_host_compiler_through_the_wrapper_does_not_wait_for_its_own_slot(
 ) -> None:
     """nvcc -ccbin <kiln's gcc wrapper>: the host compile runs inside the nvcc compile that
     holds the only gate slot; waiting for a slot there would deadlock."""
-    from kiln.shipped import compilegate
+    from kiln.inside.kit import compilegate
 
     gate = tmp_path / "gate"
     compilegate.write_budget(gate, mem_gib=1.0, cpus=1)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kiln.config import PatchEntry
+from kiln.config.models import PatchEntry
 from kiln.errors import PatchError
-from kiln.git import git, git_out
-from kiln.gitrepo import CommitSpec, make_repo
-from kiln.patches import apply_series, hash_report, require_present
+from kiln.sources.git import git, git_out
+from kiln.sources.gitrepo import CommitSpec, make_repo
+from kiln.sources.patches import apply_series, hash_report, require_present
 
 ORIGINAL = "line one\nline two\nline three\n"
 

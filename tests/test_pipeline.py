@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kiln import manifest, pipeline
+from kiln.build import pipeline
 from kiln.errors import BuildError, PreflightError, VerifyError
+from kiln.release import manifest
 from tests.conftest import artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import PATCH, PROFILE, plain_vendor, write

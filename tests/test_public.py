@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln.config import Workspace
+from kiln.config.mirrors import Mirrors
+from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError
-from kiln.mirrors import Mirrors
 from tests import public
 
 # What a recipe must not say: where CUDA pieces, stubs or torch's pip CUDA lie (kiln finds
-# and records them: kiln/shipped/pipcuda.py).
+# and records them: kiln/inside/kit/pipcuda.py).
 TOOLCHAIN_PATHS = re.compile(
     r"CUDA_HOME|/usr/local/cuda|site-packages|nvidia/|stubs|LIBRARY_PATH|INCLUDE_PATH|CPATH"
 )
@@ -81,8 +81,8 @@ def test_bundles_become_bare_mirrors_once(tmp_path: Path) -> None:
 
 
 def test_a_missing_bundle_is_named_with_the_fix(tmp_path: Path) -> None:
-    from kiln import bundles
     from kiln.errors import SourceError
+    from kiln.sources import bundles
 
     src = public.require_bundles()
     partial = tmp_path / "bundles"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln import manifest
+from kiln.release import manifest
 from tests import releases
 from tests.conftest import REPO
 from tests.hub_standin import StandinHub

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kiln import pipeline, reverify
-from kiln.config import Profile
-from kiln.wheelfix import local_label
+from kiln import reproduce as reverify
+from kiln.build import pipeline
+from kiln.config.models import Profile
+from kiln.release.wheelfix import local_label
 from tests.upstreams import Upstreams
 from tests.workspace import PROFILE, plain_vendor, write
 

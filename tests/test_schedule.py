@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kiln import buildlock, schedule
-from kiln.config import Vendor
+from kiln.build import runlock as buildlock
+from kiln.config.models import Vendor
 from kiln.errors import ConfigError
-from kiln.shipped import compilegate
+from kiln.inside.kit import compilegate
+from kiln.plan import schedule
 from tests.conftest import REPO, artifacts_files, run_kiln
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
@@ -144,7 +145,7 @@ GATE_CHILD = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from kiln.shipped import compilegate
+    from kiln.inside.kit import compilegate
     gate, log, mem = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     with compilegate.slot(gate, mem, 1):
         with open(log, "a") as fh:
@@ -211,7 +212,7 @@ LOCK_CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from kiln import buildlock
+    from kiln.build import runlock as buildlock
     with buildlock.hold([Path(sys.argv[1])], wait=sys.argv[2] == "wait"):
         print("got the lock", flush=True)
     """

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kiln.config import Source, Submodule
+from kiln.config.mirrors import Mirrors
+from kiln.config.models import Source, Submodule
 from kiln.errors import ConfigError, SourceError
-from kiln.git import git, git_out
-from kiln.gitrepo import CommitSpec, make_repo
-from kiln.mirrors import Mirrors
-from kiln.sources import GitCache, checkout, resolve_relative, verify
+from kiln.sources.checkout import GitCache, checkout, resolve_relative, verify
+from kiln.sources.git import git, git_out
+from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests.upstreams import BASE_URL, Upstreams
 
 PLAIN = f"{BASE_URL}plain.git"

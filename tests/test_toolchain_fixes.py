@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from kiln.errors import VerifyError
-from kiln.shipped import compilegate, cudashim, pipcuda
-from kiln.verify import SharedObject, check_linkage, linkage
+from kiln.inside.kit import compilegate, cudashim, pipcuda
+from kiln.verify.binaries import SharedObject, check_linkage, linkage
 
 WRAPPER = Path(__file__).resolve().parents[1] / "kiln" / "shipped" / "objcache.py"
 NVCC = "/usr/local/cuda/bin/nvcc"

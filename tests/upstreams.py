@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln.gitrepo import CommitSpec, make_repo
+from kiln.sources.gitrepo import CommitSpec, make_repo
 
 BASE_URL = "https://fixtures.invalid/"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kiln.gitrepo import CommitSpec, make_repo
+from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests.conftest import run_kiln
 from tests.upstreams import BASE_URL, MIT
 from tests.workspace import PROFILE, write

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kiln.config import Source
+from kiln.config.mirrors import Mirrors
+from kiln.config.models import Source
 from kiln.errors import SourceError
-from kiln.git import git, git_out
-from kiln.mirrors import Mirrors
-from kiln.sources import GitCache, checkout
+from kiln.sources.checkout import GitCache, checkout
+from kiln.sources.git import git, git_out
 from tests.upstreams import BASE_URL, SCALE_CUH, SETUP_PY, Upstreams
 
 PLAIN = f"{BASE_URL}plain.git"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln import wheelfix
+from kiln.release import wheelfix
 from tests.conftest import artifacts_files
 from tests.faults.conftest import build_cli, error_lines, make_tiny, mirrors_file, tiny_workspace
 

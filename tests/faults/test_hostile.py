@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from kiln import archive
-from kiln.config import PatchEntry, Source, Workspace
+from kiln.config.mirrors import Mirrors
+from kiln.config.models import PatchEntry, Source
+from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError, PatchError, SourceError
-from kiln.git import git_out
-from kiln.gitrepo import CommitSpec, make_repo
-from kiln.mirrors import Mirrors
-from kiln.patches import apply_series
-from kiln.sources import GitCache, checkout
+from kiln.release import archive
+from kiln.sources.checkout import GitCache, checkout
+from kiln.sources.git import git_out
+from kiln.sources.gitrepo import CommitSpec, make_repo
+from kiln.sources.patches import apply_series
 from tests.conftest import artifacts_files
 from tests.faults.conftest import build_cli, error_lines, make_tiny, mirrors_file, tiny_workspace
 from tests.upstreams import BASE_URL

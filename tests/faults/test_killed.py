@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from kiln import manifest
+from kiln.release import manifest
 from tests.conftest import start_kiln_until
 from tests.faults.conftest import (
     FAULT_PROFILE,

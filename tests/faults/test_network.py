@@ -16,8 +16,8 @@ import threading
 import time
 from pathlib import Path
 
-from kiln.git import git, git_out
-from kiln.sources import _cache_name
+from kiln.sources.checkout import _cache_name
+from kiln.sources.git import git, git_out
 from tests.conftest import REPO
 from tests.faults.conftest import build_args, error_lines, make_tiny, mirrors_file, tiny_workspace
 from tests.upstreams import BASE_URL

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln import memlimit
 from kiln.errors import BuildError
+from kiln.runners import memlimit
 from tests.conftest import artifacts_files, run_kiln
 from tests.faults.conftest import build_args, make_tiny, mirrors_file, tiny_workspace
 from tests.test_docker import DOCKER_DIR, NO_TORCH, docker_args

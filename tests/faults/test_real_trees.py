@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln.config import Workspace
-from kiln.git import git, git_out
-from kiln.mirrors import Mirrors
-from kiln.sources import GitCache, checkout
+from kiln.config.mirrors import Mirrors
+from kiln.config.workspace import Workspace
+from kiln.sources.checkout import GitCache, checkout
+from kiln.sources.git import git, git_out
 from tests import public
 from tests.conftest import artifacts_files, run_kiln
 from tests.faults.conftest import error_lines

@@ -1,0 +1,62 @@
+"""``python -m kiln.inside step SPEC | probe [...]``: what runners run where builds run.
+
+Standard library only (as all of ``kiln.inside``): in a builder container kiln's
+dependencies are not installed; the container gets kiln's source, read-only, on
+``PYTHONPATH`` and nothing else. A failure prints one ``kiln: error:`` line and exits
+with its code from :mod:`kiln.errors`, as the CLI does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from kiln.errors import KilnError
+
+
+def _step(args: argparse.Namespace) -> None:
+    from kiln.inside import step
+
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # only this process needs kiln's source
+    step.run(step.StepSpec.from_file(args.spec), env)
+
+
+def _probe(args: argparse.Namespace) -> None:
+    from kiln.inside import facts
+
+    if args.system:  # {"requirements": [...], "include_dirs": [...]}: which are missing
+        asked = json.loads(args.system)
+        found = facts.missing_system(asked["requirements"], asked["include_dirs"])
+    else:
+        python = Path(args.python or sys.executable)
+        found = facts.probe(python, facts.find_cuda_home(args.cuda_home))
+    sys.stdout.write(json.dumps(found) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kiln.inside", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("step", help="run one build step from its JSON spec")
+    p.add_argument("spec", type=Path)
+    p.set_defaults(func=_step)
+    p = sub.add_parser("probe", help="print this machine's toolchain facts as JSON")
+    p.add_argument("--python", default=None)
+    p.add_argument("--cuda-home", default=None)
+    p.add_argument("--system", default=None, help="JSON: which of these system files are missing")
+    p.set_defaults(func=_probe)
+    args = ap.parse_args(argv)
+    os.umask(0o022)
+    try:
+        args.func(args)
+    except KilnError as err:
+        sys.stderr.write(f"kiln: error: {err}\n")
+        return err.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,548 @@
+#!/usr/bin/env python3
+"""kiln's compiler wrapper: deterministic compiles and a relocatable object cache
+(stdlib only).
+
+Determinism (always, unless ``KILN_DETERMINISTIC=0``): every compile gets prefix maps
+for the tree, the Python's site-packages and the CUDA home (``-ffile-prefix-map``, also
+through ``-Xcompiler`` for nvcc), so no build path lands in debug info or ``__FILE__``
+strings; nvcc compiles also get ``-Xcudafe --orig_src_path_name=<path in the tree>``
+(the module id hashed into device code) and run with ``--keep --keep-dir <temp>``
+(intermediate files named after the source, not ``tmpxft_<pid>``); flags named in
+``KILN_NVCC_DROP`` (e.g. ``-lineinfo``, which records source mtimes and the build
+directory) are dropped.
+
+Object cache:
+Used as ``objcache.py REAL_COMPILER ARGS...`` through small wrappers that kiln puts
+in ``.kiln/bin`` and names in ``CC``, ``CXX``, ``NVCC`` and ``PYTORCH_NVCC``. A
+compile (``-c SRC -o OUT``) is looked up by its command line, with the tree, the
+Python's site-packages and the CUDA home written as placeholders
+(``KILN_OBJCACHE_ROOTS="TREE=/path;SITE=/path;CUDA=/path"``), and by the content of
+every file the compile read (its dependency list). A hit copies the object and
+writes the depfile the build asked for; anything else runs the real compiler.
+
+Why not ccache: ccache entries carry creation times and its manifests the mtimes
+and ctimes of headers, so a cache shipped inside a release tarball would make that
+tarball differ on every build. This cache holds only content: ``objects/<sha256>.o``
+and ``entries/<key>.json`` with sorted keys. It is what lets ``rebuild_c`` recompile
+one changed file of an installed tree in seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+try:
+    from kiln.inside.kit import compilegate, cudashim
+except ImportError:  # run as .kiln/objcache.py of a shipped tree: the kit's copies beside it
+    import compilegate  # type: ignore[no-redef]
+    import cudashim  # type: ignore[no-redef]
+
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
+CXX_SUFFIXES = (".cc", ".cpp", ".cxx")
+# Where the CUDA home with the fixed-module-ID cudafe++ lies in a tree (cudashim.py);
+# machine-specific like everything under .kiln/host, never packed.
+SHIM_HOME = os.path.join(".kiln", "host", "cuda")
+NESTED = "KILN_WRAPPED"
+DEP_FLAGS_WITH_VALUE = ("-MF", "-MT", "-MQ", "--dependency-output", "-odir")
+DEP_FLAGS = (
+    "-MD",
+    "-MMD",
+    "--generate-dependencies-with-compile",
+    "--generate-nonsystem-dependencies-with-compile",
+)
+
+
+def _roots() -> list[tuple[str, str]]:
+    pairs = []
+    raw = os.environ.get("KILN_OBJCACHE_ROOTS", "")
+    for item in raw.split(";"):
+        name, _, path = item.partition("=")
+        if name and path:
+            pairs.append((name, os.path.realpath(path)))
+    return sorted(pairs, key=lambda p: -len(p[1]))
+
+
+def _names(roots: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The roots, plus the other spellings of a root the cache meets: where a CUDA home is
+    a farm of links into another prefix (kiln's PyPI CUDA), dependencies resolve to that
+    prefix, which must be named too or an entry carries the cache's location. Only for
+    naming paths in entries and keys: the compile's prefix maps use ``roots`` alone."""
+    pairs = list(roots)
+    for name, path in roots:
+        include = os.path.realpath(os.path.join(path, "include"))
+        if os.path.basename(include) == "include" and os.path.dirname(include) != path:
+            pairs.append((name, os.path.dirname(include)))
+    # The build venv's own include/ (setuptools adds -I<venv>/include), so that a key does
+    # not carry where the venv lies; only a venv (pyvenv.cfg), never a prefix such as /usr.
+    python = os.environ.get("KILN_OBJCACHE_PYTHON", "")
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python))) if python else ""
+    if venv and os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        pairs.append(("VENV", os.path.realpath(venv)))
+    return sorted(pairs, key=lambda p: -len(p[1]))
+
+
+def normalize(text: str, roots: list[tuple[str, str]]) -> str:
+    for name, path in roots:
+        text = text.replace(path, f"@{name}@")
+    return text
+
+
+def expand(text: str, roots: list[tuple[str, str]]) -> str:
+    for name, path in roots:
+        text = text.replace(f"@{name}@", path)
+    return text
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def parse_depfile(text: str) -> list[str]:
+    body = text.replace("\\\n", " ")
+    _, _, deps = body.partition(": ")
+    out, current = [], ""
+    for token in deps.split(" "):
+        if token.endswith("\\"):  # an escaped space inside a path
+            current += token[:-1] + " "
+            continue
+        current += token
+        if current.strip():
+            out.append(current.strip())
+        current = ""
+    return out
+
+
+class Call:
+    """One compiler invocation, split into what the cache needs to know."""
+
+    def __init__(self, compiler: str, args: list[str]) -> None:
+        self.compiler = compiler
+        self.args = args
+        self.out: str | None = None
+        self.depfile: str | None = None
+        self.source: str | None = None
+        self.cacheable = False
+        self._parse()
+
+    def _parse(self) -> None:
+        a = self.args
+        if "-c" not in a or any(x in a for x in ("-E", "-M", "-MM", "-")):
+            return
+        sources = [x for x in a if x.endswith(SOURCE_SUFFIXES) and os.path.isfile(x)]
+        if "-o" not in a or len(sources) != 1:
+            return
+        self.out = a[a.index("-o") + 1]
+        self.source = sources[0]
+        for flag in ("-MF", "--dependency-output"):
+            if flag in a:
+                self.depfile = a[a.index(flag) + 1]
+        self.cacheable = True
+
+    def key_args(self) -> list[str]:
+        """The command line without the output names (they do not change the object)."""
+        skip = {self.out, self.depfile}
+        return [x for x in self.args if x not in skip]
+
+    def deps_args(self) -> list[str]:
+        """The same compile turned into ``-M`` (list every file read, to stdout)."""
+        out, skip_next = [], False
+        for x in self.args:
+            if skip_next:
+                skip_next = False
+                continue
+            if x in ("-o", *DEP_FLAGS_WITH_VALUE):
+                skip_next = True
+                continue
+            if x in ("-c", *DEP_FLAGS):
+                continue
+            out.append(x)
+        return [*out, "-M"]
+
+
+def compiler_identity(compiler: str) -> str:
+    res = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    return hashlib.sha256((res.stdout + res.stderr).encode()).hexdigest()
+
+
+PREFIX_TARGETS = {"TREE": ".", "SITE": "/site-packages", "CUDA": "/cuda"}
+
+
+def is_nvcc(compiler: str) -> bool:
+    return os.path.basename(compiler).startswith("nvcc")
+
+
+PATH_FLAGS = ("-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-I")
+
+
+def _inside(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree + os.sep)
+
+
+def relative_paths(args: list[str], tree: str | None) -> list[str]:
+    """Sources and include paths inside the tree, written relative to the working
+    directory, as ccache's ``base_dir`` would run them: a compile then reads the same
+    command with ccache or without (debug info names its source as given), and ccache
+    finds nothing left to rewrite. Only where the working directory is in the tree
+    (elsewhere the wrapper runs without ccache: :func:`_launcher`)."""
+    cwd = os.path.realpath(os.getcwd())
+    if not tree or not _inside(cwd, tree):
+        return args
+
+    def rel(path: str) -> str:
+        norm = os.path.normpath(path)
+        return os.path.relpath(norm, cwd) if path.startswith("/") and _inside(norm, tree) else path
+
+    out: list[str] = []
+    it = iter(args)
+    for a in it:
+        flag = next((f for f in PATH_FLAGS if a == f or a.startswith(f + "/")), None)
+        if flag is not None and a == flag:
+            out += [a, rel(next(it, ""))]
+        elif flag is not None:
+            out.append(flag + rel(a[len(flag) :]))
+        elif a.startswith("/") and a.endswith(SOURCE_SUFFIXES) and os.path.isfile(a):
+            out.append(rel(a))
+        else:
+            out.append(a)
+    return out
+
+
+_BUILD_LIB = re.compile(r"^lib\.[^/]+$")
+
+
+def installed_dir(output: str) -> str | None:
+    """Where a shared object setuptools links into ``build/lib.<platform>/`` lands,
+    relative to site-packages once the wheel is installed (None: not such a link)."""
+    parts = os.path.realpath(output).split(os.sep)
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i - 1] == "build" and _BUILD_LIB.match(parts[i]):
+            return os.path.join(*parts[i + 1 : -1]) if len(parts) > i + 2 else "."
+    return None
+
+
+def relocatable_rpaths(args: list[str], site: str | None) -> list[str]:
+    """An ``-Wl,-rpath,<build venv's site-packages>/x`` (DeepEP's NVSHMEM and NCCL) made
+    ``$ORIGIN``-relative: the wheel is installed into a site-packages beside the same
+    NVIDIA wheels, and the build venv's path would make every build folder's bytes
+    differ and point nowhere on the user's machine."""
+    out = args[args.index("-o") + 1] if "-o" in args[:-1] else None
+    where = installed_dir(out) if out else None
+    if not site or where is None:
+        return args
+
+    def rel(path: str) -> str:
+        real = os.path.realpath(path)
+        if not _inside(real, site):
+            return path
+        return "$ORIGIN/" + os.path.relpath(real, os.path.join(site, where))
+
+    fixed = []
+    for a in args:
+        for prefix in ("-Wl,-rpath,", "-Wl,-rpath="):
+            if a.startswith(prefix):
+                a = prefix + ":".join(rel(p) for p in a[len(prefix) :].split(":"))
+        fixed.append(a)
+    return fixed
+
+
+def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, str]]) -> list[str]:
+    if os.environ.get("KILN_DETERMINISTIC") == "0":
+        return args
+    nvcc = is_nvcc(compiler)
+    if nvcc:
+        drop = set(os.environ.get("KILN_NVCC_DROP", "").split())
+        args = [a for a in args if a not in drop]
+    if "-c" not in args and not (nvcc and "-dlink" in args):
+        return relocatable_rpaths(args, dict(roots).get("SITE"))
+    # A fixed order (not the paths' lengths, which vary with the build folder), the tree
+    # last so that it wins where it sits inside another root. (nvcc's shim CUDA home
+    # needs no map: its nvcc.profile spells every path as the real home's.)
+    order = {"CUDA": 0, "SITE": 1, "TREE": 2}
+    maps = [
+        f"-ffile-prefix-map={path}={PREFIX_TARGETS.get(name, '/' + name.lower())}"
+        for name, path in sorted(roots, key=lambda r: (order.get(r[0], -1), r[0]))
+    ]
+    args = relative_paths(args, dict(roots).get("TREE"))
+    if not nvcc:
+        cxx = "-c" in args and any(a.endswith(CXX_SUFFIXES) for a in args)
+        append = os.environ.get("KILN_CXX_APPEND", "").split() if cxx else []
+        return [*args, *append, *maps]
+    if "-c" in args:
+        args = [*args, *os.environ.get("KILN_NVCC_APPEND", "").split()]
+    extra = [x for m in maps for x in ("-Xcompiler", m)]
+    sources = [a for a in args if a.endswith(".cu") and os.path.isfile(a)]
+    if len(sources) == 1:
+        tree = dict(roots).get("TREE")
+        src = os.path.realpath(sources[0])
+        rel = (
+            os.path.relpath(src, tree)
+            if tree and src.startswith(tree + os.sep)
+            else os.path.basename(src)
+        )
+        extra += ["-Xcudafe", f"--orig_src_path_name={rel}"]
+    return [*args, *extra]
+
+
+def _launcher(call: Call) -> list[str]:
+    """ccache in front of the real compiler for compiles, when kiln configured one
+    (``KILN_CCACHE``: its path; ``CCACHE_*`` settings come with it)."""
+    ccache = os.environ.get("KILN_CCACHE")
+    base = os.environ.get("CCACHE_BASEDIR")
+    in_base = bool(base) and _inside(os.path.realpath(os.getcwd()), os.path.realpath(base or "/"))
+    return [ccache] if ccache and call.cacheable and in_base else []
+
+
+def _tree_relative(path: str | None) -> str:
+    """A source as the stats name it: its path in the tree where it is inside."""
+    if not path:
+        return ""
+    tree = dict(_roots()).get("TREE")
+    real = os.path.realpath(path)
+    return os.path.relpath(real, tree) if tree and _inside(real, tree) else os.path.basename(path)
+
+
+def _record(call: Call, rc: int, started: float, result: str, waited: float = 0.0) -> None:
+    """One line per compiler run into the step's stats (``KILN_JOB_STATS``): the
+    largest process's peak RSS and the CPU time of the run (for the scheduler's learned
+    estimates and the benchmark's floor), when it started after its gate wait (for the
+    most compiles that ran at once) and how long it waited."""
+    stats = os.environ.get("KILN_JOB_STATS")
+    if not stats:
+        return
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    line = json.dumps(
+        {
+            "compiler": os.path.basename(call.compiler),
+            "source": _tree_relative(call.source),
+            "result": result,
+            "rc": rc,
+            "rss_kib": use.ru_maxrss,
+            "cpu_s": round(use.ru_utime + use.ru_stime, 3),
+            "wall_s": round(time.monotonic() - started, 3),
+            "start": round(time.time() - (time.monotonic() - started), 3),
+            "waited_s": round(waited, 3),
+        }
+    )
+    fd = os.open(stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())  # one write: lines never interleave
+    finally:
+        os.close(fd)
+
+
+def _nvcc_from_shim(call: Call, seed: str) -> tuple[str, dict[str, str]]:
+    """nvcc started from kiln's CUDA home (cudashim.py), so cudafe++ takes a module ID
+    fixed by the source's path in the tree and the compile's normalized command (else
+    it may end the ID with its process id). The real nvcc where there is no tree."""
+    roots = dict(_roots())
+    tree, home = roots.get("TREE"), roots.get("CUDA")
+    if os.environ.get("KILN_DETERMINISTIC") == "0" or not tree or not home:
+        return call.compiler, {}
+    given = os.path.dirname(os.path.dirname(os.path.abspath(call.compiler)))
+    if os.path.realpath(given) != home:
+        return call.compiler, {}  # some other nvcc than the build's CUDA home
+    python = os.environ.get("KILN_OBJCACHE_PYTHON") or sys.executable
+    shim = cudashim.ensure_home(given, os.path.join(tree, SHIM_HOME), python)
+    env = {}
+    if call.source and call.source.endswith(".cu"):
+        env["KILN_MODULE_ID"] = cudashim.module_id(_tree_relative(call.source), seed)
+    return os.path.join(shim, "bin", os.path.basename(call.compiler)), env
+
+
+def _priority(call: Call) -> float:
+    """Links and other non-compiles first (a step waits on them); compiles by their
+    learned CPU time, longest first (compilegate.py)."""
+    if not call.cacheable:
+        return compilegate.FIRST
+    return compilegate.hinted_priority(_tree_relative(call.source))
+
+
+def run_real(call: Call, seed: str = "") -> int:
+    """The real compiler (behind ccache when configured), once the run's compile gate
+    has room for it."""
+    requested = time.monotonic()
+    compiler, extra_env = (
+        _nvcc_from_shim(call, seed) if is_nvcc(call.compiler) else (call.compiler, {})
+    )
+    argv = [*_launcher(call), compiler, *call.args]
+    # What the real compiler runs through this wrapper again (nvcc's -ccbin host
+    # compiler) is part of this compile: it must not wait for a gate slot this compile
+    # holds (a deadlock), nor be cached or counted twice.
+    env = {**os.environ, NESTED: "1", **extra_env}
+    source = _tree_relative(call.source) if call.cacheable else None
+    with compilegate.from_environment(source, _priority(call)):
+        started = time.monotonic()
+        if (
+            not is_nvcc(call.compiler)
+            or os.environ.get("KILN_DETERMINISTIC") == "0"
+            or "--keep" in call.args
+            or "-o" not in call.args
+        ):
+            rc = subprocess.call(argv, env=env)
+        else:
+            with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
+                # One word (``=``): ccache is told to ignore it (a fresh temp dir each time).
+                rc = subprocess.call([*argv, "--keep", f"--keep-dir={keep}"], env=env)
+    result = "compiled" if call.cacheable else "other"
+    _record(call, rc, started, result, waited=started - requested)
+    return rc
+
+
+def wrapper_env(
+    tree: Path, python: str, site: str, cuda_home: str, base: dict[str, str]
+) -> dict[str, str]:
+    """The environment that sends a build in ``tree`` through this wrapper (``.kiln/bin``)
+    with ``python`` first on PATH: used by kiln's builds and by ``rebuild.py`` alike."""
+    kit = tree / ".kiln"
+    return {
+        "KILN_OBJCACHE_DIR": str(kit / "objcache"),
+        "KILN_OBJCACHE_ROOTS": f"TREE={tree};SITE={site};CUDA={cuda_home}",
+        "KILN_OBJCACHE_PYTHON": python,
+        "KILN_REAL_CC": base.get("CC", "gcc"),
+        "KILN_REAL_CXX": base.get("CXX", "g++"),
+        "KILN_REAL_NVCC": f"{cuda_home}/bin/nvcc",
+        "CC": str(kit / "bin" / "gcc"),
+        "CXX": str(kit / "bin" / "g++"),
+        "NVCC": str(kit / "bin" / "nvcc"),
+        "PYTORCH_NVCC": str(kit / "bin" / "nvcc"),
+        "PATH": f"{Path(python).parent}:{base.get('PATH', '/usr/bin:/bin')}",
+    }
+
+
+def _read_entry(path: Path) -> dict | None:
+    """A cache entry, or None where it is missing or unreadable (then: a miss)."""
+    try:
+        entry = json.loads(path.read_text())
+        return entry if isinstance(entry.get("deps"), list) and "object" in entry else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def with_own_depfile(call: Call) -> tuple[Call, str | None]:
+    """The compile with ``-MD -MF <out>.kiln.d`` added where the build asked for no
+    dependency file: the compiler lists what it read while it compiles (gcc and nvcc
+    alike), instead of a second ``-M`` run of the preprocessor afterwards."""
+    if not call.cacheable or call.depfile is not None or call.out is None:
+        return call, None
+    if any(x in call.args for x in (*DEP_FLAGS, "-M", "-MM")):
+        return call, None  # the build's own -MD without -MF: leave its file alone
+    own = call.out + ".kiln.d"
+    return Call(call.compiler, [*call.args, "-MD", "-MF", own]), own
+
+
+def _deps_after_compile(call: Call) -> list[str] | None:
+    """Every file the compile read: from its depfile, else from a ``-M`` run (a build
+    whose own dependency flags kiln leaves alone); None where that fails."""
+    if call.depfile and os.path.isfile(call.depfile):
+        return parse_depfile(Path(call.depfile).read_text())
+    res = subprocess.run(
+        [call.compiler, *call.deps_args()],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, NESTED: "1"},
+    )
+    return parse_depfile(res.stdout) if res.returncode == 0 else None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print("usage: objcache.py REAL_COMPILER ARGS...", file=sys.stderr)
+        return 2
+    call = Call(argv[1], deterministic_args(argv[1], argv[2:], _roots()))
+    if os.environ.get(NESTED) == "1":  # inside a compile this wrapper already runs
+        return subprocess.call([call.compiler, *call.args])
+    call, own_depfile = with_own_depfile(call)
+    roots = _names(_roots())
+    # The compile as it would read anywhere: what the object cache keys it by, and the
+    # seed of its fixed module ID (the same with or without caches).
+    named = [
+        normalize(os.getcwd(), roots),
+        [normalize(os.path.abspath(x) if x == call.source else x, roots) for x in call.key_args()],
+    ]
+    seed = hashlib.sha256(json.dumps([os.path.basename(call.compiler), *named]).encode())
+    try:
+        return _compile(call, roots, named, seed.hexdigest(), own_depfile is not None)
+    finally:
+        if own_depfile:
+            with contextlib.suppress(OSError):
+                os.unlink(own_depfile)
+
+
+def _compile(call: Call, roots: list[tuple[str, str]], named: list, seed: str, own: bool) -> int:
+    cache_dir = os.environ.get("KILN_OBJCACHE_DIR")
+    if not call.cacheable or not cache_dir or os.environ.get("KILN_OBJCACHE_DISABLE"):
+        return run_real(call, seed)
+    cache = Path(cache_dir)
+    key_material = json.dumps(
+        [os.path.basename(call.compiler), compiler_identity(call.compiler), *named]
+    )
+    key = hashlib.sha256(key_material.encode()).hexdigest()
+    entry_path = cache / "entries" / f"{key}.json"
+    assert call.out is not None
+    entry = _read_entry(entry_path)
+    if entry is not None:
+        deps = [expand(p, roots) for p, _ in entry["deps"]]
+        if all(
+            os.path.isfile(d) and sha256_file(d) == h
+            for d, (_, h) in zip(deps, entry["deps"], strict=True)
+        ):
+            obj = cache / "objects" / f"{entry['object']}.o"
+            # An object whose bytes no longer hash to its name is corrupt: recompile.
+            if obj.is_file() and sha256_file(str(obj)) == entry["object"]:
+                Path(call.out).write_bytes(obj.read_bytes())
+                if call.depfile and not own:
+                    Path(call.depfile).write_text(
+                        f"{call.out}: " + " ".join(d.replace(" ", "\\ ") for d in deps) + "\n"
+                    )
+                if os.environ.get("KILN_OBJCACHE_VERBOSE"):
+                    sys.stderr.write(f"objcache: hit {call.source}\n")  # one write: no interleaving
+                _record(call, 0, time.monotonic(), "objcache-hit")
+                return 0
+    rc = run_real(call, seed)
+    if rc != 0:
+        return rc
+    found = _deps_after_compile(call)
+    if found is None:
+        return 0  # compiled fine; just not cacheable
+    # Sorted by their normalized names: sorting absolute paths would order the tree's
+    # files differently against outside headers when the tree moves (entry bytes differ).
+    deps = sorted({os.path.realpath(d) for d in found}, key=lambda d: normalize(d, roots))
+    obj_hash = sha256_file(call.out)
+    _write_atomic(cache / "objects" / f"{obj_hash}.o", Path(call.out).read_bytes())
+    entry = {
+        "deps": [[normalize(d, roots), sha256_file(d)] for d in deps],
+        "object": obj_hash,
+        "command": normalize(shlex.join(call.key_args()), roots),
+    }
+    _write_atomic(entry_path, json.dumps(entry, indent=1, sort_keys=True).encode())
+    if os.environ.get("KILN_OBJCACHE_VERBOSE"):
+        sys.stderr.write(f"objcache: miss {call.source}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

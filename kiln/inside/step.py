@@ -1,0 +1,135 @@
+"""What a build step does, wherever it runs (``python -m kiln.inside step SPEC.json``).
+
+Standard library only: inside the builder container kiln's dependencies are not
+installed; the container gets kiln's source on ``PYTHONPATH`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kiln.errors import BuildError
+from kiln.inside import memwatch, proc
+from kiln.inside.kit import pipcuda
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One build: plain data, written as JSON for the process that runs it."""
+
+    vendor: str
+    kind: str  # "wheel" | "inplace"
+    python: str
+    tree: str
+    out_dir: str
+    command: list[str] | None = None
+    # What this machine's pip CUDA offers (kiln.inside.kit.pipcuda.discover, from the
+    # probe): the step makes the link-names folder from it before the build starts.
+    pip_cuda: dict | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_file(cls, path: Path) -> StepSpec:
+        return cls(**json.loads(path.read_text()))
+
+
+def clean_tree(tree: Path) -> None:
+    """Remove stale build state that ninja would otherwise reuse."""
+    for stale in [tree / "build", tree / "dist", *tree.glob("*.egg-info")]:
+        if stale.is_dir():
+            shutil.rmtree(stale)
+
+
+def build_wheel(python: str, tree: Path, out_dir: Path, env: Mapping[str, str] | None) -> Path:
+    """``pip wheel --no-build-isolation`` in ``tree``; returns the one wheel it made."""
+    clean_tree(tree)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    before = set(out_dir.glob("*.whl"))
+    proc.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-cache-dir",
+            "--verbose",
+            "--wheel-dir",
+            out_dir,
+            tree,
+        ],
+        cwd=tree,
+        env=env,
+        echo=True,
+        what="pip wheel",
+        error=BuildError,
+    )
+    made = sorted(set(out_dir.glob("*.whl")) - before)
+    if len(made) != 1:
+        raise BuildError(f"pip wheel made {len(made)} wheels in {out_dir}, expected one")
+    return made[0]
+
+
+def _die_with_parent() -> None:
+    """kiln starts each step in a process group of its own (so Ctrl-C can stop it all);
+    if kiln itself is killed (SIGKILL, OOM) nothing would stop that group, and its
+    compilers would go on writing into a work tree the next run re-creates. So the
+    step watches its parent and, once orphaned, kills its whole group."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        for _ in range(3):  # commands start their own groups (kiln.proc): kill each one
+            for pid in memwatch.descendants(os.getpid()):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    if os.getpgid(0) == os.getpid():  # only where this step leads its own group
+        threading.Thread(target=watch, daemon=True, name="orphan-watch").start()
+
+
+def run(spec: StepSpec, env: Mapping[str, str] | None = None) -> None:
+    """Run one step here (the process's environment is the build's environment),
+    sampling the memory of everything it starts into ``KILN_STEP_MEM`` when set."""
+    _die_with_parent()
+    mem_file = (env if env is not None else os.environ).get("KILN_STEP_MEM")
+    if not mem_file:
+        _run(spec, env)
+        return
+    with memwatch.Watcher(os.getpid(), Path(mem_file)):
+        _run(spec, env)
+
+
+def _run(spec: StepSpec, env: Mapping[str, str] | None) -> None:
+    tree = Path(spec.tree)
+    if spec.pip_cuda is not None:
+        where = env if env is not None else os.environ
+        pipcuda.materialize(
+            spec.pip_cuda, str(tree / pipcuda.LINKS_DIR), cc=where.get("KILN_REAL_CC", "gcc")
+        )
+    if spec.kind == "inplace":
+        assert spec.command
+        proc.run(
+            spec.command,
+            cwd=tree,
+            env=env,
+            echo=True,
+            what=" ".join(spec.command),
+            error=BuildError,
+        )
+    else:
+        build_wheel(spec.python, tree, Path(spec.out_dir), env)

@@ -1,0 +1,275 @@
+"""The build plan: how many compile jobs each step gets and how much memory the
+whole run may use.
+
+Parallelism is sized from memory, not cores. Each step has an estimated peak per
+compile job: the last run's measured peak for the same recipe and archs (times a
+margin) when kiln has one, else the recipe's ``mem_per_job_gib``. The run's
+budget is the memory available now minus a safety margin (``--mem-budget``
+overrides) and its CPU slots the cores (``--jobs`` overrides). Every independent
+step starts at once with ``MAX_JOBS`` up to its number of translation units; the
+compile gate (``kiln/inside/kit/compilegate.py``) then admits compiles from all steps
+only while their estimates fit the budget, so the sum never exceeds it and no core
+idles while one step is still compiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln.config.models import Vendor
+from kiln.errors import ConfigError
+from kiln.inside.kit.objcache import SOURCE_SUFFIXES
+
+GIB = 1024**3
+SAFETY_MARGIN_GIB = 1.0  # for kiln itself, the page cache and whatever else runs
+SAFETY_FRACTION = 0.10
+LEARNED_MARGIN = 1.25  # measured peaks vary between runs of the same compile
+
+
+@dataclass(frozen=True)
+class Budget:
+    mem_gib: float
+    cpus: int
+    source: str  # "available memory" or "--mem-budget"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def available_gib() -> float:
+    """MemAvailable, or the cgroup's limit minus its usage when that is smaller (a
+    container that sees the host's /proc/meminfo)."""
+    avail = None
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    cg = Path("/sys/fs/cgroup")
+    try:
+        limit = (cg / "memory.max").read_text().strip()
+        if limit != "max":
+            used = int((cg / "memory.current").read_text())
+            room = int(limit) - used
+            avail = room if avail is None else min(avail, room)
+    except (OSError, ValueError):
+        pass
+    return (avail or 0) / GIB
+
+
+def make_budget(mem_budget_gib: float | None, jobs: int | None) -> Budget:
+    if mem_budget_gib is not None and mem_budget_gib <= 0:
+        raise ConfigError(f"--mem-budget {mem_budget_gib}: must be a positive number of GiB")
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: must be 1 or more")
+    cpus = jobs or os.cpu_count() or 1
+    if mem_budget_gib is not None:
+        return Budget(round(mem_budget_gib, 3), cpus, "--mem-budget")
+    avail = available_gib()
+    margin = max(SAFETY_MARGIN_GIB, avail * SAFETY_FRACTION)
+    return Budget(round(max(avail - margin, 0.0), 3), cpus, "available memory minus margin")
+
+
+def recipe_fingerprint(vendor: Vendor) -> str:
+    """What a learned peak belongs to: the recipe (flags, archs, env), nothing else."""
+    text = json.dumps(vendor.build.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class PeakStore:
+    """Measured peak RSS per compile job, per vendor and recipe (``peaks.json`` in
+    kiln's cache), so the next run plans from what the last one used; and per
+    translation unit its CPU seconds and peak RSS, which the compile gate uses to start
+    the longest units first and to reserve each unit's own memory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.data: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+
+    def learned(self, vendor: Vendor) -> float | None:
+        entry = self.data.get(vendor.name)
+        if isinstance(entry, dict) and entry.get("recipe") == recipe_fingerprint(vendor):
+            peak = entry.get("peak_job_gib")
+            return float(peak) if isinstance(peak, int | float) and peak > 0 else None
+        return None
+
+    def units(self, vendor: Vendor) -> dict[str, dict[str, float]]:
+        """Per translation unit (its path in the tree): learned ``cpu_s`` and ``rss_gib``."""
+        entry = self.data.get(vendor.name)
+        if isinstance(entry, dict) and entry.get("recipe") == recipe_fingerprint(vendor):
+            units = entry.get("units")
+            return units if isinstance(units, dict) else {}
+        return {}
+
+    def remember(
+        self, vendor: Vendor, peak_job_gib: float, units: dict[str, dict[str, float]] | None = None
+    ) -> None:
+        if peak_job_gib <= 0:
+            return
+        # The larger of this and the last peak of the same recipe: one run may have
+        # compiled only the light files (the rest were cache hits).
+        peak_job_gib = max(peak_job_gib, self.learned(vendor) or 0.0)
+        known = {**self.units(vendor), **(units or {})}
+        self.data[vendor.name] = {
+            "recipe": recipe_fingerprint(vendor),
+            "peak_job_gib": round(peak_job_gib, 3),
+            "units": dict(sorted(known.items())),
+        }
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the scheduler chose for one step (recorded in the manifest)."""
+
+    max_jobs: int
+    nvcc_threads: int | None  # None: the recipe does not let kiln set NVCC_THREADS
+    mem_per_job_gib: float  # the estimate per compile job at one nvcc thread
+    estimate_source: str  # "recipe", "learned" or "--mem-limit"
+    gate_mem_gib: float  # what one compile of this step reserves in the gate
+    translation_units: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def count_translation_units(tree: Path) -> int:
+    skip = {".git", ".kiln", "build", "dist"}
+    n = 0
+    for _root, dirs, files in os.walk(tree):
+        dirs[:] = [d for d in dirs if d not in skip]
+        n += sum(1 for f in files if f.endswith(SOURCE_SUFFIXES))
+    return n
+
+
+def estimate(vendor: Vendor, peaks: PeakStore) -> tuple[float, str]:
+    learned = peaks.learned(vendor)
+    if learned is not None:
+        return round(learned * LEARNED_MARGIN, 3), "learned"
+    return vendor.build.mem_per_job_gib, "recipe"
+
+
+def check_fits(vendors: list[Vendor], peaks: PeakStore, budget: Budget) -> None:
+    """Before anything starts: every step must be able to run one compile job."""
+    for v in vendors:
+        per_job, source = estimate(v, peaks)
+        if per_job > budget.mem_gib:
+            raise ConfigError(
+                f"{v.name}: one compile job needs an estimated {per_job:g} GiB ({source}), "
+                f"more than the memory budget of {budget.mem_gib:g} GiB ({budget.source}): "
+                f"raise --mem-budget, free memory, or lower build.mem_per_job_gib in "
+                f"vendors/{v.name}.toml if the estimate is too high"
+            )
+
+
+# How many compiles a step may have waiting at the gate at once (MAX_JOBS): enough that
+# the gate, not the build tool's file order, picks what runs next (a waiting compile is
+# a small Python process).
+WAITING_PER_CPU = 8
+MIN_WAITING = 32
+
+
+def choose(vendor: Vendor, tree: Path, peaks: PeakStore, budget: Budget) -> Choice:
+    """MAX_JOBS and NVCC_THREADS for one step. ``max_jobs``/``nvcc_threads`` in the
+    recipe are caps (an upstream that breaks with more), not the choice.
+
+    MAX_JOBS is not what runs at once: every compile waits at the run's compile gate
+    for memory and a CPU slot, so a step offers as many compiles as it has (up to a
+    bound) and the gate starts them by priority within the budget."""
+    b = vendor.build
+    per_job, source = estimate(vendor, peaks)
+    learned_units = peaks.units(vendor)
+    tus = len(learned_units) or count_translation_units(tree)
+    threads: int | None = None
+    if b.nvcc_threads is not None:
+        # Per-arch threads inside one nvcc: worth it only while cores outnumber TUs.
+        spare = max(1, budget.cpus // max(tus, 1))
+        threads = max(1, min(b.nvcc_threads, max(len(b.archs), 1), spare))
+    per_compile = per_job * (threads or 1)
+    if per_compile > budget.mem_gib:
+        threads = 1 if threads is not None else None
+        per_compile = per_job
+    waiting = max(MIN_WAITING, WAITING_PER_CPU * budget.cpus)
+    jobs = max(1, min(max(tus, 1), waiting, b.max_jobs or waiting))
+    return Choice(jobs, threads, per_job, source, round(per_compile, 3), tus)
+
+
+def gate_hints(vendor: Vendor, peaks: PeakStore, threads: int | None) -> dict[str, Any]:
+    """What the compile gate learns of this step's units (``KILN_GATE_HINTS``): per unit
+    its CPU seconds (priority) and memory to reserve (its learned peak times a margin,
+    times the nvcc threads it runs with); units without one get the step's estimate and
+    the mean CPU time of the known units."""
+    units = peaks.units(vendor)
+    out = {
+        src: {
+            "cpu_s": round(float(u.get("cpu_s", 0.0)), 3),
+            "mem_gib": round(float(u.get("rss_gib", 0.0)) * LEARNED_MARGIN * (threads or 1), 3),
+        }
+        for src, u in units.items()
+        if isinstance(u, dict) and u.get("rss_gib")
+    }
+    mean = sum(u["cpu_s"] for u in out.values()) / len(out) if out else 0.0
+    return {"units": out, "default_cpu_s": round(mean, 3)}
+
+
+def learned_units(stats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per unit, from one step's compiles: CPU seconds and peak RSS (GiB)."""
+    out: dict[str, dict[str, float]] = {}
+    for s in stats:
+        if s.get("result") != "compiled" or s.get("rc") != 0 or not s.get("source"):
+            continue
+        out[s["source"]] = {
+            "cpu_s": round(float(s.get("cpu_s", 0.0)), 3),
+            "rss_gib": round(float(s.get("rss_kib", 0)) / 2**20, 3),
+        }
+    return out
+
+
+def most_at_once(stats: list[dict[str, Any]]) -> int:
+    """The most compiles that ran at the same moment (from their start and wall time)."""
+    events = []
+    for s in stats:
+        if s.get("result") == "compiled" and isinstance(s.get("start"), int | float):
+            events += [(s["start"], 1), (s["start"] + float(s.get("wall_s", 0.0)), -1)]
+    most = now = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        now += step
+        most = max(most, now)
+    return most
+
+
+def job_stats(path: Path) -> list[dict[str, Any]]:
+    """The compiler wrapper's lines for one step (``KILN_JOB_STATS``)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def summarize_jobs(stats: list[dict[str, Any]]) -> dict[str, Any]:
+    compiled = [s for s in stats if s.get("result") == "compiled"]
+    return {
+        "compiles": len(compiled),
+        "objcache_hits": sum(1 for s in stats if s.get("result") == "objcache-hit"),
+        "compile_cpu_s": round(sum(s.get("cpu_s", 0.0) for s in compiled), 3),
+        "compile_wall_s": round(sum(s.get("wall_s", 0.0) for s in compiled), 3),
+        "gate_wait_s": round(sum(s.get("waited_s", 0.0) for s in stats), 3),
+        "peak_job_gib": round(max((s.get("rss_kib", 0) for s in compiled), default=0) / 2**20, 3),
+    }

@@ -1,0 +1,100 @@
+"""Wheels re-packed the same way every time, under one honest version label.
+
+Upstreams stamp versions with a git hash, ``+local`` for a dirty tree (a patched tree
+is dirty) or a build timestamp. kiln replaces the local part with one PEP 440 label
+that says what the wheel is, ``<upstream version>+cu132.torch2.13.g<sha7>.p<patches7>``,
+in the file name, the ``.dist-info`` folder, METADATA and RECORD alike; and writes the
+archive with sorted members (``.dist-info`` last), ``SOURCE_DATE_EPOCH`` timestamps,
+0644/0755 modes and a regenerated RECORD. File contents are not changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import time
+import zipfile
+from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+from kiln.config.models import Profile
+from kiln.errors import VerifyError
+
+
+def local_label(profile: Profile, commit: str, patch_digests: list[str]) -> str:
+    parts = [profile.cuda_tag]
+    if profile.torch:
+        release = Version(profile.torch).release
+        parts.append(f"torch{release[0]}.{release[1]}")
+    parts.append(f"g{commit[:7]}")
+    if patch_digests:
+        parts.append("p" + hashlib.sha256("".join(patch_digests).encode()).hexdigest()[:7])
+    return ".".join(parts)
+
+
+def _zip_time(epoch: int) -> tuple[int, int, int, int, int, int]:
+    return time.gmtime(max(epoch, 315532800))[:6]  # zip cannot say before 1980
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def normalize(wheel: Path, label: str, epoch: int, dest_dir: Path) -> Path:
+    """Write ``wheel`` re-versioned and re-packed into ``dest_dir``; return the new path."""
+    _name, version, _build, _tags = parse_wheel_filename(wheel.name)  # validates the name
+    stem = wheel.name.removesuffix(".whl")
+    dist, tag_text = stem.split("-", 1)[0], stem.rsplit("-", 3)[-3:]
+    new_version = f"{version.public}+{label}"
+    with zipfile.ZipFile(wheel) as zf:
+        members = {
+            i.filename: (zf.read(i), bool((i.external_attr >> 16) & 0o111))
+            for i in zf.infolist()
+            if not i.is_dir()
+        }
+    old_info = [m.split("/")[0] for m in members if m.split("/")[0].endswith(".dist-info")]
+    if len(set(old_info)) != 1:
+        raise VerifyError(f"{wheel.name}: expected one .dist-info folder, found {set(old_info)}")
+    old_prefix = old_info[0].removesuffix(".dist-info")
+    new_prefix = f"{dist}-{new_version}"
+    renamed: dict[str, tuple[bytes, bool]] = {}
+    for member, (data, executable) in members.items():
+        top, _, rest = member.partition("/")
+        if top in (f"{old_prefix}.dist-info", f"{old_prefix}.data"):
+            member = f"{new_prefix}{top[len(old_prefix) :]}/{rest}"
+        renamed[member] = (data, executable)
+    info_dir = f"{new_prefix}.dist-info"
+    metadata = renamed[f"{info_dir}/METADATA"][0].decode()
+    metadata, n = re.subn(r"(?m)^Version: .*$", f"Version: {new_version}", metadata, count=1)
+    if n != 1:
+        raise VerifyError(f"{wheel.name}: METADATA has no Version line")
+    renamed[f"{info_dir}/METADATA"] = (metadata.encode(), False)
+    renamed.pop(f"{info_dir}/RECORD", None)
+    order = sorted(m for m in renamed if not m.startswith(info_dir + "/")) + sorted(
+        m for m in renamed if m.startswith(info_dir + "/")
+    )
+    record = [_record_line(m, renamed[m][0]) for m in order] + [f"{info_dir}/RECORD,,"]
+    renamed[f"{info_dir}/RECORD"] = (("\n".join(record) + "\n").encode(), False)
+    order.append(f"{info_dir}/RECORD")
+    dest = dest_dir / f"{new_prefix}-{'-'.join(tag_text)}.whl"
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.part")
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as out:
+            for member in order:
+                data, executable = renamed[member]
+                info = zipfile.ZipInfo(member, date_time=_zip_time(epoch))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.create_system = 3
+                info.external_attr = (0o100755 if executable else 0o100644) << 16
+                out.writestr(info, data)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest

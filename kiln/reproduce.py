@@ -1,0 +1,178 @@
+"""``kiln verify``: rebuild a release from its manifest alone and compare, byte for byte.
+
+The manifest says everything needed: each upstream's URL, full commit and submodule
+commits, the recipe, the profile, the runner and image; the patches come from the
+release's own ``patches/`` (checked against their recorded sha256). kiln writes that
+into a fresh workspace in another folder, builds it, and compares every wheel, tarball
+and release file with the original. Equal sha256 everywhere is a pass; otherwise each
+differing file is explained: members added or missing, members whose bytes differ, and
+for shared objects whether the SASS of each arch (``cuobjdump -sass``) is the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import zstandard
+
+from kiln.build import pipeline
+from kiln.config.fields import SERIES_FILE, WORKSPACE_FILE
+from kiln.errors import ManifestError, ToolchainError
+from kiln.fsutil import sha256_file
+from kiln.inside import proc
+from kiln.release import manifest
+from kiln.toolchain.checks import cuobjdump
+
+SKIPPED_KINDS = {"jit-cache"}  # packed from a GPU run, not built: nothing to rebuild
+
+
+def workspace_from_manifest(data: dict[str, Any], release_dir: Path, dest: Path) -> Path:
+    """A workspace that builds exactly what the manifest records."""
+    (dest / "vendors").mkdir(parents=True)
+    (dest / "patches").mkdir()
+    (dest / WORKSPACE_FILE).write_text(
+        tomlkit.dumps(
+            {
+                "release": data["release"],
+                "profile": {k: v for k, v in data["profile"].items() if v is not None},
+            }
+        )
+    )
+    series: list[dict[str, str]] = []
+    tags = {}
+    for name, entry in data["vendors"].items():
+        src = entry["source"]
+        source: dict[str, Any] = {
+            "url": src["url"],
+            "commit": src["commit"],
+            "license": src.get("license", "LICENSE"),
+        }
+        if src.get("license_id"):
+            source["license_id"] = src["license_id"]
+        recipe = {k: v for k, v in entry["recipe"].items() if v is not None}
+        (dest / "vendors" / f"{name}.toml").write_text(
+            tomlkit.dumps({"source": source, "build": recipe})
+        )
+        for p in entry["patches"]:
+            patch = release_dir / "patches" / p["file"]
+            if not patch.is_file() or sha256_file(patch) != p["sha256"]:
+                raise ManifestError(
+                    f"{patch}: missing or not the patch the manifest records "
+                    f"(sha256 {p['sha256'][:12]}…)"
+                )
+            shutil.copy2(patch, dest / "patches" / p["file"])
+            series.append({"file": p["file"], "target": name})
+        if entry.get("patch_tag"):
+            tags[name] = entry["patch_tag"]
+    # install.sh's requirements as the release resolved them (hash-pinned where it did)
+    shutil.copy2(release_dir / "requirements.txt", dest / "runtime-requirements.lock")
+    doc: dict[str, Any] = {"patch": series}
+    if tags:
+        doc["tags"] = tags
+    (dest / "patches" / SERIES_FILE).write_text(tomlkit.dumps(doc))
+    return dest
+
+
+def _sass_by_arch(data: bytes) -> dict[str, str]:
+    with tempfile.NamedTemporaryFile(suffix=".so") as fh:
+        fh.write(data)
+        fh.flush()
+        tool = cuobjdump()  # -sass needs nvdisasm: kiln's nvidia-cuda-nvdisasm puts it beside
+        env = {**os.environ, "PATH": f"{tool.parent}:{os.environ.get('PATH', '')}"}
+        out = proc.run([tool, "-sass", fh.name], check=False, env=env).output
+    if "Could not find executable file 'nvdisasm'" in out:
+        raise ToolchainError("cuobjdump -sass needs nvdisasm: `pip install nvidia-cuda-nvdisasm`")
+    sections: dict[str, list[str]] = {}
+    arch = None
+    for line in out.splitlines():
+        m = re.match(r"\s*arch = (\S+)", line)
+        if m:
+            arch = m.group(1)
+        elif arch and not line.startswith("Fatbin"):
+            sections.setdefault(arch, []).append(line)
+    return {a: "\n".join(lines) for a, lines in sections.items()}
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    if path.name.endswith(".whl"):
+        with zipfile.ZipFile(path) as zf:
+            return {i.filename: zf.read(i) for i in zf.infolist() if not i.is_dir()}
+    if path.name.endswith(".tar.zst"):
+        raw = zstandard.ZstdDecompressor().stream_reader(path.open("rb")).read()
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            return {m.name: tar.extractfile(m).read() for m in tar if m.isreg()}  # type: ignore[union-attr]
+    return {}
+
+
+def explain(original: Path, rebuilt: Path) -> list[str]:
+    """Why two files differ, member by member."""
+    a, b = _members(original), _members(rebuilt)
+    if not a and not b:
+        return ["  contents differ (not an archive)"]
+    lines = [f"  only in the release: {m}" for m in sorted(set(a) - set(b))]
+    lines += [f"  only in the rebuild: {m}" for m in sorted(set(b) - set(a))]
+    for member in sorted(set(a) & set(b)):
+        if a[member] == b[member]:
+            continue
+        lines.append(
+            f"  member {member}: sha256 {hashlib.sha256(a[member]).hexdigest()[:16]} "
+            f"!= {hashlib.sha256(b[member]).hexdigest()[:16]}"
+        )
+        if member.endswith(".so") or ".so." in member:
+            sa, sb = _sass_by_arch(a[member]), _sass_by_arch(b[member])
+            for arch in sorted(set(sa) | set(sb)):
+                same = sa.get(arch) == sb.get(arch)
+                lines.append(f"    SASS {arch}: {'identical' if same else 'differs'}")
+    return lines
+
+
+def compare(data: dict[str, Any], release_dir: Path, rebuilt_dir: Path) -> list[str]:
+    """Every difference between the release and its rebuild (empty: identical)."""
+    report = []
+    for out in manifest.outputs(data):
+        if out["kind"] in SKIPPED_KINDS:
+            continue
+        original, rebuilt = release_dir / out["path"], rebuilt_dir / out["path"]
+        if not rebuilt.is_file():
+            report.append(f"{out['path']}: not made by the rebuild")
+            continue
+        if not original.is_file():
+            report.append(f"{out['path']}: missing from the release")
+            continue
+        da, db = sha256_file(original), sha256_file(rebuilt)
+        if da != db:
+            report.append(f"{out['path']}: sha256 {da} (release) != {db} (rebuild)")
+            report.extend(explain(original, rebuilt))
+    return report
+
+
+def rebuild(manifest_file: Path, opts: pipeline.Options) -> Path:
+    """Build the release again from its manifest into ``opts.work``; return the rebuild."""
+    data = manifest.read(manifest_file)
+    opts.workspace = workspace_from_manifest(
+        data, manifest_file.parent, opts.work / "verify-workspace"
+    )
+    opts.profile = None  # the manifest's profile, as built, is the workspace's [profile]
+    opts.artifacts = opts.work / "artifacts"
+    opts.work = opts.work / "trees"
+    # A rebuild from scratch: cached outputs or objects would prove nothing.
+    opts.artifact_cache, opts.no_compiler_cache = False, True
+    if data["toolchain"].get("components"):  # built with --toolchain pypi
+        opts.toolchain = "pypi"
+    runner = data["runner"]
+    if opts.runner == "auto":
+        opts.runner = runner["kind"]
+    if runner["kind"] == "docker" and not opts.image and runner["image"]:
+        opts.image = runner["image"].removeprefix("unpinned:")
+        opts.allow_unpinned_image = runner["image"].startswith("unpinned:")
+    return pipeline.build(opts)

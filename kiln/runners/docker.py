@@ -1,0 +1,318 @@
+"""The Docker runner (docker-py; never the docker CLI).
+
+The builder image is ``docker/`` built ``FROM`` the profile's base image (pinned by
+digest), tagged by a content hash of the folder, the base and the build args, and
+reused while that hash holds. Each command runs in a fresh container: kiln's source
+read-only and the step's folders read-write at the same paths as on the host, the
+caller's uid:gid (so files in ``artifacts/`` belong to the caller), ``HOME=/tmp``, no
+network (sources are fetched by the host before), a memory limit from the build's
+memory plan, and output streamed live to the console and the step's log. The
+container is removed on success, failure and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shlex
+import sys
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln import fsutil
+from kiln.config.models import Profile
+from kiln.errors import BuildError, ConfigError, KilnError, ToolchainError
+from kiln.inside import proc
+from kiln.runners.local import KILN_SRC, parse_probe, probe_command, step_env
+from kiln.runners.memlimit import oom_error
+from kiln.toolchain.checks import Toolchain, check_cuda
+
+log = logging.getLogger("kiln.docker")
+
+CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+BUILDER_REPO = "kiln-builder"
+
+
+class DockerUnavailable(KilnError):
+    exit_code = 12
+
+
+@dataclass(frozen=True)
+class Mount:
+    """An extra bind mount: ``SRC[:DST[:ro|rw]]`` (read-only unless ``rw``)."""
+
+    src: str
+    dst: str
+    mode: str = "ro"
+
+    @classmethod
+    def parse(cls, text: str) -> Mount:
+        parts = text.split(":")
+        if not 1 <= len(parts) <= 3 or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise ConfigError(f"--docker-mount {text!r}: expected SRC[:DST[:ro|rw]]")
+        src = os.path.abspath(parts[0])
+        return cls(
+            src,
+            parts[1] if len(parts) > 1 and parts[1] else src,
+            parts[2] if len(parts) == 3 else "ro",
+        )
+
+
+def daemon_address() -> str:
+    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
+def connect():  # -> docker.DockerClient
+    from docker.errors import DockerException
+
+    import docker
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except DockerException as exc:
+        reason = str(exc).splitlines()[0][:160]
+        raise DockerUnavailable(
+            f"cannot reach the Docker daemon at {daemon_address()} ({reason}): start it or "
+            f"use --runner local"
+        ) from None
+    return client
+
+
+def daemon_answers() -> bool:
+    try:
+        connect()
+    except DockerUnavailable:
+        return False
+    return True
+
+
+def _tree_digest(folder: Path, extra: str) -> str:
+    h = hashlib.sha256(extra.encode())
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+class DockerRunner:
+    kind = "docker"
+
+    def __init__(
+        self,
+        base_image: str,
+        *,
+        allow_unpinned: bool,
+        docker_dir: Path,
+        build_args: dict[str, str],
+        mounts: Sequence[Mount],
+        python: str,
+        cuda_home: str,
+    ) -> None:
+        if "@sha256:" not in base_image and not allow_unpinned:
+            raise ConfigError(
+                f"image {base_image} is not pinned by digest (NAME:TAG@sha256:...): run "
+                f"`nox -s lock` on a machine that reaches the registry, or pass "
+                f"--allow-unpinned-image (the manifest then says 'unpinned')"
+            )
+        if not (docker_dir / "Dockerfile").is_file():
+            raise ConfigError(f"{docker_dir}/Dockerfile: not found (--docker-dir)")
+        self.client = connect()
+        self.remove_orphans()
+        self.base = base_image
+        self.image = base_image if "@sha256:" in base_image else f"unpinned:{base_image}"
+        self.docker_dir = docker_dir
+        self.build_args = {"BASE_IMAGE": base_image, **build_args}
+        self.mounts = list(mounts)
+        self._live: set[Any] = set()  # containers of steps running now
+        self.python = python
+        self.cuda_home = cuda_home
+        self.builder: str | None = None
+        self._tag: str | None = None
+        self._facts: dict[str, object] | None = None
+
+    # ------------------------------------------------------------------ image
+    def ensure_builder(self) -> str:
+        """The builder image's tag, built only when its content hash is new."""
+        from docker.errors import BuildError as DockerBuildError
+        from docker.errors import ImageNotFound
+
+        args = " ".join(f"{k}={v}" for k, v in sorted(self.build_args.items()))
+        tag = f"{BUILDER_REPO}:{_tree_digest(self.docker_dir, args)}"
+        try:
+            image = self.client.images.get(tag)
+            log.info("builder image %s is up to date", tag)
+        except ImageNotFound:
+            log.info("building the builder image %s from %s", tag, self.docker_dir)
+            try:
+                image, _ = self.client.images.build(
+                    path=str(self.docker_dir),
+                    tag=tag,
+                    buildargs=self.build_args,
+                    network_mode="host",
+                    rm=True,
+                    forcerm=True,
+                    pull=False,
+                )
+            except DockerBuildError as exc:
+                tail = "\n".join(
+                    f"    {c.get('stream', c.get('error', '')).rstrip()}"
+                    for c in list(exc.build_log)[-15:]
+                )
+                raise BuildError(
+                    f"building the builder image {tag} failed: {exc.msg}\n{tail}"
+                ) from None
+        self.builder = image.id
+        self._tag = tag
+        return tag
+
+    # -------------------------------------------------------------- toolchain
+    def _probe(self) -> dict[str, object]:
+        if self._facts is None:
+            res = self.run(
+                probe_command(self.python, self.cuda_home),
+                cwd=Path("/"),
+                env=step_env(self.base_env()),
+                what="probing the builder image",
+            )
+            self._facts = parse_probe(res.output)
+        return self._facts
+
+    def nvcc(self, profile: Profile) -> str:
+        facts = self._probe()
+        if "nvcc" not in facts:
+            raise ToolchainError(f"in the builder image: {facts.get('error')}")
+        version = str(facts["nvcc"])
+        check_cuda(version, f"{self.cuda_home} (in the builder image)", profile)
+        return version
+
+    def toolchain(self, profile: Profile) -> Toolchain:
+        return Toolchain.from_facts(self._probe())
+
+    def missing_system(
+        self, requirements: list[dict[str, str]], include_dirs: list[str]
+    ) -> list[dict[str, str]]:
+        asked = json.dumps({"requirements": requirements, "include_dirs": include_dirs})
+        res = self.run(
+            probe_command(self.python, self.cuda_home, asked),
+            cwd=Path("/"),
+            env=step_env(self.base_env()),
+            what="checking the builder image for the recipes' system files",
+        )
+        return json.loads(res.output.strip().splitlines()[-1])
+
+    def base_env(self) -> dict[str, str]:
+        return {"PATH": CONTAINER_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"}
+
+    # ------------------------------------------------------------------- run
+    def run(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        log_file: Path | None = None,
+        writable: Sequence[Path] = (),
+        what: str,
+        check: bool = True,
+        mem_gib: float | None = None,
+        echo: bool = False,
+    ) -> proc.Result:
+        tag = self.builder_tag()
+        volumes = {str(KILN_SRC): {"bind": str(KILN_SRC), "mode": "ro"}}
+        for path in writable:
+            path.mkdir(parents=True, exist_ok=True)
+            volumes[str(path)] = {"bind": str(path), "mode": "rw"}
+        for m in self.mounts:
+            volumes[m.src] = {"bind": m.dst, "mode": m.mode}
+        environment = dict(env)
+        limit = f"{int(mem_gib * 1024)}m" if mem_gib else None
+        line = shlex.join(str(a) for a in argv)
+        container = self.client.containers.create(
+            tag,
+            [str(a) for a in argv],
+            working_dir=str(cwd),
+            environment=environment,
+            user=f"{os.getuid()}:{os.getgid()}",
+            volumes=volumes,
+            network_mode="none",
+            mem_limit=limit,
+            memswap_limit=limit,
+            labels={"kiln": "step", "kiln.owner": str(os.getpid())},
+            detach=True,
+        )
+        tail: deque[str] = deque(maxlen=proc.TAIL_LINES)
+        chunks: list[str] = []
+        sink = log_file.open("a", encoding="utf-8") if log_file else None
+        self._live.add(container)
+        try:
+            if sink:
+                sink.write(f"$ {line}  (container {container.short_id}, image {tag})\n")
+            container.start()
+            pending = ""
+            for raw in container.logs(stream=True, follow=True):
+                text = pending + raw.decode("utf-8", errors="replace")
+                *lines, pending = text.split("\n")
+                for out_line in lines:
+                    chunks.append(out_line + "\n")
+                    tail.append(out_line)
+                    if sink:
+                        sink.write(out_line + "\n")
+                        sink.flush()
+                    if echo:
+                        print(out_line, file=sys.stderr, flush=True)
+            if pending:
+                chunks.append(pending)
+                tail.append(pending)
+                if sink:
+                    sink.write(pending)
+            rc = container.wait()["StatusCode"]
+            container.reload()
+            oom = bool(container.attrs["State"].get("OOMKilled"))
+        finally:
+            self._live.discard(container)
+            if sink:
+                sink.close()
+            container.remove(force=True)
+        where = f"; full log: {log_file}" if log_file else ""
+        if oom:
+            raise oom_error(what, mem_gib, log_file)
+        if check and rc != 0:
+            tail_text = "\n".join(f"    {t}" for t in tail)
+            raise BuildError(
+                f"{what} failed with exit code {rc} (in the builder container){where}\n{tail_text}"
+            )
+        return proc.Result(rc, "".join(chunks))
+
+    def remove_orphans(self) -> None:
+        """Containers of steps whose kiln process is gone (killed with SIGKILL, or its
+        machine's OOM killer): they would go on writing into work trees this run
+        re-creates. Removed, and said so."""
+        for container in self.client.containers.list(all=True, filters={"label": "kiln=step"}):
+            owner = container.labels.get("kiln.owner", "")
+            if owner.isdigit() and fsutil.pid_alive(int(owner)):
+                continue
+            log.warning(
+                "removing container %s of a kiln build that is gone (pid %s)",
+                container.short_id,
+                owner or "unknown",
+            )
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+
+    def cancel(self) -> None:
+        """Kill the containers of running steps (Ctrl-C while steps run in threads);
+        each step's own cleanup then removes its container."""
+        from docker.errors import APIError
+
+        for container in list(self._live):
+            with contextlib.suppress(APIError):
+                container.kill()
+
+    def builder_tag(self) -> str:
+        return self._tag or self.ensure_builder()

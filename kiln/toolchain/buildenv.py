@@ -1,0 +1,112 @@
+"""The Python a build runs in: one that holds exactly the profile's torch.
+
+Inside the builder image that is the image's own Python (pass ``--python``).
+Elsewhere kiln provisions a venv per (Python, torch, build tools) under its cache,
+once, and reuses it; a half-made venv (no completion marker) is made again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from packaging.version import Version
+
+from kiln import fsutil
+from kiln.config.models import Profile
+from kiln.errors import ToolchainError
+from kiln.inside import proc
+
+log = logging.getLogger("kiln.buildenv")
+
+ENV_VAR = "KILN_BUILD_PYTHON"
+MARKER = ".kiln-complete"
+# Every file of a venv kiln provisions gets this mtime (1980-01-01, zip's epoch). GCC's
+# `#pragma once` takes two headers of equal content, size and mtime (in seconds) for one
+# file: torch ships c10/util/python_stub.h and torch/csrc/utils/python_stub.h, and whether
+# pip wrote them within one second decided whether the second was included, so the
+# object's debug info depended on the moment of install. Part of the venvs' identity
+# (LAYOUT), so venvs made before are made again.
+PINNED_MTIME = 315532800
+LAYOUT = 2
+
+
+def _spec(profile: Profile) -> dict[str, object]:
+    return {
+        "python": profile.python,
+        "torch": profile.torch,
+        "index": profile.torch_index,
+        "tools": list(profile.build_tools),
+        "layout": LAYOUT,
+    }
+
+
+def env_dir(profile: Profile, cache: Path) -> Path:
+    digest = hashlib.sha256(json.dumps(_spec(profile), sort_keys=True).encode()).hexdigest()[:12]
+    return cache / "envs" / f"py{profile.python}-torch{profile.torch}-{digest}"
+
+
+def build_python(profile: Profile, cache: Path, explicit: str | None, log_dir: Path) -> Path:
+    """``--python``, else ``$KILN_BUILD_PYTHON``, else a provisioned venv."""
+    chosen = explicit or os.environ.get(ENV_VAR)
+    if chosen:
+        path = Path(chosen)
+        if not (path.exists() or shutil.which(chosen)):
+            raise ToolchainError(f"build Python {chosen} not found: fix --python/${ENV_VAR}")
+        return path if path.exists() else Path(shutil.which(chosen) or chosen)
+    return provision(profile, cache, log_dir)
+
+
+def make_venv(base: Path, venv: Path, pip_args: list[str], log_file: Path, what: str) -> Path:
+    """A venv at ``venv`` from ``base``, with ``pip install pip_args`` run in it."""
+    proc.run(
+        [base, "-m", "venv", venv],
+        error=ToolchainError,
+        log_file=log_file,
+        what=f"creating the venv for {what}",
+    )
+    python = venv / "bin" / "python"
+    proc.run(
+        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pip_args],
+        error=ToolchainError,
+        log_file=log_file,
+        what=f"installing {what}",
+    )
+    fsutil.set_mtimes(venv, PINNED_MTIME)
+    return python
+
+
+def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
+    venv = env_dir(profile, cache)
+    python = venv / "bin" / "python"
+    if (venv / MARKER).exists():
+        return python
+    base = shutil.which(f"python{profile.python}")
+    if base is None:
+        raise ToolchainError(
+            f"python{profile.python} not found on PATH: install Python {profile.python} or pass "
+            f"--python with an interpreter that has torch {profile.torch}"
+        )
+    if venv.exists():
+        shutil.rmtree(venv)
+    log.info("provisioning a build venv (torch %s) at %s (once)", profile.torch, venv)
+    log_file = log_dir / "provision-build-env.log"
+    index = ["--extra-index-url", profile.torch_index] if profile.torch_index else []
+    # Pin the public version: PyPI's CUDA wheels are filed as plain 2.14.1 although
+    # torch.__version__ says 2.14.1+cu130, while the PyTorch index files 2.13.0+cu132.
+    # `==2.13.0` matches both forms (PEP 440 ignores the local label), pip prefers the
+    # labelled build, and preflight then checks torch.__version__ against the profile.
+    torch = [f"torch=={Version(profile.torch).public}"] if profile.torch else []
+    make_venv(
+        Path(base),
+        venv,
+        [*index, *torch, *profile.build_tools],
+        log_file,
+        f"{' '.join(torch + profile.build_tools)} into the build venv",
+    )
+    (venv / MARKER).write_text(json.dumps(_spec(profile), sort_keys=True))
+    return python

@@ -1,0 +1,102 @@
+"""The profile's CUDA from NVIDIA's PyPI wheels, pinned by sha256 (``--toolchain pypi``).
+
+A host without the builder image (a laptop, a bare CI runner) still compiles with
+exactly the profile's nvcc: kiln installs the wheels of ``toolchains/cuda-<X.Y>.txt``
+with ``pip --require-hashes --no-deps`` into a venv of its own under the cache (never
+into the torch venv: they would replace torch's pinned CUDA runtime), then lays out a
+classic ``CUDA_HOME`` beside it (``bin``, ``include``, ``nvvm``, ``lib64`` with the
+unversioned ``libcudart.so`` link names the wheels lack), which torch's extension
+build accepts (shared/toolchain-notes.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import shutil
+import sys
+from importlib import resources
+from pathlib import Path
+
+from kiln.errors import ToolchainError
+from kiln.inside import proc
+from kiln.toolchain.buildenv import LAYOUT, make_venv
+
+log = logging.getLogger("kiln.cudapypi")
+MARKER = ".kiln-complete"
+
+
+def lock_text(cuda: str) -> str:
+    name = f"toolchains/cuda-{cuda}.txt"
+    res = resources.files("kiln").joinpath(name)
+    if not res.is_file():
+        raise ToolchainError(
+            f"no CUDA {cuda} lock in kiln ({name}): --toolchain pypi offers "
+            f"only the CUDA versions kiln keeps a hash-pinned lock for"
+        )
+    return res.read_text()
+
+
+def components(cuda: str) -> list[dict[str, str]]:
+    """Each pinned wheel: name, version, sha256 (recorded in the manifest)."""
+    out = []
+    for line in lock_text(cuda).splitlines():
+        m = re.match(r"^([\w.-]+)==(\S+) --hash=sha256:([0-9a-f]{64})", line)
+        if m:
+            out.append({"name": m.group(1), "version": m.group(2), "sha256": m.group(3)})
+    return out
+
+
+def nvcc_version(cuda: str) -> str:
+    """The nvcc version the lock pins (``nvidia-cuda-nvcc``), read without installing."""
+    for c in components(cuda):
+        if c["name"] == "nvidia-cuda-nvcc":
+            return c["version"]
+    raise ToolchainError(f"kiln's CUDA {cuda} lock pins no nvidia-cuda-nvcc")
+
+
+def _layout(prefix: Path, home: Path) -> None:
+    if home.exists():
+        shutil.rmtree(home)
+    (home / "lib64").mkdir(parents=True)
+    for name in ("bin", "include", "nvvm"):
+        (home / name).symlink_to(prefix / name)
+    for lib in sorted((prefix / "lib").iterdir()):
+        (home / "lib64" / lib.name).symlink_to(lib)
+    for versioned in sorted((home / "lib64").glob("*.so.*")):
+        plain = home / "lib64" / (versioned.name.split(".so.")[0] + ".so")
+        if not plain.exists():
+            plain.symlink_to(versioned.name)
+    (home / "lib").symlink_to("lib64")
+
+
+def provision(cuda: str, cache: Path, log_dir: Path) -> Path:
+    """The CUDA home of the pinned toolkit, installed once per lock."""
+    text = lock_text(cuda)
+    digest = hashlib.sha256(f"{text}\nlayout {LAYOUT}".encode()).hexdigest()[:12]
+    root = cache.resolve() / "toolchains" / f"cuda-{cuda}-{digest}"
+    home = root / "cuda"
+    if (root / MARKER).exists():
+        return home
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    log.info("provisioning CUDA %s from PyPI (hash-pinned) at %s (once)", cuda, root)
+    lock = root / "lock.txt"
+    lock.write_text(text)
+    log_file = log_dir / "provision-cuda.log"
+    python = make_venv(
+        Path(sys.executable),
+        root / "venv",
+        ["--require-hashes", "--no-deps", "-r", str(lock)],
+        log_file,
+        f"CUDA {cuda} from PyPI",
+    )
+    site = proc.output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    prefix = Path(site) / "nvidia" / f"cu{cuda.split('.')[0]}"
+    if not (prefix / "bin" / "nvcc").exists():
+        raise ToolchainError(f"the CUDA {cuda} wheels installed no nvcc under {prefix}")
+    _layout(prefix, home)
+    (root / MARKER).write_text(digest)
+    return home
