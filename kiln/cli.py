@@ -7,11 +7,23 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from kiln.errors import Interrupted, KilnError
+from kiln.build.options import Options
+from kiln.errors import GpuTestError, Interrupted, KilnError
 
 log = logging.getLogger("kiln")
+
+
+def out(text: object) -> None:
+    """A command's result, on stdout (what scripts read: a path, a table, JSON)."""
+    sys.stdout.write(f"{text}\n")
+
+
+def say_err(text: object) -> None:
+    """A report for people, on stderr (a verify's differences, an error)."""
+    sys.stderr.write(f"{text}\n")
 
 DEFAULT_CACHE = Path(os.environ.get("KILN_CACHE_DIR", ".kiln-cache"))
 
@@ -147,8 +159,7 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipeline.Options
-    from kiln.build.pipeline import Options
+def _options(args: argparse.Namespace, vendors: list[str] | None) -> Options:
 
     mirrors, offline = args.mirrors, args.offline
     if args.bundles is not None:
@@ -160,7 +171,7 @@ def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipelin
         offline = True
     return Options(
         workspace=args.workspace,
-        vendors=vendors,
+        vendors=tuple(vendors) if vendors else None,
         profile=args.profile,
         artifacts=args.artifacts,
         cache=args.cache,
@@ -173,7 +184,7 @@ def _options(args: argparse.Namespace, vendors: list[str] | None):  # -> pipelin
         image=args.image,
         allow_unpinned_image=args.allow_unpinned_image,
         docker_dir=args.docker_dir,
-        docker_mounts=args.docker_mount,
+        docker_mounts=tuple(args.docker_mount),
         mem_limit_gib=args.mem_limit,
         toolchain=args.toolchain,
         jobs=args.jobs,
@@ -190,7 +201,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from kiln.build import pipeline
 
     release = pipeline.build(_options(args, args.vendor or None))
-    print(release)
+    out(release)
     return 0
 
 
@@ -200,9 +211,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     opts = _options(args, None)
     mirrors = demo.prepare(args.workspace, opts.work / "demo-upstreams")
-    opts.mirrors, opts.offline = mirrors, True
-    release = pipeline.build(opts)
-    print(release)
+    release = pipeline.build(replace(opts, mirrors=mirrors, offline=True))
+    out(release)
     return 0
 
 
@@ -215,7 +225,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     ws = Workspace(args.workspace)
     cache = GitCache(args.cache, Mirrors.load(args.mirrors), args.offline)
     for line in lock.lock(ws, cache):
-        print(line)
+        out(line)
     return 0
 
 
@@ -235,14 +245,14 @@ def cmd_rebuild_c(args: argparse.Namespace) -> int:
         ccache_dir.resolve() if ccache_dir else None,
     )
     archs = sorted({a for o in objects for a in o.sass})
-    print(f"rebuilt {', '.join(o.path for o in objects)} ({', '.join(archs)}) in {took:.1f} s")
+    out(f"rebuilt {', '.join(o.path for o in objects)} ({', '.join(archs)}) in {took:.1f} s")
     return 0
 
 
 def cmd_pack_jit_cache(args: argparse.Namespace) -> int:
     from kiln.jit_cache import pack_into_release
 
-    print(pack_into_release(args.cache_dir, args.name, args.release))
+    out(pack_into_release(args.cache_dir, args.name, args.release))
     return 0
 
 
@@ -257,15 +267,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         rebuilt = args.rebuilt
     else:
         work = args.into or Path(tempfile.mkdtemp(prefix="kiln-verify-"))
-        opts = _options(args, None)
-        opts.work = work.resolve()
+        opts = replace(_options(args, None), work=work.resolve())
         rebuilt = reverify.rebuild(args.manifest, opts)
     report = reverify.compare(data, args.manifest.parent, rebuilt)
     if report:
-        print("\n".join(report), file=sys.stderr)
-        print(f"verify: {args.manifest.parent} is NOT reproduced by {rebuilt}", file=sys.stderr)
+        say_err("\n".join(report))
+        say_err(f"verify: {args.manifest.parent} is NOT reproduced by {rebuilt}")
         return 1
-    print(f"verify: every file of {args.manifest.parent} is reproduced bit for bit ({rebuilt})")
+    out(f"verify: every file of {args.manifest.parent} is reproduced bit for bit ({rebuilt})")
     return 0
 
 
@@ -274,19 +283,26 @@ def cmd_manifest_check(args: argparse.Namespace) -> int:
 
     problems = manifest.check(args.manifest)
     for p in problems:
-        print(f"{p.path}: {p.problem}", file=sys.stderr)
+        say_err(f"{p.path}: {p.problem}")
     if problems:
-        print(f"{args.manifest}: {len(problems)} file(s) differ from the manifest", file=sys.stderr)
+        say_err(f"{args.manifest}: {len(problems)} file(s) differ from the manifest")
         return 1
-    print(f"{args.manifest}: every file matches")
+    out(f"{args.manifest}: every file matches")
+    return 0
+
+
+def cmd_manifest_schema(args: argparse.Namespace) -> int:
+    from kiln.release import manifest
+
+    out(manifest.schema_text().rstrip("\n"))
     return 0
 
 
 def cmd_manifest_merge(args: argparse.Namespace) -> int:
     from kiln import merge
 
-    out = merge.merge(args.partials, args.out, args.workspace)
-    print(f"merged {len(args.partials)} partial(s) into {out}")
+    merged = merge.merge(args.partials, args.out, args.workspace)
+    out(f"merged {len(args.partials)} partial(s) into {merged}")
     return 0
 
 
@@ -296,16 +312,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     ws = Workspace(args.workspace)
     if args.release_name:
-        print(ws.release.name)
+        out(ws.release.name)
     else:
-        print(matrix.plan_json(ws) if args.json else matrix.plan_table(ws))
+        out(matrix.plan_json(ws) if args.json else matrix.plan_table(ws))
     return 0
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from kiln import publish
 
-    print(publish.publish(args.release, args.to, args.dry_run))
+    out(publish.publish(args.release, args.to, args.dry_run))
     return 0
 
 
@@ -324,29 +340,30 @@ def cmd_gpu_test(args: argparse.Namespace) -> int:
     results = gputest.gpu_test(args.release, args.vendor or None, args.python, cache)
     for r in results:
         verdict = "passed" if r["passed"] else f"FAILED (exit {r['returncode']})"
-        print(
+        out(
             f"gpu-test {r['vendor']}: {verdict} in {r['duration_s']} s on {r['gpus'][0]['name']} "
             f"({args.release / gputest.RESULTS_DIR / (r['vendor'] + '.json')})"
         )
     failed = [r["vendor"] for r in results if not r["passed"]]
     if failed:
-        raise gputest.GpuTestError(f"the GPU test of {', '.join(failed)} failed: see its log")
+        raise GpuTestError(f"the GPU test of {', '.join(failed)} failed: see its log")
     return 0
 
 
 def cmd_verify_wheel(args: argparse.Namespace) -> int:
     from kiln.config.workspace import Workspace
     from kiln.verify import wheels as wheelcheck
+    from kiln.verify_wheel import verify_release
 
     if args.manifest:
-        lines = wheelcheck.verify_release(args.manifest)
+        lines = verify_release(args.manifest)
     else:
         if not args.wheels:
             raise KilnError("verify-wheel: name the wheel(s), or a release's --manifest")
         ws = Workspace(args.workspace)
         archs = wheelcheck.expected_archs(ws, args.vendor, args.archs)
         lines = wheelcheck.verify_wheels(args.wheels, ws.profile, archs)
-    print("\n".join(lines) if lines else "verify-wheel: no wheels")
+    out("\n".join(lines) if lines else "verify-wheel: no wheels")
     return 0
 
 
@@ -397,8 +414,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compiler-cache", action="store_true", help="compile without ccache")
     p.set_defaults(func=cmd_rebuild_c)
 
-    p = sub.add_parser("pack-jit-cache", help="pack DeepGEMM/TileLang JIT caches into a release")
-    p.add_argument("cache_dir", type=Path, help="folder holding deep_gemm/ and/or tilelang/")
+    p = sub.add_parser("pack-jit-cache", help="pack a GPU run's JIT caches into a release")
+    p.add_argument(
+        "cache_dir", type=Path, help="folder holding the caches kiln.toml's jit_caches name"
+    )
     p.add_argument("--name", required=True, help="label: jit-cache/jit-cache-<name>.tar.zst")
     p.add_argument(
         "--release",
@@ -430,6 +449,8 @@ def parser() -> argparse.ArgumentParser:
     c = msub.add_parser("check", help="re-hash every file a manifest lists")
     c.add_argument("manifest", type=Path)
     c.set_defaults(func=cmd_manifest_check)
+    c = msub.add_parser("schema", help="print the manifest's JSON Schema (made from its models)")
+    c.set_defaults(func=cmd_manifest_schema)
     c = msub.add_parser("merge", help="merge partial release folders (CI jobs) into one release")
     c.add_argument("partials", nargs="+", type=Path, help="partial release folders")
     c.add_argument("--out", type=Path, required=True, help="the merged release folder")
@@ -504,10 +525,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         err = Interrupted("interrupted: nothing was published; partial output was removed")
-        print(f"kiln: error: {err}", file=sys.stderr)
+        say_err(f"kiln: error: {err}")
         return err.exit_code
     except KilnError as err:
-        print(f"kiln: error: {err}", file=sys.stderr)
+        say_err(f"kiln: error: {err}")
         return err.exit_code
     except OSError as exc:
         from kiln import fsutil
@@ -515,5 +536,5 @@ def main(argv: list[str] | None = None) -> int:
         full = fsutil.disk_full(exc, Path(exc.filename or "."))
         if full is None:
             raise
-        print(f"kiln: error: {full}", file=sys.stderr)
+        say_err(f"kiln: error: {full}")
         return full.exit_code

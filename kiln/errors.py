@@ -1,6 +1,29 @@
-"""One error family. Each error is one line for people: the thing, the cause, the fix.
+"""Every error kiln reports, and its exit code: one table (cibuildwheel's errors.py is
+the model). Each error is one line for people: the thing, the cause, the fix.
 
-The CLI prints ``str(error)`` and exits with ``error.exit_code``; no traceback.
+The CLI (and ``python -m kiln.inside``) prints ``kiln: error: <message>`` and exits with
+``error.exit_code``; no traceback. Standard library only: the code that runs in builder
+containers raises these too.
+
+| code | error |
+| --- | --- |
+| 1 | KilnError: any other kiln error; `manifest check` found differences |
+| 2 | ConfigError: a TOML, vendor, key, SHA or arch that is malformed or unknown |
+| 3 | SourceError: an unknown or ambiguous commit, a missing mirror, a failed or stalled fetch |
+| 4 | PatchError: a patch that is absent, conflicts, or escapes its tree |
+| 5 | ToolchainError: nvcc, the build Python or torch missing or of the wrong version |
+| 6 | BuildError: a build command failed (with the log's tail and path), or ran out of memory |
+| 7 | VerifyError: a built file is not what the recipe asked (archs, device code, tags, linkage) |
+| 8 | ManifestError: a manifest malformed; MergeError: partial releases that cannot be merged |
+| 9 | PreflightError: the machine cannot run this build (every reason listed) |
+| 10 | ArchiveError: an archive unreadable, or a member escaping its folder |
+| 11 | RebuildError: rebuild-c (not a kiln tree, a patch that does not apply, a failed rebuild) |
+| 12 | DockerUnavailable: the Docker daemon cannot be reached |
+| 13 | DiskFull: a write failed for lack of space (names the file, the mount, its free space) |
+| 14 | PublishError: a release that fails its check, a bad target, no token, the Hub refused |
+| 15 | Busy: another kiln build holds the artifacts or work folder (its pid and command named) |
+| 16 | GpuTestError: kiln gpu-test could not run, or the upstream's GPU test failed |
+| 130 | Interrupted: Ctrl-C or SIGTERM; nothing was published |
 """
 
 from __future__ import annotations
@@ -22,6 +45,14 @@ class SourceError(KilnError):
     """Fetching, resolving or checking out an upstream failed."""
 
     exit_code = 3
+
+
+class FetchFailed(SourceError):
+    """A fetch that did not complete; ``refused_sha``: the server refused a SHA refspec."""
+
+    def __init__(self, message: str, refused_sha: bool) -> None:
+        super().__init__(message)
+        self.refused_sha = refused_sha
 
 
 class PatchError(KilnError):
@@ -54,6 +85,10 @@ class ManifestError(KilnError):
     exit_code = 8
 
 
+class MergeError(ManifestError):
+    """Partial releases that cannot be merged (inconsistent, modified or overlapping)."""
+
+
 class PreflightError(KilnError):
     """The machine cannot run this build; every reason found is listed at once."""
 
@@ -61,8 +96,26 @@ class PreflightError(KilnError):
 
     def __init__(self, headline: str, problems: list[str], advice: str) -> None:
         body = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{headline}\n{body}\n{advice}")
+        super().__init__(f"{headline}\n{body}" + (f"\n{advice}" if advice else ""))
         self.problems = problems
+
+
+class ArchiveError(KilnError):
+    """An archive is unreadable, or a member would land outside its folder."""
+
+    exit_code = 10
+
+
+class RebuildError(KilnError):
+    """``rebuild-c``: not a kiln tree, a patch that does not apply, a failed rebuild."""
+
+    exit_code = 11
+
+
+class DockerUnavailable(KilnError):
+    """The Docker daemon cannot be reached."""
+
+    exit_code = 12
 
 
 class DiskFull(KilnError):
@@ -71,13 +124,41 @@ class DiskFull(KilnError):
     exit_code = 13
 
 
-class Interrupted(KilnError):
-    """The user or the system stopped the run (SIGINT/SIGTERM)."""
+class PublishError(KilnError):
+    """A release cannot be published (it fails its check, the target or token is wrong)."""
 
-    exit_code = 130
+    exit_code = 14
 
 
 class Busy(KilnError):
     """Another kiln build holds the artifacts or work folder."""
 
     exit_code = 15
+
+
+class GpuTestError(KilnError):
+    """A GPU test could not run, or ran and failed."""
+
+    exit_code = 16
+
+
+class Interrupted(KilnError):
+    """The user or the system stopped the run (SIGINT/SIGTERM)."""
+
+    exit_code = 130
+
+
+def table() -> list[tuple[int, str, str]]:
+    """(exit code, error name, what) for every error: the CLI's help shows it."""
+    rows = []
+    for cls in _all(KilnError):
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        rows.append((cls.exit_code, cls.__name__, doc))
+    return sorted(rows)
+
+
+def _all(cls: type[KilnError]) -> list[type[KilnError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out += _all(sub)
+    return out

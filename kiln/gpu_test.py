@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from kiln.config.models import GpuTest
-from kiln.errors import KilnError
+from kiln.errors import GpuTestError
 from kiln.fsutil import sha256_file
 from kiln.inside import proc
 from kiln.release import manifest
+from kiln.release.manifest import Manifest, VendorEntry
 from kiln.sources.checkout import GitCache
 from kiln.sources.git import git
 
@@ -41,12 +42,6 @@ log = logging.getLogger("kiln.gputest")
 
 RESULTS_DIR = "gpu-tests"
 GPU_QUERY = "name,driver_version,memory.total,compute_cap"
-
-
-class GpuTestError(KilnError):
-    """A GPU test could not run, or ran and failed."""
-
-    exit_code = 16
 
 
 def gpu_facts() -> list[dict[str, str]]:
@@ -92,11 +87,11 @@ def _files_from_commit(
     archive.unlink()
 
 
-def _wheel_of(entry: dict[str, Any], release: Path, vendor: str) -> Path:
-    wheels = [o for o in entry["outputs"] if o["kind"] == "wheel"]
+def _wheel_of(entry: VendorEntry, release: Path, vendor: str) -> Path:
+    wheels = entry.outputs_of("wheel")
     if len(wheels) != 1:
         raise GpuTestError(f"{vendor}: the release holds {len(wheels)} wheels of it, not one")
-    return release / wheels[0]["path"]
+    return release / wheels[0].path
 
 
 SITE_DIRS = (
@@ -151,10 +146,10 @@ def _torch_facts(python: Path) -> dict[str, Any]:
 
 
 def run_one(
-    release: Path, data: dict[str, Any], vendor: str, python: str, cache: GitCache
+    release: Path, m: Manifest, vendor: str, python: str, cache: GitCache
 ) -> dict[str, Any]:
-    entry = data["vendors"][vendor]
-    spec = GpuTest.model_validate(entry["recipe"]["gpu_test"])
+    entry = m.vendors[vendor]
+    spec = GpuTest.model_validate(entry.recipe["gpu_test"])
     wheel = _wheel_of(entry, release, vendor)
     out_dir = release / RESULTS_DIR
     out_dir.mkdir(exist_ok=True)
@@ -163,8 +158,8 @@ def run_one(
     gpus = gpu_facts()
     with tempfile.TemporaryDirectory(prefix=f"kiln-gpu-test-{vendor}-") as tmp:
         root = Path(tmp)
-        src = entry["source"]
-        _files_from_commit(cache, src["url"], src["commit"], spec.files, root / "tree", vendor)
+        src = entry.source
+        _files_from_commit(cache, src.url, src.commit, spec.files, root / "tree", vendor)
         test_python = _make_env(python, root / "env", wheel, log_file)
         facts = _torch_facts(test_python)
         if not facts.get("cuda_available"):
@@ -195,7 +190,7 @@ def run_one(
     result = {
         "vendor": vendor,
         "wheel": {"path": str(wheel.relative_to(release)), "sha256": sha256_file(wheel)},
-        "source": {"url": entry["source"]["url"], "commit": entry["source"]["commit"]},
+        "source": {"url": entry.source.url, "commit": entry.source.commit},
         "files": spec.files,
         "command": spec.command,
         "returncode": rc,
@@ -215,18 +210,18 @@ def gpu_test(
 ) -> list[dict[str, Any]]:
     """Run the declared GPU tests of ``vendors`` (default: every vendor that has one)."""
     mf = release / manifest.FILE_NAME
-    data = manifest.read(mf)
+    m = manifest.read(mf)
     problems = manifest.check(mf)
     if problems:
         raise GpuTestError(
             f"{release}: {problems[0].path}: {problems[0].problem}; the release no longer "
             f"matches its manifest, so its wheel is not the one to test"
         )
-    declared = [n for n, e in data["vendors"].items() if e["recipe"].get("gpu_test")]
+    declared = [n for n, e in m.vendors.items() if e.recipe.get("gpu_test")]
     chosen = vendors or declared
     for name in chosen:
-        if name not in data["vendors"]:
-            raise GpuTestError(f"{name}: not in {release} (vendors: {', '.join(data['vendors'])})")
+        if name not in m.vendors:
+            raise GpuTestError(f"{name}: not in {release} (vendors: {', '.join(m.vendors)})")
         if name not in declared:
             raise GpuTestError(
                 f"{name}: its recipe declares no GPU test: add [build.gpu_test] (files, "
@@ -234,6 +229,6 @@ def gpu_test(
             )
     if not chosen:
         raise GpuTestError(f"{release}: no vendor declares a GPU test ([build.gpu_test])")
-    results = [run_one(release, data, n, python, cache) for n in chosen]
+    results = [run_one(release, m, n, python, cache) for n in chosen]
     shutil.rmtree(release / RESULTS_DIR / ".tmp", ignore_errors=True)
     return results

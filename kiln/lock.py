@@ -20,7 +20,7 @@ import tomlkit
 from kiln.config.fields import SERIES_FILE, WORKSPACE_FILE
 from kiln.config.models import PatchEntry, Profile
 from kiln.config.workspace import Workspace
-from kiln.errors import PatchError
+from kiln.errors import DockerUnavailable, PatchError
 from kiln.fsutil import sha256_file
 from kiln.inside import proc
 from kiln.release.files import REQUIREMENTS as REQUIREMENTS_NAME
@@ -109,7 +109,7 @@ def lock_image(ws: Workspace) -> list[str]:
         return []
     from docker.errors import DockerException
 
-    from kiln.runners.docker import DockerUnavailable, connect
+    from kiln.runners.docker import connect
 
     try:
         digest = connect().images.get_registry_data(ref).id
@@ -140,7 +140,7 @@ def lock_runtime(ws: Workspace) -> list[str]:
     write every package with its sha256 to ``runtime-requirements.lock``."""
     from kiln.release.files import requirements
 
-    text = requirements(ws, locked=False)
+    text = requirements(ws.root, ws.profile.torch, locked=False)
     with tempfile.TemporaryDirectory(prefix="kiln-lock-") as tmp:
         reqs, report = Path(tmp) / "requirements.txt", Path(tmp) / "report.json"
         reqs.write_text(text)

@@ -8,24 +8,24 @@ vendor is in two partials with different contents, or when two partials hold dif
 files at one path. Each partial is re-hashed first (``manifest check``): a file changed
 after its job wrote it is refused. Recorded SASS archs are checked against each vendor's
 recipe. The release-level files (install.sh, README, provenance, SBOM) are regenerated
-from the merged manifest exactly as a single build would write them, in a staging folder
-that replaces ``--out`` only when everything passed.
+from the merged manifest exactly as a single build would write them (from the manifest
+alone: no workspace is made), in a staging folder that replaces ``--out`` only when
+everything passed.
 """
 
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kiln import fsutil
-from kiln import reproduce as reverify
 from kiln.config.workspace import Workspace
-from kiln.errors import ManifestError
+from kiln.errors import MergeError
 from kiln.release import files as release
 from kiln.release import manifest
+from kiln.release.manifest import Manifest, ReleaseFile, VendorEntry
 from kiln.verify import binaries as verify
 
 # What must be equal across the partials of one release. Other top-level keys (such as
@@ -37,14 +37,15 @@ CONTENT_FIELDS = ("source", "patches", "patch_tag", "recipe", "environment", "ru
 REQUIREMENTS = "requirements.txt"
 
 
-class MergeError(ManifestError):
-    """Partial releases that cannot be merged (inconsistent, modified or overlapping)."""
-
-
 @dataclass(frozen=True)
 class Partial:
     folder: Path
-    data: dict[str, Any]
+    manifest: Manifest
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The manifest's JSON form (what the consistency checks compare)."""
+        return self.manifest.data()
 
 
 def first_difference(a: Any, b: Any, where: str = "") -> str | None:
@@ -114,30 +115,28 @@ def check_consistent(partials: list[Partial]) -> None:
             )
 
 
-def _check_archs(part: Partial, name: str, entry: dict[str, Any]) -> None:
+def _check_archs(part: Partial, entry: VendorEntry) -> None:
     """The SASS each job recorded must be the vendor's recipe archs (verify's rule)."""
-    for out in entry["outputs"]:
-        if out["kind"] not in ("wheel", "tarball"):
-            continue
+    for out in entry.outputs_of("wheel", "tarball"):
         objects = [
-            verify.SharedObject(o["path"], list(o["sass"]), list(o["ptx"]))
-            for o in out.get("shared_objects", [])
+            verify.SharedObject(o.path, list(o.sass), list(o.ptx))
+            for o in out.shared_objects or []
         ]
-        verify.check_archs(f"{part.folder}: {out['path']}", objects, entry["recipe"]["archs"])
+        verify.check_archs(f"{part.folder}: {out.path}", objects, entry.recipe["archs"])
 
 
-def combine(partials: list[Partial]) -> tuple[dict[str, Any], dict[str, Path]]:
-    """The merged vendors (and warnings) and, per output path, the file to copy."""
-    vendors: dict[str, dict[str, Any]] = {}
+def combine(partials: list[Partial]) -> tuple[Manifest, dict[str, Path]]:
+    """The merged manifest (no ``files`` but the JIT caches) and, per path, the file to copy."""
+    vendors: dict[str, VendorEntry] = {}
     owner: dict[str, Partial] = {}
     files: dict[str, Path] = {}
     hashes: dict[str, tuple[str, Path]] = {}
     for part in partials:
-        for name, entry in part.data["vendors"].items():
-            _check_archs(part, name, entry)
+        for name, entry in part.manifest.vendors.items():
+            _check_archs(part, entry)
             if name in vendors:
-                mine = {k: vendors[name].get(k) for k in CONTENT_FIELDS}
-                theirs = {k: entry.get(k) for k in CONTENT_FIELDS}
+                mine = {k: vendors[name].data().get(k) for k in CONTENT_FIELDS}
+                theirs = {k: entry.data().get(k) for k in CONTENT_FIELDS}
                 field = first_difference(mine, theirs, f"vendors.{name}")
                 if field:
                     raise MergeError(
@@ -146,54 +145,60 @@ def combine(partials: list[Partial]) -> tuple[dict[str, Any], dict[str, Path]]:
                     )
                 continue
             vendors[name], owner[name] = entry, part
-            for out in entry["outputs"]:
-                seen = hashes.get(out["path"])
-                if seen and seen[0] != out["sha256"]:
+            for out in entry.outputs:
+                seen = hashes.get(out.path)
+                if seen and seen[0] != out.sha256:
                     raise MergeError(
-                        f"{seen[1]} and {part.folder} both hold {out['path']} with different "
+                        f"{seen[1]} and {part.folder} both hold {out.path} with different "
                         f"contents: two vendors made one file name; rename one"
                     )
-                hashes[out["path"]] = (out["sha256"], part.folder)
-                files[out["path"]] = part.folder / out["path"]
-    jit = {}
+                hashes[out.path] = (out.sha256, part.folder)
+                files[out.path] = part.folder / out.path
+    jit: dict[str, ReleaseFile] = {}
     for part in partials:  # packed JIT caches (not built by CI jobs, but kept if present)
-        for f in part.data.get("files", []):
-            if f["kind"] == "jit-cache":
-                seen = hashes.get(f["path"])
-                if seen and seen[0] != f["sha256"]:
+        for f in part.manifest.files:
+            if f.kind == "jit-cache":
+                seen = hashes.get(f.path)
+                if seen and seen[0] != f.sha256:
                     raise MergeError(
-                        f"{seen[1]} and {part.folder} both hold {f['path']} with different "
+                        f"{seen[1]} and {part.folder} both hold {f.path} with different "
                         f"contents; keep one"
                     )
-                hashes[f["path"]] = (f["sha256"], part.folder)
-                files[f["path"]], jit[f["path"]] = part.folder / f["path"], f
+                hashes[f.path] = (f.sha256, part.folder)
+                files[f.path], jit[f.path] = part.folder / f.path, f
     warnings: list[str] = []
     for part in partials:
-        warnings += [w for w in part.data.get("warnings", []) if w not in warnings]
-    merged = {
-        **{k: partials[0].data[k] for k in HEADER_FIELDS},
-        "warnings": warnings,
-        "vendors": dict(sorted(vendors.items())),
-        "files": sorted(jit.values(), key=lambda f: f["path"]),
-    }
+        warnings += [w for w in part.manifest.warnings if w not in warnings]
+    first = partials[0].manifest
+    merged = Manifest(
+        schema_id=first.schema_id,
+        kiln_version=first.kiln_version,
+        release=first.release,
+        profile=first.profile,
+        toolchain=first.toolchain,
+        runner=first.runner,
+        warnings=warnings,
+        vendors=dict(sorted(vendors.items())),
+        files=sorted(jit.values(), key=lambda f: f.path),
+    )
     return merged, files
 
 
-def check_covers(ws: Workspace, data: dict[str, Any], partials: list[Partial]) -> None:
+def check_covers(ws: Workspace, m: Manifest, partials: list[Partial]) -> None:
     """With ``--workspace``: the merged release is that workspace's, every vendor present."""
-    if data["release"]["name"] != ws.release.name:
+    if m.release.name != ws.release.name:
         raise MergeError(
-            f"{partials[0].folder} is a partial of {data['release']['name']}, the workspace "
+            f"{partials[0].folder} is a partial of {m.release.name}, the workspace "
             f"{ws.root} builds {ws.release.name}: merge the partials of one release"
         )
-    if data["profile"] != ws.profile.model_dump(mode="json"):
-        field = first_difference(data["profile"], ws.profile.model_dump(mode="json"), "profile")
+    if m.profile.data() != ws.profile.model_dump(mode="json"):
+        field = first_difference(m.profile.data(), ws.profile.model_dump(mode="json"), "profile")
         raise MergeError(
             f"the partials were built with another profile than {ws.root}/kiln.toml "
             f"({field}): rerun the jobs from this commit"
         )
-    missing = sorted(set(ws.vendors) - set(data["vendors"]))
-    extra = sorted(set(data["vendors"]) - set(ws.vendors))
+    missing = sorted(set(ws.vendors) - set(m.vendors))
+    extra = sorted(set(m.vendors) - set(ws.vendors))
     if missing or extra:
         parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
             [f"not in vendors/: {', '.join(extra)}"] if extra else []
@@ -214,25 +219,25 @@ def merge(folders: list[Path], out: Path, workspace: Path | None = None) -> Path
         )
     partials = [load(f) for f in folders]
     check_consistent(partials)
-    data, files = combine(partials)
+    merged, files = combine(partials)
     if workspace is not None:
-        check_covers(Workspace(workspace), data, partials)
-    jit = data.pop("files")
+        check_covers(Workspace(workspace), merged, partials)
+    jit = list(merged.files)
     with fsutil.staged_dir(out) as stage:
         for rel, src in sorted(files.items()):
             dest = stage / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest)
-        shutil.copy2(partials[0].folder / REQUIREMENTS, stage / REQUIREMENTS)
-        with tempfile.TemporaryDirectory(prefix="kiln-merge-") as tmp:
-            ws = Workspace(reverify.workspace_from_manifest(data, stage, Path(tmp) / "ws"))
-            # ``previous`` is the stage itself (no manifest yet): jit caches come from the
-            # partials, not from whatever ``out`` held before.
-            listed = release.write_files(stage, ws, data, stage)
+        reqs = (partials[0].folder / REQUIREMENTS).read_text()
+        # ``previous`` is none: JIT caches come from the partials, not from whatever
+        # ``out`` held before.
+        listed = release.write_files(stage, merged.model_copy(update={"files": []}), reqs)
         if jit:
-            listed = release.finish_readme(stage, {**data, "files": [*listed, *jit]})
-        data["files"] = listed
-        manifest.write(stage / manifest.FILE_NAME, data)
+            listed = release.finish_readme(
+                stage, merged.model_copy(update={"files": [*listed, *jit]})
+            )
+        final = merged.model_copy(update={"files": listed})
+        manifest.write(stage / manifest.FILE_NAME, final)
         problems = manifest.check(stage / manifest.FILE_NAME)
         if problems:  # the copy itself went wrong (disk, concurrent writer)
             raise MergeError(f"{stage}: {problems[0].path}: {problems[0].problem} after copying")

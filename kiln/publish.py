@@ -1,7 +1,7 @@
 """``kiln publish``: put a checked release into a folder or a Hugging Face Hub repository.
 
 Targets: a local or mounted folder (``/srv/releases/x``, ``file:///srv/releases/x``) and a
-Hub model repository (``hf://inferencekey/deepinfer-sm100-cu132``). The release is re-hashed
+Hub model repository (``hf://ORG/NAME``). The release is re-hashed
 against its manifest first; a release with one changed byte is refused before anything is
 written or sent. What is published is exactly ``manifest.json`` plus every file it lists,
 all at once: a folder is staged beside the target and swapped in, the Hub gets one commit.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln import fsutil
-from kiln.errors import KilnError
+from kiln.errors import PublishError
 from kiln.release import manifest
 
 log = logging.getLogger("kiln.publish")
@@ -30,12 +30,6 @@ log = logging.getLogger("kiln.publish")
 TOKEN_ENV = "HF_TOKEN"
 ENDPOINT_ENV = "HF_ENDPOINT"  # huggingface_hub's own variable: another Hub (or a stand-in)
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-class PublishError(KilnError):
-    """A release cannot be published (it fails its check, the target or token is wrong)."""
-
-    exit_code = 14
 
 
 @dataclass(frozen=True)
@@ -53,7 +47,7 @@ def parse_target(text: str) -> Target:
         if not REPO_RE.match(repo):
             raise PublishError(
                 f"--to {text}: not a Hub model repository; write hf://ORG/NAME "
-                f"(e.g. hf://inferencekey/deepinfer-sm100-cu132)"
+                f"(ORG and NAME as on the Hub)"
             )
         return Target("hub", repo)
     if text.startswith("file://"):
@@ -80,7 +74,7 @@ def checked_files(release: Path) -> list[tuple[str, int]]:
             f"{release}: {p.path}: {p.problem} ({len(problems)} file(s) differ from "
             f"manifest.json); nothing was published: rebuild the release or restore the file"
         )
-    files = {o["path"]: o["size"] for o in manifest.outputs(data)}
+    files = {o.path: o.size for o in data.outputs()}
     files[manifest.FILE_NAME] = path.stat().st_size
     return sorted(files.items())
 
@@ -126,7 +120,7 @@ def _to_hub(release: Path, files: list[tuple[str, int]], target: Target) -> str:
     if not logging.getLogger().isEnabledFor(logging.DEBUG):  # one line per request otherwise
         logging.getLogger("httpx").setLevel(logging.WARNING)
     api = HfApi(endpoint=os.environ.get(ENDPOINT_ENV) or None, token=token)
-    name = manifest.read(release / manifest.FILE_NAME)["release"]["name"]
+    name = manifest.read(release / manifest.FILE_NAME).release.name
     digest = fsutil.sha256_file(release / manifest.FILE_NAME)
     operations = [
         CommitOperationAdd(path_in_repo=rel, path_or_fileobj=release / rel) for rel, _ in files

@@ -13,18 +13,15 @@ import os
 import shutil
 from pathlib import Path
 
-from kiln.build.kinds.inplace import KIT, TREE_FILE, find_outputs
+from kiln.build.kinds.inplace import TREE_FILE, find_outputs
+from kiln.build.kit import KIT
 from kiln.config.workspace import Workspace
-from kiln.errors import KilnError, VerifyError
+from kiln.errors import RebuildError, VerifyError
 from kiln.inside.kit import rebuild as shipped
 from kiln.toolchain import compilercache
 from kiln.verify.binaries import SharedObject, check_archs, device_archs
 
 log = logging.getLogger("kiln.rebuildc")
-
-
-class RebuildError(KilnError):
-    exit_code = 11
 
 
 def resolve_patch(ws: Workspace, vendor: str, patch: str | None) -> Path:
@@ -69,7 +66,7 @@ def rebuild_c(
     os.environ.update(compilercache.environment(cc, tree, stats))
     try:
         took = shipped.rebuild(tree, path, py, cuda_home)
-    except shipped.RebuildError as exc:
+    except RebuildError as exc:
         raise RebuildError(str(exc)) from None
     if cc.enabled:
         counts = compilercache.read_stats(stats)

@@ -19,6 +19,7 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,54 +27,52 @@ import tomlkit
 import zstandard
 
 from kiln.build import pipeline
+from kiln.build.options import Options
 from kiln.config.fields import SERIES_FILE, WORKSPACE_FILE
 from kiln.errors import ManifestError, ToolchainError
 from kiln.fsutil import sha256_file
 from kiln.inside import proc
 from kiln.release import manifest
+from kiln.release.manifest import Manifest
 from kiln.toolchain.checks import cuobjdump
 
 SKIPPED_KINDS = {"jit-cache"}  # packed from a GPU run, not built: nothing to rebuild
 
 
-def workspace_from_manifest(data: dict[str, Any], release_dir: Path, dest: Path) -> Path:
+def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
     """A workspace that builds exactly what the manifest records."""
     (dest / "vendors").mkdir(parents=True)
     (dest / "patches").mkdir()
+    profile = {k: v for k, v in m.profile.data().items() if v is not None}
     (dest / WORKSPACE_FILE).write_text(
-        tomlkit.dumps(
-            {
-                "release": data["release"],
-                "profile": {k: v for k, v in data["profile"].items() if v is not None},
-            }
-        )
+        tomlkit.dumps({"release": _drop_none(m.release.data()), "profile": profile})
     )
     series: list[dict[str, str]] = []
     tags = {}
-    for name, entry in data["vendors"].items():
-        src = entry["source"]
+    for name, entry in m.vendors.items():
+        src = entry.source
         source: dict[str, Any] = {
-            "url": src["url"],
-            "commit": src["commit"],
-            "license": src.get("license", "LICENSE"),
+            "url": src.url,
+            "commit": src.commit,
+            "license": src.license or "LICENSE",
         }
-        if src.get("license_id"):
-            source["license_id"] = src["license_id"]
-        recipe = {k: v for k, v in entry["recipe"].items() if v is not None}
+        if src.license_id:
+            source["license_id"] = src.license_id
+        recipe = _drop_none(entry.recipe)
         (dest / "vendors" / f"{name}.toml").write_text(
             tomlkit.dumps({"source": source, "build": recipe})
         )
-        for p in entry["patches"]:
-            patch = release_dir / "patches" / p["file"]
-            if not patch.is_file() or sha256_file(patch) != p["sha256"]:
+        for p in entry.patches:
+            patch = release_dir / "patches" / p.file
+            if not patch.is_file() or sha256_file(patch) != p.sha256:
                 raise ManifestError(
                     f"{patch}: missing or not the patch the manifest records "
-                    f"(sha256 {p['sha256'][:12]}…)"
+                    f"(sha256 {p.sha256[:12]}…)"
                 )
-            shutil.copy2(patch, dest / "patches" / p["file"])
-            series.append({"file": p["file"], "target": name})
-        if entry.get("patch_tag"):
-            tags[name] = entry["patch_tag"]
+            shutil.copy2(patch, dest / "patches" / p.file)
+            series.append({"file": p.file, "target": name})
+        if entry.patch_tag:
+            tags[name] = entry.patch_tag
     # install.sh's requirements as the release resolved them (hash-pinned where it did)
     shutil.copy2(release_dir / "requirements.txt", dest / "runtime-requirements.lock")
     doc: dict[str, Any] = {"patch": series}
@@ -81,6 +80,13 @@ def workspace_from_manifest(data: dict[str, Any], release_dir: Path, dest: Path)
         doc["tags"] = tags
     (dest / "patches" / SERIES_FILE).write_text(tomlkit.dumps(doc))
     return dest
+
+
+def _drop_none(value: Any) -> Any:
+    """TOML has no null: a recipe's unset options (and those of its tables) are left out."""
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def _sass_by_arch(data: bytes) -> dict[str, str]:
@@ -136,43 +142,49 @@ def explain(original: Path, rebuilt: Path) -> list[str]:
     return lines
 
 
-def compare(data: dict[str, Any], release_dir: Path, rebuilt_dir: Path) -> list[str]:
+def compare(m: Manifest, release_dir: Path, rebuilt_dir: Path) -> list[str]:
     """Every difference between the release and its rebuild (empty: identical)."""
     report = []
-    for out in manifest.outputs(data):
-        if out["kind"] in SKIPPED_KINDS:
+    for out in m.outputs():
+        if out.kind in SKIPPED_KINDS:
             continue
-        original, rebuilt = release_dir / out["path"], rebuilt_dir / out["path"]
+        original, rebuilt = release_dir / out.path, rebuilt_dir / out.path
         if not rebuilt.is_file():
-            report.append(f"{out['path']}: not made by the rebuild")
+            report.append(f"{out.path}: not made by the rebuild")
             continue
         if not original.is_file():
-            report.append(f"{out['path']}: missing from the release")
+            report.append(f"{out.path}: missing from the release")
             continue
         da, db = sha256_file(original), sha256_file(rebuilt)
         if da != db:
-            report.append(f"{out['path']}: sha256 {da} (release) != {db} (rebuild)")
+            report.append(f"{out.path}: sha256 {da} (release) != {db} (rebuild)")
             report.extend(explain(original, rebuilt))
     return report
 
 
-def rebuild(manifest_file: Path, opts: pipeline.Options) -> Path:
-    """Build the release again from its manifest into ``opts.work``; return the rebuild."""
-    data = manifest.read(manifest_file)
-    opts.workspace = workspace_from_manifest(
-        data, manifest_file.parent, opts.work / "verify-workspace"
+def rebuild(manifest_file: Path, opts: Options) -> Path:
+    """Build the release again from its manifest into ``opts.work``; return the rebuild:
+    the same options, but the manifest's workspace, its toolchain and runner, no caches
+    (cached outputs or objects would prove nothing)."""
+    m = manifest.read(manifest_file)
+    workspace = workspace_from_manifest(m, manifest_file.parent, opts.work / "verify-workspace")
+    runner = m.runner
+    image, unpinned = opts.image, opts.allow_unpinned_image
+    if runner.kind == "docker" and not image and runner.image:
+        image = runner.image.removeprefix("unpinned:")
+        unpinned = runner.image.startswith("unpinned:")
+    again = replace(
+        opts,
+        workspace=workspace,
+        profile=None,  # the manifest's profile, as built, is the workspace's [profile]
+        vendors=None,
+        artifacts=opts.work / "artifacts",
+        work=opts.work / "trees",
+        artifact_cache=False,
+        no_compiler_cache=True,
+        toolchain="pypi" if m.toolchain.components else opts.toolchain,
+        runner=runner.kind if opts.runner == "auto" else opts.runner,
+        image=image,
+        allow_unpinned_image=unpinned,
     )
-    opts.profile = None  # the manifest's profile, as built, is the workspace's [profile]
-    opts.artifacts = opts.work / "artifacts"
-    opts.work = opts.work / "trees"
-    # A rebuild from scratch: cached outputs or objects would prove nothing.
-    opts.artifact_cache, opts.no_compiler_cache = False, True
-    if data["toolchain"].get("components"):  # built with --toolchain pypi
-        opts.toolchain = "pypi"
-    runner = data["runner"]
-    if opts.runner == "auto":
-        opts.runner = runner["kind"]
-    if runner["kind"] == "docker" and not opts.image and runner["image"]:
-        opts.image = runner["image"].removeprefix("unpinned:")
-        opts.allow_unpinned_image = runner["image"].startswith("unpinned:")
-    return pipeline.build(opts)
+    return pipeline.build(again)

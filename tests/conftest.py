@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,9 +60,7 @@ def options(tmp_path: Path, upstreams: fixture_upstreams.Upstreams, build_python
             python=str(build_python),
             toolchain="pypi",
         )
-        for key, value in overrides.items():
-            setattr(opts, key, value)
-        return opts
+        return replace(opts, **overrides)
 
     return make
 

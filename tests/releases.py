@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,7 @@ def build(
     vendors: list[str] | None = None,
 ) -> Path:
     opts = options(ws, root, upstreams, build_python, artifacts)
-    opts.vendors = vendors
-    return pipeline.build(opts)
+    return pipeline.build(replace(opts, vendors=tuple(vendors) if vendors else None))
 
 
 def copy(release: Path, dest: Path) -> Path:

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import tempfile
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,11 +70,9 @@ def docker_options(tmp_path: Path, upstreams: Upstreams, test_image: str):
             image=test_image,
             allow_unpinned_image=True,
             docker_dir=DOCKER_DIR,
-            docker_mounts=[CUDA_MOUNT],
+            docker_mounts=(CUDA_MOUNT,),
         )
-        for key, value in overrides.items():
-            setattr(opts, key, value)
-        return opts
+        return replace(opts, **overrides)
 
     return make
 

@@ -25,7 +25,7 @@ from kiln import demo
 from kiln.build import pipeline
 from kiln.build.kinds.inplace import arch_family, pack_tree
 from kiln.config.workspace import Workspace
-from kiln.errors import BuildError, VerifyError
+from kiln.errors import ArchiveError, BuildError, VerifyError
 from kiln.release import archive, manifest
 from tests.conftest import REPO, run_kiln
 from tests.upstreams import Upstreams
@@ -224,7 +224,7 @@ def _bad_archive(path: Path, member: str, kind: str = "file", link: str = "") ->
 def test_unpack_refuses_escaping_members(tmp_path: Path, member: str, kind: str, link: str) -> None:
     bad = _bad_archive(tmp_path / "bad.tar.zst", member, kind, link)
     dest = tmp_path / "dest"
-    with pytest.raises(archive.ArchiveError, match="refusing to unpack"):
+    with pytest.raises(ArchiveError, match="refusing to unpack"):
         archive.unpack(bad, dest)
     assert not dest.exists() or not any(dest.rglob("*"))
     assert not (tmp_path / "evil.txt").exists()

@@ -102,14 +102,14 @@ def test_absent_patch_names_file_and_how_to_fetch(tmp_path: Path) -> None:
     msg = str(info.value)
     assert "deepinfer-prefix-cache.patch (for deepinfer) is listed in the series but absent" in msg
     assert f"put it at {tmp_path}/deepinfer-prefix-cache.patch" in msg
-    assert "nox -s lock" in msg and "hf://inferencekey/deepinfer-sm100-cu132" in msg
+    assert "kiln lock" in msg and "hf://inferencekey/deepinfer-sm100-cu132" in msg
 
 
 def test_edited_patch_is_reported_not_refused(tmp_path: Path, tree: Path) -> None:
     entries, d = series(tmp_path, first=GOOD)
     locked = entries[0].model_copy(update={"sha256": "0" * 64})
     warnings = hash_report([locked], d)
-    assert len(warnings) == 1 and "first.patch changed since `nox -s lock`" in warnings[0]
+    assert len(warnings) == 1 and "first.patch changed since `kiln lock`" in warnings[0]
     results = apply_series(tree, [locked], d, "t")
     assert results[0].status == "applied" and results[0].matches_lock is False
 

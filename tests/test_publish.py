@@ -56,7 +56,7 @@ def release_files(folder: Path) -> dict[str, bytes]:
 
 def listed(release: Path) -> set[str]:
     data = manifest.read(release / "manifest.json")
-    return {o["path"] for o in manifest.outputs(data)} | {"manifest.json"}
+    return {o.path for o in data.outputs()} | {"manifest.json"}
 
 
 def test_publish_to_a_folder(release: Path, tmp_path: Path) -> None:

@@ -58,9 +58,7 @@ def hold(folders: list[Path], wait: bool = False) -> Iterator[None]:
                         f"{folder} is in use by another kiln build ({holder}): wait for "
                         f"it to finish, pass --wait, or use another --artifacts/--work"
                     ) from None
-                print(
-                    f"kiln: waiting for the build holding {folder} ({_holder(fd)})", file=sys.stderr
-                )
+                log.warning("waiting for the build holding %s (%s)", folder, _holder(fd))
                 fcntl.flock(fd, fcntl.LOCK_EX)
             fds.append(fd)  # held: this process writes and, at the end, empties it
             if os.pread(fd, 1, 0):  # a holder that ended cleanly empties the file

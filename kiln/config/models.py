@@ -53,9 +53,21 @@ class Profile(Strict):
         return "cu" + self.cuda.replace(".", "")
 
 
+class JitCache(Strict):
+    """A JIT kernel cache the release may carry (``kiln pack-jit-cache``): its folder
+    name inside ``jit-cache/`` and the variable that points the upstream at it."""
+
+    name: Name
+    variable: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]
+
+
 class Release(Strict):
     name: Name
     description: str = ""
+    # Where the release README's install line puts the venv and the trees built in place.
+    install_root: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/opt/kiln"
+    # The JIT caches `kiln pack-jit-cache` packs and the README tells how to point at.
+    jit_caches: list[JitCache] = Field(default_factory=list)
 
 
 class WorkspaceFile(Strict):
@@ -143,7 +155,7 @@ class Build(Strict):
     nvcc_threads: Annotated[int, Field(ge=1)] | None = None
     # Estimated peak memory of one compile job (one nvcc thread); replaced by the last
     # run's measured peak once there is one (vendor-notes: most TUs stay under 2.5 GiB,
-    # FlashMLA's CUTLASS ones 9.2).
+    # large CUTLASS ones 9).
     mem_per_job_gib: Annotated[float, Field(gt=0)] = 4.0
     # Vendors that must be built before this one (they run concurrently otherwise).
     after: list[str] = Field(default_factory=list)

@@ -2,7 +2,7 @@
 (one lock entry per upstream) and ``patches/series.toml``.
 
 Everything is validated on load into frozen models; an error names the file and
-the key (``vendors/deepep.toml: source.commit: ...``). The engine knows nothing of
+the key (``vendors/NAME.toml: source.commit: ...``). The engine knows nothing of
 any particular upstream: adding one means adding a TOML file.
 """
 

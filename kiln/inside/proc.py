@@ -67,6 +67,63 @@ def _render(cmd: Sequence[str | os.PathLike[str]]) -> str:
     return shlex.join(str(c) for c in cmd)
 
 
+class Streamer:
+    """One command's output on its way out, wherever it runs (a process here, a build
+    container's log stream): kept whole for the caller, its last lines for the error,
+    appended to the step's log file, and with ``echo`` copied to stderr line by line."""
+
+    def __init__(self, log_file: Path | None, echo: bool, header: str) -> None:
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._chunks: list[str] = []
+        self._pending = ""
+        self.echo = echo
+        self.sink = None
+        if log_file is not None:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            self.sink = log_file.open("a", encoding="utf-8", errors="replace")
+            self.sink.write(f"$ {header}\n")
+            self.sink.flush()
+
+    def line(self, text: str) -> None:
+        """One line of output (with or without its newline)."""
+        text = text if text.endswith("\n") else text + "\n"
+        self._chunks.append(text)
+        self.tail.append(text.rstrip("\n"))
+        if self.sink is not None:
+            self.sink.write(text)
+            self.sink.flush()
+        if self.echo:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
+    def feed(self, text: str) -> None:
+        """Output in arbitrary pieces (a container's log stream): split into lines."""
+        *lines, self._pending = (self._pending + text).split("\n")
+        for ln in lines:
+            self.line(ln)
+
+    def close(self) -> None:
+        if self._pending:
+            last, self._pending = self._pending, ""
+            self._chunks.append(last)
+            self.tail.append(last)
+            if self.sink is not None:
+                self.sink.write(last)
+        if self.sink is not None:
+            self.sink.close()
+            self.sink = None
+
+    @property
+    def output(self) -> str:
+        return "".join(self._chunks)
+
+    def failure(self, what: str, rc: int, log_file: Path | None, where: str = "") -> str:
+        """The one message for a command that failed: its exit code, log and last lines."""
+        logged = f"; full log: {log_file}" if log_file else ""
+        tail_text = "\n".join(f"    {t}" for t in self.tail)
+        return f"{what} failed with exit code {rc}{where}{logged}\n{tail_text}"
+
+
 def run(
     cmd: Sequence[str | os.PathLike[str]],
     *,
@@ -92,14 +149,7 @@ def run(
     """
     line = _render(cmd)
     log.debug("$ %s%s", line, f"  (in {cwd})" if cwd else "")
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    chunks: list[str] = []
-    sink = None
-    if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        sink = log_file.open("a", encoding="utf-8", errors="replace")
-        sink.write(f"$ {line}\n")
-        sink.flush()
+    out = Streamer(log_file, echo, line)
     try:
         try:
             proc = subprocess.Popen(
@@ -134,13 +184,7 @@ def run(
         try:
             for out_line in proc.stdout:
                 last[0] = time.monotonic()
-                chunks.append(out_line)
-                tail.append(out_line.rstrip("\n"))
-                if sink is not None:
-                    sink.write(out_line)
-                if echo:
-                    sys.stderr.write(out_line)
-                    sys.stderr.flush()
+                out.line(out_line)
             rc = proc.wait()
         except BaseException:
             # Ctrl-C or anything else: never leave the children running.
@@ -159,14 +203,10 @@ def run(
                 f"{what or line} stalled: no data for {idle_timeout:g} s, so kiln stopped it"
             )
     finally:
-        if sink is not None:
-            sink.close()
-    output = "".join(chunks)
+        out.close()
     if check and rc != 0:
-        where = f"; full log: {log_file}" if log_file else ""
-        tail_text = "\n".join(f"    {t}" for t in tail)
-        raise error(f"{what or line} failed with exit code {rc}{where}\n{tail_text}")
-    return Result(rc, output)
+        raise error(out.failure(what or line, rc, log_file))
+    return Result(rc, out.output)
 
 
 def output(cmd: Sequence[str | os.PathLike[str]], **kwargs: object) -> str:

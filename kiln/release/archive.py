@@ -19,15 +19,11 @@ from pathlib import Path, PurePosixPath
 
 import zstandard
 
-from kiln.errors import KilnError
+from kiln.errors import ArchiveError
 from kiln.fsutil import disk_full
 
 ZSTD_LEVEL = 19
 ALWAYS_EXCLUDED = (".git", ".git/**")
-
-
-class ArchiveError(KilnError):
-    exit_code = 10
 
 
 def _excluded(rel: str, patterns: Iterable[str]) -> bool:

@@ -1,9 +1,7 @@
 """Content-addressed cache of verified vendor outputs.
 
-The key is a hash of everything that determines a vendor's outputs: the full
-source commit and every submodule commit, the patches' hashes and tag, the recipe,
-the profile, the toolchain, the runner and its image, and kiln's own code. With an
-unchanged key a build reuses the cached files instead of rebuilding, after
+The key (``kiln/plan/cachekey.py``) is a hash of everything that determines a vendor's
+outputs. With an unchanged key a build reuses the cached files instead of rebuilding, after
 re-hashing every one of them against the entry; an entry that does not match is
 discarded (and the vendor rebuilt), never used.
 
@@ -14,37 +12,20 @@ are written to a temporary folder and renamed into place.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from kiln.fsutil import sha256_file
+from kiln.release.manifest import VendorEntry
 
 log = logging.getLogger("kiln.artifactcache")
-
-
-@cache
-def kiln_code_hash() -> str:
-    """kiln's own sources: a change to kiln may change what it builds."""
-    h = hashlib.sha256()
-    root = resources.files("kiln")
-    for path in sorted(Path(str(root)).rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".json", ".txt", ".sh", ".md", ".in"):
-            h.update(str(path.relative_to(Path(str(root)))).encode() + b"\0")
-            h.update(path.read_bytes())
-    return h.hexdigest()
-
-
-def make_key(material: dict[str, Any]) -> str:
-    text = json.dumps(material, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class ArtifactCache:
@@ -54,7 +35,7 @@ class ArtifactCache:
     def _dir(self, key: str) -> Path:
         return self.root / key
 
-    def lookup(self, key: str, vendor: str) -> tuple[dict[str, Any], Path] | None:
+    def lookup(self, key: str, vendor: str) -> tuple[VendorEntry, Path] | None:
         """(the vendor's manifest entry, the folder of its files) when the entry is
         whole; a damaged entry is removed and reported."""
         folder = self._dir(key)
@@ -74,7 +55,11 @@ class ArtifactCache:
                 return self._discard(
                     folder, vendor, f"{rel} has sha256 {actual[:12]}, expected {digest[:12]}"
                 )
-        return entry["vendor_entry"], files
+        try:
+            found = VendorEntry.model_validate(entry["vendor_entry"])
+        except (ValidationError, KeyError, TypeError) as exc:
+            return self._discard(folder, vendor, f"not a vendor entry of this kiln ({exc})")
+        return found, files
 
     def _discard(self, folder: Path, vendor: str, why: str) -> None:
         log.warning(
@@ -90,7 +75,7 @@ class ArtifactCache:
         self,
         key: str,
         material: dict[str, Any],
-        vendor_entry: dict[str, Any],
+        vendor_entry: VendorEntry,
         stage: Path,
     ) -> None:
         """Copy the vendor's outputs (paths relative to the release ``stage``) in."""
@@ -98,12 +83,12 @@ class ArtifactCache:
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=self.root))
         try:
             hashes = {}
-            for out in vendor_entry["outputs"]:
-                dest = tmp / "files" / out["path"]
+            for out in vendor_entry.outputs:
+                dest = tmp / "files" / out.path
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(stage / out["path"], dest)
-                hashes[out["path"]] = out["sha256"]
-            entry = {"key": key, "material": material, "vendor_entry": vendor_entry}
+                shutil.copy2(stage / out.path, dest)
+                hashes[out.path] = out.sha256
+            entry = {"key": key, "material": material, "vendor_entry": vendor_entry.data()}
             (tmp / "entry.json").write_text(
                 json.dumps({**entry, "files": hashes}, indent=1, sort_keys=True)
             )
@@ -116,10 +101,10 @@ class ArtifactCache:
             raise
 
 
-def place(files: Path, vendor_entry: dict[str, Any], stage: Path) -> None:
+def place(files: Path, vendor_entry: VendorEntry, stage: Path) -> None:
     """Copy a cached vendor's files into the release being staged (copies, not hard
     links: an edit to a released file must not reach the cache, nor the reverse)."""
-    for out in vendor_entry["outputs"]:
-        dest = stage / out["path"]
+    for out in vendor_entry.outputs:
+        dest = stage / out.path
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(files / out["path"], dest)
+        shutil.copy2(files / out.path, dest)

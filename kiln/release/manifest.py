@@ -1,7 +1,11 @@
 """The manifest: the single record of how every output of a release was made.
 
-Written atomically (temp file, then rename) and validated against
-``schemas/manifest.schema.json`` on every write and read.
+Typed: pydantic models for the manifest, a vendor's entry and an output (``kind`` a
+``Literal``); kiln writes and reads it only through them. The JSON Schema
+``schemas/manifest.schema.json`` is generated from the models (``python -m kiln manifest
+schema``; a test checks that the committed file equals it). Written atomically (temp
+file, then rename); a model dumps exactly the fields it was given (``exclude_unset``),
+so a manifest read and written again is the same bytes.
 """
 
 from __future__ import annotations
@@ -12,32 +16,288 @@ import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kiln.errors import ManifestError
 from kiln.fsutil import sha256_file
 
 SCHEMA_ID = "kiln.manifest/1"
 FILE_NAME = "manifest.json"
+SCHEMA_FILE = "schemas/manifest.schema.json"
+
+Sha40 = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Arch = Annotated[str, Field(pattern=r"^sm_\d{2,3}[af]?$|^compute_\d{2,3}[af]?$")]
+OutputKind = Literal["wheel", "tarball", "license", "patch"]
+FileKind = Literal[
+    "install-script",
+    "requirements",
+    "rebuild-script",
+    "build-script",
+    "readme",
+    "jit-cache",
+    "provenance",
+    "sbom",
+]
 
 
-def schema() -> dict[str, Any]:
-    text = resources.files("kiln").joinpath("schemas/manifest.schema.json").read_text()
-    return json.loads(text)
+class Model(BaseModel):
+    """Every manifest model: unknown fields refused, only given fields written."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def data(self) -> dict[str, Any]:
+        """The JSON form, exactly the fields this was made with."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
-def validate(data: dict[str, Any], where: str) -> None:
+class JitCacheInfo(Model):
+    name: str
+    variable: str
+
+
+class ReleaseInfo(Model):
+    name: str
+    description: str = ""
+    install_root: str | None = None
+    jit_caches: list[JitCacheInfo] = Field(default_factory=list)
+
+
+class ProfileInfo(Model):
+    """The profile as loaded (a ``[profiles.NAME]`` variant merged in)."""
+
+    cuda: str
+    python: str
+    torch: str | None
+    archs: list[Arch]
+    torch_index: str | None = None
+    image: str | None = None
+    platform: str = "linux_x86_64"
+    build_tools: list[str] = Field(default_factory=list)
+
+
+class Component(Model):
+    name: str
+    version: str
+    sha256: Sha256
+
+
+class ToolchainInfo(Model):
+    """What compiled, read where the build ran (in the container for the Docker runner)."""
+
+    cuda_home: str
+    nvcc_version: str
+    gcc_version: str
+    python: str | None = None
+    python_version: str
+    site_packages: str | None = None
+    torch_version: str | None
+    torch_cuda: str | None
+    torch_cxx11_abi: bool | None
+    components: list[Component] = Field(default_factory=list)
+    pip_cuda: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunnerInfo(Model):
+    kind: Literal["local", "docker"]
+    image: str | None = Field(
+        description="the base image by digest (NAME:TAG@sha256:...), 'unpinned:<ref>', "
+        "or null for the local runner"
+    )
+    builder: str | None = Field(
+        default=None, description="id of the builder image the steps ran in (Docker runner)"
+    )
+
+
+class SubmoduleInfo(Model):
+    path: str
+    url: str
+    commit: Sha40
+
+
+class SourceInfo(Model):
+    url: str
+    requested: str = Field(description="the SHA as written in the lock")
+    commit: Sha40
+    commit_time: int = Field(description="committer time; used as SOURCE_DATE_EPOCH")
+    submodules: list[SubmoduleInfo]
+    license: str | None = Field(default=None, description="the license file's path")
+    license_id: str | None = None
+
+
+class PatchInfo(Model):
+    file: str
+    sha256: Sha256
+    locked_sha256: Sha256 | None
+    status: Literal["applied", "already-applied"]
+
+
+class SharedObjectInfo(Model):
+    path: str
+    sass: list[Arch]
+    ptx: list[Arch]
+    needed: list[str] = Field(default_factory=list)
+    runpath: list[str] = Field(default_factory=list)
+
+
+class ImportCheck(Model):
+    module: str
+    status: Literal["ok", "skipped"]
+    reason: str | None = None
+
+
+class Output(Model):
+    """One file a vendor made (or carried: its license, its patches)."""
+
+    path: str = Field(description="relative to the manifest's folder")
+    sha256: Sha256
+    size: Annotated[int, Field(ge=0)]
+    kind: OutputKind
+    name: str | None = None
+    version: str | None = None
+    tags: list[str] | None = None
+    shared_objects: list[SharedObjectInfo] | None = None
+    auditwheel: dict[str, Any] | None = None
+    import_check: ImportCheck | None = None
+
+
+class ReleaseFile(Model):
+    """A file of the release as a whole (install.sh, README.md, ...)."""
+
+    path: str
+    sha256: Sha256
+    size: Annotated[int, Field(ge=0)]
+    kind: FileKind
+
+
+class Schedule(Model):
+    """What the scheduler chose for a step and what the step used."""
+
+    max_jobs: Annotated[int, Field(ge=1)]
+    nvcc_threads: int | None = None
+    mem_per_job_gib: float
+    estimate_source: str
+    gate_mem_gib: float | None = None
+    translation_units: int | None = None
+    compiles: int | None = None
+    objcache_hits: int | None = None
+    compile_cpu_s: float | None = None
+    compile_wall_s: float | None = None
+    gate_wait_s: float | None = None
+    peak_job_gib: float | None = None
+    peak_rss_gib: float | None = None
+
+
+class ArtifactCacheInfo(Model):
+    status: Literal["hit", "miss", "off"]
+    key: str
+
+
+class CompilerCacheInfo(Model):
+    tool: str | None = None
+    hits: int | None = None
+    misses: int | None = None
+    note: str | None = None
+
+
+class Caches(Model):
+    artifact: ArtifactCacheInfo | None = None
+    compiler: CompilerCacheInfo | None = None
+
+
+class VendorEntry(Model):
+    """How one upstream's outputs were made."""
+
+    source: SourceInfo
+    patches: list[PatchInfo]
+    patch_tag: str | None = None
+    recipe: dict[str, Any] = Field(description="the vendor TOML's [build], defaults filled")
+    environment: dict[str, str]
+    toolchain_fixes: dict[str, Any] | None = Field(
+        default=None,
+        description="what kiln added for the build Python's pip CUDA (kiln/inside/kit/"
+        "pipcuda.py), machine paths as ${SITE_PACKAGES}, ${CUDA_HOME}, ${KILN_LINKS}",
+    )
+    runner: RunnerInfo | None = None
+    outputs: list[Output]
+    timings: dict[str, float]
+    schedule: Schedule | None = None
+    caches: Caches | None = None
+
+    def outputs_of(self, *kinds: str) -> list[Output]:
+        return [o for o in self.outputs if o.kind in kinds]
+
+
+class Scheduler(Model):
+    """The run's memory budget and CPU slots, what ran at once, its peak and wall time."""
+
+    mem_gib: float
+    cpus: int
+    source: str
+    steps_at_once: int | None = None
+    compiles_at_once: int | None = None
+    peak_rss_gib: float | None = None
+    wall_s: float | None = None
+
+
+class Manifest(Model):
+    """The record of a release: its inputs, toolchain, and every output's sha256."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={"$id": "https://kiln.invalid/manifest.schema.json"},
+        title="kiln release manifest",
+    )
+
+    schema_id: Literal["kiln.manifest/1"] = Field(alias="schema")
+    kiln_version: str
+    release: ReleaseInfo
+    profile: ProfileInfo
+    toolchain: ToolchainInfo
+    runner: RunnerInfo
+    warnings: list[str] = Field(default_factory=list)
+    vendors: dict[str, VendorEntry]
+    files: list[ReleaseFile] = Field(
+        default_factory=list,
+        description="release-level files (install.sh, requirements.txt, rebuild scripts, "
+        "JIT caches, README.md)",
+    )
+    scheduler: Scheduler | None = None
+
+    def outputs(self) -> list[Output | ReleaseFile]:
+        """Every file the manifest lists: the vendors' outputs and the release's own."""
+        return [o for v in self.vendors.values() for o in v.outputs] + list(self.files)
+
+
+def json_schema() -> dict[str, Any]:
+    """The manifest's JSON Schema, generated from the models."""
+    out = Manifest.model_json_schema(by_alias=True)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **out}
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def committed_schema_text() -> str:
+    return resources.files("kiln").joinpath(SCHEMA_FILE).read_text()
+
+
+def parse(data: dict[str, Any], where: str) -> Manifest:
     try:
-        jsonschema.validate(data, schema())
-    except jsonschema.ValidationError as exc:
-        loc = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise ManifestError(f"{where}: {loc}: {exc.message}") from None
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = "/".join(str(p) for p in err["loc"]) or "(top level)"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ManifestError(f"{where}: {loc}: {err['msg']}{more}") from None
 
 
-def write(path: Path, data: dict[str, Any]) -> None:
-    validate(data, str(path))
+def write(path: Path, manifest: Manifest) -> None:
+    data = parse(manifest.data(), str(path)).data()  # what would read back, validated
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path.parent)
     try:
@@ -50,20 +310,14 @@ def write(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
-def read(path: Path) -> dict[str, Any]:
+def read(path: Path) -> Manifest:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ManifestError(f"{path}: no manifest there (build first)") from None
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc}") from None
-    validate(data, str(path))
-    return data
-
-
-def outputs(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every file the manifest lists: the vendors' outputs and the release-level files."""
-    return [o for v in data["vendors"].values() for o in v["outputs"]] + data.get("files", [])
+    return parse(data, str(path))
 
 
 @dataclass(frozen=True)
@@ -74,19 +328,19 @@ class Mismatch:
 
 def check(path: Path) -> list[Mismatch]:
     """Re-hash every listed file; return each difference (empty list: all good)."""
-    data = read(path)
+    found = read(path)
     base = path.parent
     problems: list[Mismatch] = []
-    for out in outputs(data):
-        target = base / out["path"]
+    for out in found.outputs():
+        target = base / out.path
         if not target.is_file():
-            problems.append(Mismatch(out["path"], "missing"))
+            problems.append(Mismatch(out.path, "missing"))
             continue
         size = target.stat().st_size
-        if size != out["size"]:
-            problems.append(Mismatch(out["path"], f"size {size}, manifest says {out['size']}"))
+        if size != out.size:
+            problems.append(Mismatch(out.path, f"size {size}, manifest says {out.size}"))
             continue
         digest = sha256_file(target)
-        if digest != out["sha256"]:
-            problems.append(Mismatch(out["path"], f"sha256 {digest}, manifest: {out['sha256']}"))
+        if digest != out.sha256:
+            problems.append(Mismatch(out.path, f"sha256 {digest}, manifest: {out.sha256}"))
     return problems

@@ -31,6 +31,7 @@ from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
 from in_toto_attestation.v1.statement import Statement
 
 from kiln import __version__
+from kiln.release.manifest import Manifest
 
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://github.com/kiln-build/kiln/buildtypes/release/v1"
@@ -42,28 +43,24 @@ def _rd(**kw: Any) -> dict[str, Any]:
     return MessageToDict(ResourceDescriptor(**kw).pb)
 
 
-def _materials(data: dict[str, Any]) -> list[dict[str, Any]]:
+def _materials(m: Manifest) -> list[dict[str, Any]]:
     out = []
-    for name, v in data["vendors"].items():
-        src = v["source"]
+    for name, v in m.vendors.items():
+        src = v.source
         out.append(
-            _rd(
-                name=name,
-                uri=f"git+{src['url']}@{src['commit']}",
-                digest={"gitCommit": src["commit"]},
-            )
+            _rd(name=name, uri=f"git+{src.url}@{src.commit}", digest={"gitCommit": src.commit})
         )
-        for sub in src["submodules"]:
+        for sub in src.submodules:
             out.append(
                 _rd(
-                    name=f"{name}/{sub['path']}",
-                    uri=f"git+{sub['url']}@{sub['commit']}",
-                    digest={"gitCommit": sub["commit"]},
+                    name=f"{name}/{sub.path}",
+                    uri=f"git+{sub.url}@{sub.commit}",
+                    digest={"gitCommit": sub.commit},
                 )
             )
-        for p in v["patches"]:
-            out.append(_rd(name=f"patches/{p['file']}", digest={"sha256": p["sha256"]}))
-    image = data["runner"].get("image")
+        for p in v.patches:
+            out.append(_rd(name=f"patches/{p.file}", digest={"sha256": p.sha256}))
+    image = m.runner.image
     if image and "@sha256:" in image:
         out.append(
             _rd(name="builder-base-image", uri=image, digest={"sha256": image.split("@sha256:")[1]})
@@ -71,14 +68,14 @@ def _materials(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def statement(data: dict[str, Any], subjects: list[dict[str, Any]]) -> dict[str, Any]:
-    tc = data["toolchain"]
+def statement(m: Manifest, subjects: list[dict[str, Any]]) -> dict[str, Any]:
+    tc = m.toolchain.data()
     predicate = {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
-            "externalParameters": {"release": data["release"]["name"], "profile": data["profile"]},
+            "externalParameters": {"release": m.release.name, "profile": m.profile.data()},
             "internalParameters": {
-                "runner": data["runner"]["kind"],
+                "runner": m.runner.kind,
                 "toolchain": {
                     k: tc[k]
                     for k in (
@@ -90,9 +87,9 @@ def statement(data: dict[str, Any], subjects: list[dict[str, Any]]) -> dict[str,
                         "torch_cxx11_abi",
                     )
                 },
-                "recipes": {n: v["recipe"] for n, v in data["vendors"].items()},
+                "recipes": {n: v.recipe for n, v in m.vendors.items()},
             },
-            "resolvedDependencies": _materials(data),
+            "resolvedDependencies": _materials(m),
         },
         "runDetails": {"builder": {"id": f"kiln/{__version__}"}},
     }
@@ -102,37 +99,36 @@ def statement(data: dict[str, Any], subjects: list[dict[str, Any]]) -> dict[str,
     return MessageToDict(st.pb)
 
 
-def sbom(data: dict[str, Any], subjects: list[dict[str, Any]]) -> str:
+def sbom(m: Manifest, subjects: list[dict[str, Any]]) -> str:
     components = []
-    for name, v in data["vendors"].items():
-        src = v["source"]
-        lic = [LicenseExpression(src["license_id"])] if src.get("license_id") else []
+    for name, v in m.vendors.items():
+        src = v.source
+        lic = [LicenseExpression(src.license_id)] if src.license_id else []
         subs = [
             Component(
-                name=f"{name}/{s['path']}",
-                version=s["commit"],
+                name=f"{name}/{s.path}",
+                version=s.commit,
                 type=ComponentType.LIBRARY,
-                bom_ref=f"{name}/{s['path']}",
+                bom_ref=f"{name}/{s.path}",
                 external_references=[
-                    ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(s["url"]))
+                    ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(s.url))
                 ],
             )
-            for s in src["submodules"]
+            for s in src.submodules
         ]
         components.append(
             Component(
                 name=name,
-                version=src["commit"],
+                version=src.commit,
                 type=ComponentType.LIBRARY,
                 bom_ref=name,
                 licenses=lic,
                 components=subs,
                 external_references=[
-                    ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(src["url"]))
+                    ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(src.url))
                 ],
                 properties=[
-                    Property(name=f"kiln:patch:{p['file']}", value=p["sha256"])
-                    for p in v["patches"]
+                    Property(name=f"kiln:patch:{p.file}", value=p.sha256) for p in v.patches
                 ],
             )
         )
@@ -145,16 +141,16 @@ def sbom(data: dict[str, Any], subjects: list[dict[str, Any]]) -> str:
                 hashes=[HashType(alg=HashAlgorithm.SHA_256, content=s["sha256"])],
             )
         )
-    epoch = max((v["source"]["commit_time"] for v in data["vendors"].values()), default=0)
+    epoch = max((v.source.commit_time for v in m.vendors.values()), default=0)
     serial = uuid.uuid5(
         uuid.NAMESPACE_URL,
         hashlib.sha256(json.dumps(subjects, sort_keys=True).encode()).hexdigest(),
     )
     # Every bom-ref is given: the library would otherwise make random ones.
     root = Component(
-        name=data["release"]["name"],
+        name=m.release.name,
         type=ComponentType.APPLICATION,
-        bom_ref=f"release:{data['release']['name']}",
+        bom_ref=f"release:{m.release.name}",
     )
     bom = Bom(
         components=components,
@@ -168,11 +164,10 @@ def sbom(data: dict[str, Any], subjects: list[dict[str, Any]]) -> str:
     return text + "\n"
 
 
-def subjects_of(data: dict[str, Any]) -> list[dict[str, Any]]:
+def subjects_of(m: Manifest) -> list[dict[str, Any]]:
     """The outputs the statements cover: wheels and tarballs (the things users run)."""
     return [
-        {"path": o["path"], "sha256": o["sha256"]}
-        for v in data["vendors"].values()
-        for o in v["outputs"]
-        if o["kind"] in ("wheel", "tarball")
+        {"path": o.path, "sha256": o.sha256}
+        for v in m.vendors.values()
+        for o in v.outputs_of("wheel", "tarball")
     ]

@@ -1,0 +1,2 @@
+"""Where build steps run: the protocol (``protocol``), the local runner, the Docker
+runner, and the memory limit both give a step."""

@@ -18,8 +18,6 @@ import json
 import logging
 import os
 import shlex
-import sys
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,20 +25,16 @@ from typing import Any
 
 from kiln import fsutil
 from kiln.config.models import Profile
-from kiln.errors import BuildError, ConfigError, KilnError, ToolchainError
+from kiln.errors import BuildError, ConfigError, DockerUnavailable, ToolchainError
 from kiln.inside import proc
-from kiln.runners.local import KILN_SRC, parse_probe, probe_command, step_env
 from kiln.runners.memlimit import oom_error
+from kiln.runners.protocol import KILN_SRC, parse_probe, probe_command, step_env
 from kiln.toolchain.checks import Toolchain, check_cuda
 
 log = logging.getLogger("kiln.docker")
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BUILDER_REPO = "kiln-builder"
-
-
-class DockerUnavailable(KilnError):
-    exit_code = 12
 
 
 @dataclass(frozen=True)
@@ -117,7 +111,7 @@ class DockerRunner:
         if "@sha256:" not in base_image and not allow_unpinned:
             raise ConfigError(
                 f"image {base_image} is not pinned by digest (NAME:TAG@sha256:...): run "
-                f"`nox -s lock` on a machine that reaches the registry, or pass "
+                f"`kiln lock` on a machine that reaches the registry, or pass "
                 f"--allow-unpinned-image (the manifest then says 'unpinned')"
             )
         if not (docker_dir / "Dockerfile").is_file():
@@ -246,48 +240,26 @@ class DockerRunner:
             labels={"kiln": "step", "kiln.owner": str(os.getpid())},
             detach=True,
         )
-        tail: deque[str] = deque(maxlen=proc.TAIL_LINES)
-        chunks: list[str] = []
-        sink = log_file.open("a", encoding="utf-8") if log_file else None
+        out = proc.Streamer(
+            log_file, echo, f"{line}  (container {container.short_id}, image {tag})"
+        )
         self._live.add(container)
         try:
-            if sink:
-                sink.write(f"$ {line}  (container {container.short_id}, image {tag})\n")
             container.start()
-            pending = ""
             for raw in container.logs(stream=True, follow=True):
-                text = pending + raw.decode("utf-8", errors="replace")
-                *lines, pending = text.split("\n")
-                for out_line in lines:
-                    chunks.append(out_line + "\n")
-                    tail.append(out_line)
-                    if sink:
-                        sink.write(out_line + "\n")
-                        sink.flush()
-                    if echo:
-                        print(out_line, file=sys.stderr, flush=True)
-            if pending:
-                chunks.append(pending)
-                tail.append(pending)
-                if sink:
-                    sink.write(pending)
+                out.feed(raw.decode("utf-8", errors="replace"))
             rc = container.wait()["StatusCode"]
             container.reload()
             oom = bool(container.attrs["State"].get("OOMKilled"))
         finally:
             self._live.discard(container)
-            if sink:
-                sink.close()
+            out.close()
             container.remove(force=True)
-        where = f"; full log: {log_file}" if log_file else ""
         if oom:
             raise oom_error(what, mem_gib, log_file)
         if check and rc != 0:
-            tail_text = "\n".join(f"    {t}" for t in tail)
-            raise BuildError(
-                f"{what} failed with exit code {rc} (in the builder container){where}\n{tail_text}"
-            )
-        return proc.Result(rc, "".join(chunks))
+            raise BuildError(out.failure(what, rc, log_file, " (in the builder container)"))
+        return proc.Result(rc, out.output)
 
     def remove_orphans(self) -> None:
         """Containers of steps whose kiln process is gone (killed with SIGKILL, or its

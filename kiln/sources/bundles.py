@@ -3,7 +3,7 @@
 A workspace's ``bundles.toml`` says which bundle file holds which upstream URL::
 
     [bundles]
-    "https://github.com/deepseek-ai/DeepGEMM" = "DeepGEMM.bundle"
+    "https://github.com/ORG/NAME" = "NAME.bundle"
     "https://github.com/NVIDIA/cutlass.git" = "cutlass.bundle"
 
 kiln turns each bundle of ``DIR`` into a bare repository (once per bundle content) and

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 from kiln.config.fields import FULL_SHA_RE, url_problem
 from kiln.config.mirrors import Mirrors, is_remote
 from kiln.config.models import Source
-from kiln.errors import SourceError
+from kiln.errors import FetchFailed, SourceError
 from kiln.inside import proc
 from kiln.sources.git import commit_time, git, git_env, git_out
 
@@ -74,14 +74,6 @@ _SHA_REFUSED = re.compile(
     r"Server does not allow request",
     re.IGNORECASE,
 )
-
-
-class FetchFailed(SourceError):
-    """A fetch that did not complete; ``refused_sha``: the server refused a SHA refspec."""
-
-    def __init__(self, message: str, refused_sha: bool) -> None:
-        super().__init__(message)
-        self.refused_sha = refused_sha
 
 
 def git_reason(output: str) -> str:
@@ -471,7 +463,7 @@ def _check_declared(source: Source, subs: tuple[SubmoduleState, ...], what: str)
         if commit and top[path] != commit:
             raise SourceError(
                 f"{what}: submodule {path} is at {top[path]} in the tree but the lock says "
-                f"{commit}; run `nox -s lock` to re-record it"
+                f"{commit}; run `kiln lock` to re-record it"
             )
 
 

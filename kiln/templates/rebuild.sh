@@ -4,7 +4,7 @@
 #   bash rebuild-@VENDOR@-C.sh TREE [PATCH]
 #
 # Re-applies PATCH (default: patches/@DEFAULT_PATCH@ beside this script) to an installed
-# @VENDOR@ tree (TREE is the folder install.sh unpacked, e.g. /workspace/@VENDOR@) and
+# @VENDOR@ tree (TREE is the folder install.sh unpacked, e.g. @INSTALL_ROOT@/@VENDOR@) and
 # rebuilds only its compiled extension; no GPU needed. The version of the patch applied
 # before is reverted first; a patch that does not apply leaves the tree as it was.
 set -euo pipefail

@@ -17,7 +17,7 @@ import zstandard
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import PatchEntry, Source
 from kiln.config.workspace import Workspace
-from kiln.errors import ConfigError, PatchError, SourceError
+from kiln.errors import ArchiveError, ConfigError, PatchError, SourceError
 from kiln.release import archive
 from kiln.sources.checkout import GitCache, checkout
 from kiln.sources.git import git_out
@@ -339,7 +339,7 @@ def test_archive_with_escaping_members_is_refused(tmp_path: Path, name: str) -> 
     (tmp_path / "outside" / "f.txt").write_text("outside\n")
     bad = _archive(tmp_path / f"jit-cache-{name}.tar.zst", ESCAPES[name])
     dest = tmp_path / "dest" / "inner"
-    with pytest.raises(archive.ArchiveError, match="refusing to unpack") as info:
+    with pytest.raises(ArchiveError, match="refusing to unpack") as info:
         archive.unpack(bad, dest)
     assert "\n" not in str(info.value) and bad.name in str(info.value)
     assert not dest.exists() or not any(dest.rglob("*"))  # checked before any write
@@ -377,6 +377,6 @@ def test_packing_a_jit_cache_with_a_link_out_is_refused(tmp_path: Path, target: 
     (cache / "kernel.cubin").write_bytes(b"\0cubin")
     os.symlink(target, cache / "evil")
     dest = tmp_path / "release" / "jit-cache" / "jit-cache-x.tar.zst"
-    with pytest.raises(archive.ArchiveError, match=f"links to '{target}'.*outside"):
+    with pytest.raises(ArchiveError, match=f"links to '{target}'.*outside"):
         archive.pack([(cache, "jit-cache/deep_gemm")], dest, 0)
     assert not dest.parent.exists() or list(dest.parent.iterdir()) == []

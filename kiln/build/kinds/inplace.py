@@ -1,4 +1,5 @@
-"""Builds in place (DeepInfer): a tree that ships as a tarball, not as a wheel.
+"""Builds in place (an engine's own extension, built by its own script): a tree that
+ships as a tarball, not as a wheel.
 
 Before the upstream's own build command runs, kiln puts a small kit into the tree's
 ``.kiln/`` folder: the object cache (``objcache.py`` with compiler wrappers in
@@ -15,21 +16,21 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kiln.build.context import Context, Step, run_step, timed
+from kiln.build.kit import KIT
 from kiln.config.models import Profile, Vendor
-from kiln.errors import VerifyError
-from kiln.inside.kit.objcache import wrapper_env
-from kiln.release import archive
+from kiln.errors import ConfigError, VerifyError
+from kiln.release import archive, files
+from kiln.release.manifest import Output
+from kiln.sources.checkout import Checkout
 from kiln.sources.patches import AppliedPatch
-from kiln.toolchain.checks import Toolchain
 from kiln.verify.binaries import SharedObject, check_archs, check_linkage, device_archs, linkage
 
 log = logging.getLogger("kiln.inplace")
 
-KIT = ".kiln"
 TREE_FILE = "tree.json"
 # Build leftovers that never go into the tarball (the kit's object cache does).
 DEFAULT_EXCLUDE = (
@@ -43,41 +44,6 @@ DEFAULT_EXCLUDE = (
     "tmpxft_*",
     ".kiln/host",  # links into this machine's CUDA and site-packages (pipcuda, cudashim)
 )
-# The kit: stand-alone (stdlib only) modules that import each other by plain name there.
-KIT_FILES = ("objcache.py", "compilegate.py", "cudashim.py", "pipcuda.py", "rebuild.py")
-WRAPPERS = {"gcc": "KILN_REAL_CC", "g++": "KILN_REAL_CXX", "nvcc": "KILN_REAL_NVCC"}
-WRAPPER_DEFAULTS = {"gcc": "gcc", "g++": "g++", "nvcc": "nvcc"}
-
-
-def install_kit(tree: Path) -> Path:
-    """Put the compiler wrappers, the object cache and rebuild.py into ``tree/.kiln``
-    (git-ignored there, so upstreams that look at ``git status`` see no change)."""
-    kit = tree / KIT
-    git_info = tree / ".git" / "info"
-    if git_info.is_dir():
-        exclude = git_info / "exclude"
-        text = exclude.read_text(errors="replace") if exclude.exists() else ""
-        if f"/{KIT}/" not in text:
-            exclude.write_text(text + f"/{KIT}/\n")
-    (kit / "bin").mkdir(parents=True, exist_ok=True)
-    shipped = resources.files("kiln.inside.kit")
-    for name in KIT_FILES:
-        (kit / name).write_text(shipped.joinpath(name).read_text())
-    for name, var in WRAPPERS.items():
-        wrapper = kit / "bin" / name
-        wrapper.write_text(
-            "#!/bin/sh\n# kiln: compile through the object cache (see ../objcache.py)\n"
-            f'exec "${{KILN_OBJCACHE_PYTHON:-python3}}" "$(dirname "$0")/../objcache.py" '
-            f'"${{{var}:-{WRAPPER_DEFAULTS[name]}}}" "$@"\n'
-        )
-        wrapper.chmod(0o755)
-    return kit
-
-
-def kit_environment(tree: Path, tc: Toolchain, base: dict[str, str]) -> dict[str, str]:
-    """Compiler wrappers and object-cache settings for a build in ``tree``, the build
-    Python first on PATH (a clean Python environment)."""
-    return wrapper_env(tree, tc.python, tc.site_packages, tc.cuda_home, base)
 
 
 def find_outputs(tree: Path, patterns: list[str], what: str) -> list[Path]:
@@ -157,3 +123,66 @@ def tarball_name(vendor: Vendor, commit: str, tag: str, profile: Profile) -> str
 def pack_tree(tree: Path, dest: Path, vendor: Vendor, mtime: int) -> Path:
     exclude = [*DEFAULT_EXCLUDE, *vendor.build.exclude]
     return archive.pack([(tree, vendor.name)], dest, mtime, exclude)
+
+
+def _import_check(ctx: Context, tree: Path, module: str) -> dict[str, Any]:
+    res = ctx.runner.run(
+        [ctx.tc.python, "-c", f"import {module}"],
+        cwd=tree,
+        env={**ctx.runner.base_env(), "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
+        writable=[tree],
+        what=f"import {module}",
+        check=False,
+    )
+    return judge_import(module, res.returncode, res.output)
+
+
+class InplaceKind:
+    name = "inplace"
+
+    def out_dir(self, stage: Path, vendor: Vendor, tree: Path) -> Path:
+        return tree
+
+    def outputs(
+        self,
+        ctx: Context,
+        vendor: Vendor,
+        step: Step,
+        stage: Path,
+        co: Checkout,
+        applied: list[AppliedPatch],
+        recorded_env: dict[str, str],
+        timings: dict[str, float],
+    ) -> list[Output]:
+        tree = Path(step.spec.tree)
+        with timed(timings, "build"):
+            run_step(ctx, step)
+        with timed(timings, "verify"):
+            objects = verify_outputs(tree, vendor)
+            module = vendor.build.import_check
+            smoke = _import_check(ctx, tree, module) if module else None
+        log.info(
+            "%s: %s verified (%s)%s",
+            vendor.name,
+            ", ".join(o.path for o in objects),
+            ", ".join(sorted({a for o in objects for a in o.sass})) or "host only",
+            f"; import {smoke['status']}" if smoke else "",
+        )
+        write_tree_metadata(tree, vendor, co.commit, applied, ctx.ws.patches_dir, recorded_env)
+        tag = ctx.ws.series.tags.get(vendor.name) or ("unpatched" if not applied else None)
+        if tag is None:
+            raise ConfigError(
+                f"patches/series.toml: tags.{vendor.name}: missing; name the patch "
+                f'set for the tarball (e.g. tags = {{ {vendor.name} = "patched" }})'
+            )
+        name = tarball_name(vendor, co.commit, tag, ctx.ws.profile)
+        with timed(timings, "package"):
+            tarball = pack_tree(tree, stage / name, vendor, co.commit_time)
+        ctx.claim(tarball.name, vendor.name)
+        extra: dict[str, Any] = {"shared_objects": [o.__dict__ for o in objects]}
+        if smoke:
+            extra["import_check"] = smoke
+        return [files.output_entry(tarball, stage, "tarball", **extra)]
+
+
+KIND = InplaceKind()

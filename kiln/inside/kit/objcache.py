@@ -236,7 +236,7 @@ def installed_dir(output: str) -> str | None:
 
 
 def relocatable_rpaths(args: list[str], site: str | None) -> list[str]:
-    """An ``-Wl,-rpath,<build venv's site-packages>/x`` (DeepEP's NVSHMEM and NCCL) made
+    """An ``-Wl,-rpath,<build venv's site-packages>/x`` (NVSHMEM's, NCCL's folder) made
     ``$ORIGIN``-relative: the wheel is installed into a site-packages beside the same
     NVIDIA wheels, and the build venv's path would make every build folder's bytes
     differ and point nowhere on the user's machine."""

@@ -14,20 +14,21 @@ patch swap is undone. No GPU is needed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 try:  # inside kiln
-    from kiln.inside.kit import pipcuda
+    from kiln.inside.kit import patchapply, pipcuda
     from kiln.inside.kit.objcache import wrapper_env
 except ImportError:  # shipped: the kit's modules sit beside this file in .kiln/
+    import patchapply  # type: ignore[no-redef]
     import pipcuda  # type: ignore[no-redef]
     from objcache import wrapper_env  # type: ignore[no-redef]
 
@@ -47,59 +48,24 @@ def run(
     return res
 
 
-def git_apply(tree: Path, patch: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.parent)}
-    return run(["git", "apply", "--whitespace=nowarn", *flags, str(patch)], cwd=tree, env=env)
-
-
-def touched(tree: Path, patch: Path) -> set[str]:
-    res = git_apply(tree, patch, "--numstat")
-    if res.returncode != 0:
-        raise RebuildError(f"{patch.name} is not a valid patch: {res.stderr.strip()}")
-    paths = set()
-    for line in res.stdout.splitlines():
-        name = line.split("\t", 2)[-1]
-        if " => " in name:  # a rename: old => new
-            paths.update(name.replace("{", "").replace("}", "").split(" => "))
-        else:
-            paths.add(name)
-    return paths
-
-
-def failed_file(output: str) -> str:
-    for line in output.splitlines():
-        if line.startswith("error: patch failed: "):
-            return line.removeprefix("error: patch failed: ").rsplit(":", 1)[0]
-        if line.startswith("error: ") and ": " in line[7:]:
-            return line[7:].split(": ", 1)[0]
-    return output.strip().splitlines()[-1] if output.strip() else "?"
-
-
 def swap(tree: Path, old: Path | None, new: Path) -> None:
-    """Revert ``old`` (if any) and apply ``new``; ``tree`` is unchanged on failure."""
-    steps = ([(old, "--reverse")] if old else []) + [(new, "")]
-    files = set().union(*(touched(tree, p) for p, _ in steps))
-    with tempfile.TemporaryDirectory(prefix="kiln-rebuild-check-") as tmp:
-        scratch = Path(tmp)
-        for rel in files:
-            if (tree / rel).is_file():
-                (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(tree / rel, scratch / rel)
-        for patch, flag in steps:
-            res = git_apply(scratch, patch, *filter(None, [flag]))
-            if res.returncode != 0:
-                what = "reverting the applied version of" if flag else "applying"
-                raise RebuildError(
-                    f"{what} {patch.name} fails on {failed_file(res.stderr)}; "
-                    f"the tree was left unchanged"
-                )
-    for patch, flag in steps:
-        res = git_apply(tree, patch, *filter(None, [flag]))
-        if res.returncode != 0:  # passed on the scratch copy: the tree changed under us
+    """Revert ``old`` (if any) and apply ``new`` with kiln's two-phase patch engine
+    (``patchapply.py``, the build's own): ``tree`` is unchanged on any failure."""
+    steps = ([patchapply.Step(old, reverse=True)] if old else []) + [patchapply.Step(new)]
+    try:
+        patchapply.apply(tree, steps)
+    except patchapply.Refused as exc:
+        if exc.kind in ("invalid", "escape"):
+            raise RebuildError(f"{exc}; refusing it (the tree was left unchanged)") from None
+        if exc.kind == "changed":
             raise RebuildError(
-                f"{patch.name} failed on {failed_file(res.stderr)} after its "
-                f"check passed; the tree changed during the run"
-            )
+                f"{exc.step.name} failed on {exc.detail} after its check passed; the tree "
+                f"changed during the run"
+            ) from None
+        what = "reverting the applied version of" if exc.step.reverse else "applying"
+        raise RebuildError(
+            f"{what} {exc.step.name} fails on {exc.detail}; the tree was left unchanged"
+        ) from None
 
 
 def environment(tree: Path, meta: dict, python: Path, cuda_home: str) -> dict[str, str]:
@@ -147,7 +113,8 @@ def rebuild(tree: Path, patch: Path, python: Path, cuda_home: str) -> float:
         if not same and old:
             swap(tree, patch, old)
         elif not same:
-            git_apply(tree, patch, "--reverse")
+            with contextlib.suppress(patchapply.Refused):  # undo; the build's error follows
+                patchapply.apply(tree, [patchapply.Step(patch, reverse=True)])
         tail = "\n".join(f"    {ln}" for ln in (res.stdout + res.stderr).splitlines()[-20:])
         raise RebuildError(
             f"the rebuild failed (exit {res.returncode}); the patch swap was "

@@ -1,0 +1,131 @@
+"""What the stages of one build share: the workspace, the options, the runner and its
+toolchain, the budget, the caches; the step a vendor runs; and the small rules every
+build kind follows (timings, one file name per vendor, a failed link explained)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln.build import progress
+from kiln.build.options import Options
+from kiln.config.workspace import Workspace
+from kiln.errors import BuildError
+from kiln.inside.step import StepSpec
+from kiln.plan import schedule
+from kiln.release import artifactcache
+from kiln.runners.protocol import Runner, step_env
+from kiln.sources import checkout as sources
+from kiln.toolchain import checks as toolchain
+from kiln.toolchain import compilercache
+
+
+@dataclass
+class Context:
+    ws: Workspace
+    opts: Options
+    git: sources.GitCache
+    runner: Runner
+    tc: toolchain.Toolchain
+    logs: Path
+    budget: schedule.Budget
+    peaks: schedule.PeakStore
+    ccache: compilercache.CompilerCache
+    acache: artifactcache.ArtifactCache | None
+    gate: Path
+    display: progress.Display
+    echo: bool  # stream build output to the console (one step at a time, no live table)
+    most_at_once: int = 0  # the most steps that ran at the same time (manifest)
+    made: dict[str, str] = field(default_factory=dict)  # output file name -> vendor
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def claim(self, name: str, vendor: str) -> None:
+        """Two vendors may not make one file name."""
+        with self._lock:
+            if name in self.made:
+                first, second = sorted((vendor, self.made[name]))
+                raise BuildError(
+                    f"{first} and {second} both made {name}: "
+                    f"give one of them another distribution name or version"
+                )
+            self.made[name] = vendor
+
+    def place(self, built: Path, folder: Path, vendor: str) -> Path:
+        """Move a verified output into the release."""
+        self.claim(built.name, vendor)
+        folder.mkdir(parents=True, exist_ok=True)
+        dest = folder / built.name
+        os.replace(built, dest)
+        shutil.rmtree(built.parent, ignore_errors=True)
+        return dest
+
+
+@dataclass(frozen=True)
+class Step:
+    spec: StepSpec
+    env: dict[str, str]
+    log_file: Path
+    mem_gib: float
+
+
+@contextmanager
+def timed(timings: dict[str, float], step: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[step] = round(time.monotonic() - start, 3)
+
+
+_MISSING_LIB = re.compile(r"cannot find (-l\S+)")
+
+
+def link_hint(log_file: Path, env: dict[str, str]) -> str | None:
+    """For a link that failed on a library: which one, and where kiln looked."""
+    try:
+        text = log_file.read_text(errors="replace")
+    except OSError:
+        return None
+    missing = sorted(set(_MISSING_LIB.findall(text)))
+    if not missing:
+        return None
+    looked = [p for p in env.get("LIBRARY_PATH", "").split(os.pathsep) if p]
+    return (
+        f"the linker found no {', '.join(missing)}; kiln looked in LIBRARY_PATH "
+        f"{', '.join(looked) or '(empty)'} and the compiler's own folders: install the "
+        f"library or add its folder to build.env LIBRARY_PATH in the vendor TOML"
+    )
+
+
+def run_step(ctx: Context, step: Step) -> None:
+    """``python -m kiln.inside step SPEC`` through the runner (here, or in the container)."""
+    spec_file = step.log_file.with_suffix(".step.json")
+    spec_file.write_text(step.spec.to_json())
+    tree, out_dir = Path(step.spec.tree), Path(step.spec.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    writable = [tree, out_dir, step.log_file.parent]
+    if ctx.ccache.directory is not None:
+        writable.append(ctx.ccache.directory)
+    try:
+        ctx.runner.run(
+            [step.spec.python, "-m", "kiln.inside", "step", spec_file],
+            cwd=tree,
+            env=step_env(step.env),
+            log_file=step.log_file,
+            writable=writable,
+            what=f"building {step.spec.vendor}",
+            mem_gib=step.mem_gib,
+            echo=ctx.echo,
+        )
+    except BuildError as exc:
+        hint = link_hint(step.log_file, step.env)
+        if hint is None:
+            raise
+        raise BuildError(f"building {step.spec.vendor}: {hint}\n{exc}") from exc

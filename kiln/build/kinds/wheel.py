@@ -1,0 +1,61 @@
+"""Build kind ``wheel``: ``pip wheel --no-build-isolation`` of the tree (the step), then the
+wheel re-packed under kiln's version label, verified, and placed in ``wheels/``."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from kiln.build.context import Context, Step, run_step, timed
+from kiln.config.models import Vendor
+from kiln.errors import BuildError
+from kiln.release import files, wheelfix
+from kiln.release.manifest import Output
+from kiln.sources.checkout import Checkout
+from kiln.sources.patches import AppliedPatch
+from kiln.verify import binaries as verify
+
+log = logging.getLogger("kiln.build")
+
+
+class WheelKind:
+    name = "wheel"
+
+    def out_dir(self, stage: Path, vendor: Vendor, tree: Path) -> Path:
+        return stage / f".out-{vendor.name}"
+
+    def outputs(
+        self,
+        ctx: Context,
+        vendor: Vendor,
+        step: Step,
+        stage: Path,
+        co: Checkout,
+        applied: list[AppliedPatch],
+        recorded_env: dict[str, str],
+        timings: dict[str, float],
+    ) -> list[Output]:
+        with timed(timings, "build"):
+            run_step(ctx, step)
+        made = sorted(Path(step.spec.out_dir).glob("*.whl"))
+        if len(made) != 1:
+            raise BuildError(
+                f"building {vendor.name} left {len(made)} wheels, expected one; see {step.log_file}"
+            )
+        with timed(timings, "package"):
+            label = wheelfix.local_label(ctx.ws.profile, co.commit, [p.sha256 for p in applied])
+            fixed = wheelfix.normalize(made[0], label, co.commit_time, made[0].parent / "fixed")
+        with timed(timings, "verify"):
+            report = verify.verify_wheel(
+                fixed, list(vendor.build.archs), ctx.ws.profile, ctx.tc.site_packages
+            )
+        wheel = ctx.place(fixed, stage / "wheels", vendor.name)
+        shutil.rmtree(made[0].parent, ignore_errors=True)
+        archs = sorted({a for o in report.shared_objects for a in o.sass})
+        log.info("%s: %s verified (%s)", vendor.name, wheel.name, ", ".join(archs) or "host only")
+        details = {k: v for k, v in report.to_json().items() if k != "file"}
+        return [files.output_entry(wheel, stage, "wheel", **details)]
+
+
+KIND = WheelKind()

@@ -1,0 +1,63 @@
+"""What a build was asked to do: the command line as one frozen value.
+
+Made once (by the CLI, a test, ``kiln verify``) and never changed afterwards; a stage
+that needs other values makes a new one with :func:`dataclasses.replace` (``kiln
+verify`` rebuilds a release with the same options but another workspace and no caches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Options:
+    workspace: Path
+    vendors: tuple[str, ...] | None = None
+    profile: str | None = None  # a [profiles.NAME] variant of kiln.toml's profile
+    artifacts: Path = Path("artifacts")
+    cache: Path = Path(".kiln-cache")
+    work: Path = Path("build/work")
+    mirrors: Path | None = None
+    offline: bool = False
+    python: str | None = None
+    cuda_home: str | None = None
+    runner: str = "auto"  # "auto": docker when the profile names an image and a daemon answers
+    image: str | None = None  # overrides profile.image
+    allow_unpinned_image: bool = False
+    docker_dir: Path | None = None  # default: <workspace>/docker
+    docker_mounts: tuple[str, ...] = field(default_factory=tuple)
+    mem_limit_gib: float | None = None
+    toolchain: str = "system"  # "pypi": the profile's CUDA from hash-pinned PyPI wheels
+    jobs: int | None = None  # CPU slots for compiles (default: the cores)
+    mem_budget_gib: float | None = None  # default: available memory minus a margin
+    compiler_cache: Path | None = None  # default: <cache>/ccache
+    no_compiler_cache: bool = False
+    artifact_cache: bool = True
+    artifact_cache_dir: Path | None = None  # default: <cache>/artifacts
+    wait: bool = False  # wait for another build holding artifacts/ instead of refusing
+    live: bool | None = None  # live progress table (default: when stderr is a terminal)
+
+    def resolved(self) -> Options:
+        """The same, with the folders a build writes made absolute (steps run elsewhere)."""
+        return replace(
+            self,
+            artifacts=self.artifacts.resolve(),
+            work=self.work.resolve(),
+            cache=self.cache.resolve(),
+            vendors=tuple(self.vendors) if self.vendors else None,
+            docker_mounts=tuple(self.docker_mounts),
+        )
+
+    @property
+    def ccache_dir(self) -> Path | None:
+        if self.no_compiler_cache:
+            return None
+        return (self.compiler_cache or self.cache / "ccache").resolve()
+
+    @property
+    def artifact_cache_root(self) -> Path | None:
+        if not self.artifact_cache:
+            return None
+        return (self.artifact_cache_dir or self.cache / "artifacts").resolve()

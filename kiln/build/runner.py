@@ -1,0 +1,48 @@
+"""Which runner a build's steps run through: local, or a builder container (``--runner``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kiln.build.options import Options
+from kiln.config.workspace import Workspace
+from kiln.errors import ConfigError
+from kiln.runners import docker as docker_runner
+from kiln.runners.local import LocalRunner
+from kiln.runners.protocol import Runner
+
+
+def make_runner(ws: Workspace, opts: Options, logs: Path) -> Runner:
+    """``auto``: docker when the profile (or ``--image``) names an image and a daemon
+    answers, else local."""
+    image = opts.image or ws.profile.image
+    choice = opts.runner
+    if choice == "auto":
+        choice = "docker" if image and docker_runner.daemon_answers() else "local"
+    if choice == "local":
+        pypi = ws.profile.cuda if opts.toolchain == "pypi" else None
+        return LocalRunner(opts.python, opts.cuda_home, opts.cache, logs, pypi)
+    if opts.toolchain == "pypi":
+        raise ConfigError(
+            "--toolchain pypi is for the local runner; the Docker runner uses the image's CUDA"
+        )
+    if choice != "docker":
+        raise ConfigError(f"--runner {choice}: unknown runner (choose: auto, local, docker)")
+    if not image:
+        raise ConfigError(
+            "--runner docker needs an image: set profile.image in kiln.toml or pass --image"
+        )
+    p = ws.profile
+    return docker_runner.DockerRunner(
+        image,
+        allow_unpinned=opts.allow_unpinned_image,
+        docker_dir=opts.docker_dir or ws.root / "docker",
+        build_args={
+            "PYTHON_VERSION": p.python,
+            "CUDA_VERSION": p.cuda,
+            "TORCH_VERSION": p.torch or "",
+        },
+        mounts=[docker_runner.Mount.parse(m) for m in opts.docker_mounts],
+        python=opts.python or "python3",
+        cuda_home=opts.cuda_home or "/usr/local/cuda",
+    )

@@ -1,0 +1,262 @@
+"""One vendor's build: its cache key, the artifact cache, the pinned checkout and its
+patches, the environment and the step, then its build kind's outputs, its license and
+patches, and its manifest entry."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from kiln import fsutil
+from kiln.build import kit
+from kiln.build.context import Context, Step, timed
+from kiln.build.kinds import KINDS
+from kiln.config.models import Vendor
+from kiln.inside import memwatch
+from kiln.inside.kit import pipcuda
+from kiln.inside.step import StepSpec
+from kiln.plan import cachekey, schedule
+from kiln.plan.environment import build_environment
+from kiln.release import artifactcache, files
+from kiln.release.manifest import (
+    ArtifactCacheInfo,
+    Caches,
+    CompilerCacheInfo,
+    Output,
+    PatchInfo,
+    RunnerInfo,
+    Schedule,
+    SourceInfo,
+    SubmoduleInfo,
+    VendorEntry,
+)
+from kiln.sources import checkout as sources
+from kiln.sources import licenses, patches
+from kiln.toolchain import compilercache
+
+log = logging.getLogger("kiln.build")
+
+
+def runner_info(ctx: Context) -> RunnerInfo:
+    r = ctx.runner
+    return RunnerInfo(kind=r.kind, image=r.image, builder=r.builder)  # type: ignore[arg-type]
+
+
+def cache_key(ctx: Context, vendor: Vendor) -> tuple[str, dict[str, Any]]:
+    """The artifact-cache key of ``vendor`` (and what it hashes): its commit resolved
+    through the git cache, the superproject's gitlinks, the patches as they are now."""
+    src = vendor.source
+    commit = ctx.git.resolve(src.url, src.commit, vendor.name)
+    repo = ctx.git.cached(src.url)
+    assert repo is not None
+    material = cachekey.material(
+        vendor,
+        commit,
+        sources.gitlinks(repo, commit),
+        [
+            (e, fsutil.sha256_file(ctx.ws.patches_dir / e.file))
+            for e in ctx.ws.patches_for(vendor.name)
+        ],
+        ctx.ws.series.tags.get(vendor.name),
+        ctx.ws.profile,
+        ctx.tc.to_json(),
+        runner_info(ctx).data(),
+    )
+    return cachekey.make_key(material), material
+
+
+def _reuse(ctx: Context, vendor: Vendor, key: str, stage: Path) -> VendorEntry | None:
+    """The cached outputs of an unchanged vendor, re-hashed, placed into the release."""
+    if ctx.acache is None:
+        return None
+    hit = ctx.acache.lookup(key, vendor.name)
+    if hit is None:
+        return None
+    entry, folder = hit
+    for out in entry.outputs_of("wheel", "tarball"):
+        ctx.claim(Path(out.path).name, vendor.name)
+    artifactcache.place(folder, entry, stage)
+    log.info(
+        "%s: inputs unchanged (artifact cache %s): reusing its verified outputs",
+        vendor.name,
+        key[:12],
+    )
+    caches = (entry.caches or Caches()).model_copy(
+        update={"artifact": ArtifactCacheInfo(status="hit", key=key)}
+    )
+    return entry.model_copy(update={"caches": caches})
+
+
+def _measure(ctx: Context, vendor: Vendor, logs: dict[str, Path]) -> tuple[dict, dict]:
+    """What the step used (memory, compiles, compiler-cache hits); the learned per-job
+    and per-unit figures for the next run (only from real compiles: cache hits use little)."""
+    stats = schedule.job_stats(logs["jobs"])
+    jobs = schedule.summarize_jobs(stats)
+    mem = memwatch.read(logs["mem"])
+    cc = compilercache.read_stats(logs["ccache"])
+    if jobs["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
+        units = schedule.learned_units(stats) if not cc["hits"] else {}
+        ctx.peaks.remember(vendor, jobs["peak_job_gib"], units)
+    measured = {**jobs, "peak_rss_gib": round(mem["peak_kib"] / 2**20, 3)}
+    compiler = {"tool": "ccache" if ctx.ccache.enabled else None, **cc, "note": ctx.ccache.note}
+    return measured, compiler
+
+
+def _license_output(vendor: Vendor, tree: Path, stage: Path) -> Output:
+    dest = stage / "licenses" / f"{vendor.name}-{Path(vendor.source.license).name}"
+    licenses.collect(vendor, tree, dest)
+    return files.output_entry(dest, stage, "license")
+
+
+def _patch_outputs(ctx: Context, applied: list[patches.AppliedPatch], stage: Path) -> list[Output]:
+    out = []
+    for p in applied:
+        dest = stage / "patches" / p.file
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ctx.ws.patches_dir / p.file, dest)
+        out.append(files.output_entry(dest, stage, "patch"))
+    return out
+
+
+def _environment(
+    ctx: Context, vendor: Vendor, tree: Path, co: sources.Checkout, choice: schedule.Choice
+) -> tuple[dict[str, str], dict[str, str], dict[str, Any], dict[str, Path]]:
+    """(the step's environment, the part recorded, the pip-CUDA fixes, its log files)."""
+    env, recorded = build_environment(
+        vendor,
+        ctx.ws.profile,
+        ctx.tc.cuda_home,
+        co.commit_time,
+        base=ctx.runner.base_env(),
+        max_jobs=choice.max_jobs,
+        nvcc_threads=choice.nvcc_threads,
+    )
+    # What torch's pip CUDA lacks on a host without a full CUDA install (headers on the
+    # include path, unversioned link names, a libcuda stub): kiln.inside.kit.pipcuda.
+    fixes: dict[str, Any] = {}
+    if ctx.tc.pip_cuda:
+        env.update(pipcuda.environment(ctx.tc.pip_cuda, str(tree / pipcuda.LINKS_DIR), env))
+        fixes = pipcuda.record(ctx.tc.pip_cuda, ctx.tc.site_packages, ctx.tc.cuda_home)
+    # Every build compiles through kiln's wrapper (deterministic flags, object cache,
+    # ccache, the run's compile gate).
+    kit.install_kit(tree)
+    env.update(kit.kit_environment(tree, ctx.tc, env))
+    logs = {k: ctx.logs / f"{vendor.name}.{k}" for k in ("jobs", "mem", "ccache")}
+    for f in logs.values():
+        f.unlink(missing_ok=True)
+    env.update(compilercache.environment(ctx.ccache, tree, logs["ccache"]))
+    # torch >= 2.10 puts ccache in front of the compiler by itself when it finds one: in
+    # front of kiln's wrapper, with kiln's ccache settings, caching every compile twice.
+    env["TORCH_NO_COMPILER_WRAPPER"] = "1"
+    hints = ctx.gate / f"hints-{vendor.name}.json"
+    hints.write_text(json.dumps(schedule.gate_hints(vendor, ctx.peaks, choice.nvcc_threads)))
+    env.update(
+        {
+            "KILN_GATE_HINTS": str(hints),
+            "KILN_GATE_DIR": str(ctx.gate),
+            "KILN_GATE_MEM_GIB": str(choice.gate_mem_gib),
+            "KILN_GATE_CPUS": str(choice.nvcc_threads or 1),
+            "KILN_JOB_STATS": str(logs["jobs"]),
+            "KILN_STEP_MEM": str(logs["mem"]),
+        }
+    )
+    return env, recorded, fixes, logs
+
+
+def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
+    timings: dict[str, float] = {}
+    what = vendor.name
+    kind = KINDS[vendor.build.kind]
+    ctx.display.update(what, "fetching", runner=ctx.runner.kind)
+    tree = ctx.opts.work / ctx.ws.release.name / vendor.name
+    with timed(timings, "fetch"):
+        key, material = cache_key(ctx, vendor)
+        reused = _reuse(ctx, vendor, key, stage)
+        if reused is not None:
+            ctx.display.update(what, "cached", f"artifact cache {key[:12]}", cache="hit")
+            return reused
+        co = sources.checkout(ctx.git, vendor.source, tree, what)
+    with timed(timings, "patch"):
+        ctx.display.update(what, "patching", cache="miss" if ctx.acache else "off")
+        applied = patches.apply_series(
+            tree, ctx.ws.patches_for(vendor.name), ctx.ws.patches_dir, what
+        )
+        # -lineinfo records source mtimes: make them the commit's, not the checkout's.
+        fsutil.set_mtimes(tree, co.commit_time)
+    choice = schedule.choose(vendor, tree, ctx.peaks, ctx.budget)
+    env, recorded_env, fixes, logs = _environment(ctx, vendor, tree, co, choice)
+    container_gib = min(ctx.budget.mem_gib, choice.gate_mem_gib * choice.max_jobs + 1.0)
+    b = vendor.build
+    step = Step(
+        StepSpec(
+            vendor.name,
+            b.kind,
+            ctx.tc.python,
+            str(tree),
+            str(kind.out_dir(stage, vendor, tree)),
+            b.command,
+            pip_cuda=ctx.tc.pip_cuda or None,
+        ),
+        env,
+        ctx.logs / f"{vendor.name}-build.log",
+        ctx.opts.mem_limit_gib or max(container_gib, choice.gate_mem_gib),
+    )
+    step.log_file.unlink(missing_ok=True)
+    detail = f"jobs {choice.max_jobs}" + (
+        f", nvcc threads {choice.nvcc_threads}" if choice.nvcc_threads else ""
+    )
+    ctx.display.update(what, "building", detail, mem_file=logs["mem"])
+    log.info(
+        "%s: building at %s with %s, %g GiB per job (%s) (log: %s)",
+        what,
+        co.commit[:12],
+        detail,
+        choice.mem_per_job_gib,
+        choice.estimate_source,
+        step.log_file,
+    )
+    outputs = kind.outputs(ctx, vendor, step, stage, co, applied, recorded_env, timings)
+    outputs.append(_license_output(vendor, tree, stage))
+    outputs.extend(_patch_outputs(ctx, applied, stage))
+    measured, compiler = _measure(ctx, vendor, logs)
+    entry = VendorEntry(
+        source=SourceInfo(
+            url=co.url,
+            requested=vendor.source.commit,
+            commit=co.commit,
+            commit_time=co.commit_time,
+            license=vendor.source.license,
+            license_id=vendor.source.license_id,
+            submodules=[
+                SubmoduleInfo(path=s.path, url=s.url, commit=s.commit) for s in co.submodules
+            ],
+        ),
+        patches=[
+            PatchInfo(
+                file=p.file,
+                sha256=p.sha256,
+                locked_sha256=p.locked_sha256,
+                status=p.status,  # type: ignore[arg-type]
+            )
+            for p in applied
+        ],
+        patch_tag=ctx.ws.series.tags.get(vendor.name),
+        recipe=vendor.build.model_dump(mode="json"),
+        environment=recorded_env,
+        toolchain_fixes=fixes,
+        runner=runner_info(ctx),
+        outputs=outputs,
+        timings=timings,
+        schedule=Schedule.model_validate({**choice.to_json(), **measured}),
+        caches=Caches(
+            artifact=ArtifactCacheInfo(status="miss" if ctx.acache else "off", key=key),
+            compiler=CompilerCacheInfo.model_validate(compiler),
+        ),
+    )
+    if ctx.acache is not None:
+        ctx.acache.store(key, material, entry, stage)
+    ctx.display.update(what, "done", f"{detail}, peak {measured['peak_rss_gib']:g} GiB")
+    return entry

@@ -1,0 +1,73 @@
+"""The artifact cache's key: a hash of everything that determines a vendor's outputs.
+
+Pure functions of explicit values: the full commit and every submodule commit, the
+patches as the series lists them and as they are on disk, the patch tag, the recipe,
+the profile, the toolchain, the runner and its image, and kiln's own code (a change to
+kiln may change what it builds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kiln.config.models import PatchEntry, Profile, Vendor
+
+
+@cache
+def kiln_code_hash() -> str:
+    """kiln's own sources."""
+    h = hashlib.sha256()
+    root = resources.files("kiln")
+    for path in sorted(Path(str(root)).rglob("*")):
+        if "__pycache__" in path.parts:
+            continue
+        if path.is_file() and path.suffix in (".py", ".json", ".txt", ".sh", ".md", ".in"):
+            h.update(str(path.relative_to(Path(str(root)))).encode() + b"\0")
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def material(
+    vendor: Vendor,
+    commit: str,
+    gitlinks: dict[str, str],
+    patches: list[tuple[PatchEntry, str]],
+    patch_tag: str | None,
+    profile: Profile,
+    toolchain: dict[str, Any],
+    runner: dict[str, Any],
+) -> dict[str, Any]:
+    """What the key hashes (kept with the cache entry, to say what it was made from).
+    ``patches``: each series entry with the sha256 of the file on disk; ``gitlinks``: the
+    superproject's submodule commits (nested ones are fixed by their parents')."""
+    src = vendor.source
+    return {
+        "kiln": kiln_code_hash(),
+        "vendor": vendor.name,
+        "source": {
+            "url": src.url,
+            "commit": commit,
+            "submodules": gitlinks,
+            "license": src.license,
+            "license_id": src.license_id,
+        },
+        "patches": [
+            {**entry.model_dump(mode="json"), "actual_sha256": digest}
+            for entry, digest in patches
+        ],
+        "patch_tag": patch_tag,
+        "recipe": vendor.build.model_dump(mode="json"),
+        "profile": profile.model_dump(mode="json"),
+        "toolchain": toolchain,
+        "runner": runner,
+    }
+
+
+def make_key(values: dict[str, Any]) -> str:
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()

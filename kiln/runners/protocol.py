@@ -1,0 +1,78 @@
+"""Where build steps run: the runner protocol. The host does what needs the network
+(fetch, lock); every command of a build (the toolchain probe, ``python -m kiln.inside
+step``, the import check) goes through a runner: the local runner runs it here (inside
+the builder image on a pod, or on a workstation with the profile's toolchain), the
+Docker runner in a container of the builder image. Both run the same commands, so a
+test of one is a test of the other."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import kiln
+from kiln.config.models import Profile
+from kiln.inside import proc
+from kiln.toolchain.checks import Toolchain
+
+# The folder that holds the kiln package: put on PYTHONPATH for `python -m kiln.inside step`
+# (build Pythons, provisioned or in an image, do not have kiln installed).
+KILN_SRC = Path(kiln.__file__).resolve().parent.parent
+
+
+class Runner(Protocol):
+    kind: str
+    image: str | None  # the base image, by digest, or "unpinned:<ref>"
+    builder: str | None  # the image id the steps ran in
+
+    def nvcc(self, profile: Profile) -> str:
+        """nvcc's version where builds run; raises ToolchainError (checked first, cheaply)."""
+        ...
+
+    def toolchain(self, profile: Profile) -> Toolchain: ...
+
+    def base_env(self) -> dict[str, str]: ...
+
+    def missing_system(
+        self, requirements: list[dict[str, str]], include_dirs: list[str]
+    ) -> list[dict[str, str]]:
+        """Which of the recipes' ``build.system`` files are missing where builds run."""
+        ...
+
+    def cancel(self) -> None:
+        """Stop every command this runner runs now (Ctrl-C while steps run in threads)."""
+        ...
+
+    def run(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        log_file: Path | None = None,
+        writable: Sequence[Path] = (),
+        what: str,
+        check: bool = True,
+        mem_gib: float | None = None,
+        echo: bool = False,
+    ) -> proc.Result:
+        """Run ``argv`` where builds run; ``writable`` folders are the only ones it may
+        change; ``echo`` streams its output to the console as well as to ``log_file``."""
+        ...
+
+
+def step_env(env: dict[str, str]) -> dict[str, str]:
+    """The build's environment plus what `python -m kiln.inside step` needs to import kiln."""
+    return {**env, "PYTHONPATH": str(KILN_SRC), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def probe_command(python: str, cuda_home: str, system: str | None = None) -> list[str]:
+    cmd = [python, "-m", "kiln.inside", "probe", "--python", python, "--cuda-home", cuda_home]
+    return [*cmd, "--system", system] if system else cmd
+
+
+def parse_probe(output: str) -> dict[str, object]:
+    return json.loads(output.strip().splitlines()[-1])

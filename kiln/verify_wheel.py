@@ -1,0 +1,36 @@
+"""``kiln verify-wheel``: kiln's wheel verification on wheels built elsewhere (cibuildwheel's
+``test-command``: ``kiln/verify/wheels.py``), or on every wheel of a release
+(``--manifest``): the release workflow's last job re-reads the SASS of every wheel of a
+merged release with cuobjdump before publishing, and compares it with the recipe and
+with what the build job recorded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kiln.config.models import Profile
+from kiln.errors import VerifyError
+from kiln.release import manifest
+from kiln.verify import binaries as verify
+from kiln.verify.wheels import summary
+
+
+def verify_release(manifest_file: Path) -> list[str]:
+    """Every wheel the manifest lists: SASS equal to its recipe's archs and to the record."""
+    m = manifest.read(manifest_file)
+    profile = Profile.model_validate(m.profile.data())
+    lines = []
+    for name, entry in m.vendors.items():
+        for out in entry.outputs_of("wheel"):
+            wheel = manifest_file.parent / out.path
+            report = verify.verify_wheel(wheel, list(entry.recipe["archs"]), profile)
+            now = {o.path: o.sass for o in report.shared_objects}
+            recorded = {o.path: o.sass for o in out.shared_objects or []}
+            if now != recorded:
+                raise VerifyError(
+                    f"{out.path} ({name}): SASS now {now}, the manifest records {recorded}: "
+                    f"the wheel is not the one its job verified; rerun the release"
+                )
+            lines.append(summary(report))
+    return lines
