@@ -25,6 +25,7 @@ def say_err(text: object) -> None:
     """A report for people, on stderr (a verify's differences, an error)."""
     sys.stderr.write(f"{text}\n")
 
+
 DEFAULT_CACHE = Path(os.environ.get("KILN_CACHE_DIR", ".kiln-cache"))
 
 

@@ -119,8 +119,7 @@ def _check_archs(part: Partial, entry: VendorEntry) -> None:
     """The SASS each job recorded must be the vendor's recipe archs (verify's rule)."""
     for out in entry.outputs_of("wheel", "tarball"):
         objects = [
-            verify.SharedObject(o.path, list(o.sass), list(o.ptx))
-            for o in out.shared_objects or []
+            verify.SharedObject(o.path, list(o.sass), list(o.ptx)) for o in out.shared_objects or []
         ]
         verify.check_archs(f"{part.folder}: {out.path}", objects, entry.recipe["archs"])
 

@@ -57,8 +57,7 @@ def material(
             "license_id": src.license_id,
         },
         "patches": [
-            {**entry.model_dump(mode="json"), "actual_sha256": digest}
-            for entry, digest in patches
+            {**entry.model_dump(mode="json"), "actual_sha256": digest} for entry, digest in patches
         ],
         "patch_tag": patch_tag,
         "recipe": vendor.build.model_dump(mode="json"),

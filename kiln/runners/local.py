@@ -90,5 +90,3 @@ class LocalRunner:
             error=BuildError,
             echo=echo,
         )
-
-

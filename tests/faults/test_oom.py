@@ -17,7 +17,7 @@ from kiln.errors import BuildError
 from kiln.runners import memlimit
 from tests.conftest import artifacts_files, run_kiln
 from tests.faults.conftest import build_args, make_tiny, mirrors_file, tiny_workspace
-from tests.test_docker import DOCKER_DIR, NO_TORCH, docker_args
+from tests.integration.test_docker import DOCKER_DIR, NO_TORCH, docker_args
 
 LIMIT = 0.0625  # GiB
 # The step starts a "compile job" that allocates 1 GiB and fails when that job dies.

@@ -63,6 +63,7 @@ def test_merge_makes_the_release_one_run_makes(built: Built, tmp_path: Path) -> 
     merged = manifest.read(out / "manifest.json").data()
     full = manifest.read(built.full / "manifest.json").data()
     assert set(merged["vendors"]) == {"alpha", "beta"}
+
     # Every file (wheels, licenses, patches, install.sh, README, provenance, SBOM) is the
     # one a single build writes; the manifests differ only in measurements of a run.
     def hashes(data: dict) -> dict:

@@ -81,7 +81,7 @@ def test_lock_with_malformed_commit_fails(tmp_path: Path) -> None:
 
 
 def test_lock_pins_runtime_requirements_by_hash(tmp_path: Path, monkeypatch) -> None:
-    from tests.test_inplace import make_wheel
+    from tests.integration.test_inplace import make_wheel
 
     wheel = make_wheel(tmp_path / "wheelhouse")
     ws_dir = write(tmp_path / "ws", {})

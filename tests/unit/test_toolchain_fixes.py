@@ -1,7 +1,7 @@
 """What kiln does for a CPU-only host that compiles with torch's pip CUDA (issue 12):
 headers and link names from NVIDIA's wheels, the libcuda stub, flags appended without a
 patch, cudafe++'s module ID fixed, dependencies from the compile itself, and the gate's
-order. Real gcc, nvcc and ELF files; no build of a whole upstream (tests/test_public.py)."""
+order. Real gcc, nvcc and ELF files; no build of a whole upstream (that is .ci/run)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from kiln.errors import VerifyError
 from kiln.inside.kit import compilegate, cudashim, pipcuda
 from kiln.verify.binaries import SharedObject, check_linkage, linkage
 
-WRAPPER = Path(__file__).resolve().parents[1] / "kiln" / "shipped" / "objcache.py"
+WRAPPER = Path(__file__).resolve().parents[2] / "kiln" / "inside" / "kit" / "objcache.py"
 NVCC = "/usr/local/cuda/bin/nvcc"
 
 

@@ -43,7 +43,7 @@ def test_the_toolchain_path_check_can_fail() -> None:
 
 
 def test_release_recipes_dropped_what_kiln_now_provides() -> None:
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     for f in sorted((repo / "vendors").glob("*.toml")):
         assert toolchain_paths(f.read_text()) == [], f.name
 

@@ -37,7 +37,7 @@ from tests.workspace import PROFILE, plain_vendor, write
 # Debian's own Python: the one the test image has (Debian 12 both).
 HOST_PYTHON = "/usr/bin/python3"
 CUDA_MOUNT = f"{os.path.realpath('/usr/local/cuda')}:/usr/local/cuda"
-DOCKER_DIR = REPO / "tests" / "docker-builder"
+DOCKER_DIR = REPO / "tests" / "integration" / "docker-builder"
 # No torch in the test image: the profile builds plain CUDA extensions.
 NO_TORCH = {**{k: v for k, v in PROFILE.items() if k != "torch"}, "cuda": "13.0"}
 

@@ -1,6 +1,6 @@
 """`kiln gpu-test` (issue 12): a recipe's own GPU test against the release's wheel.
 
-The real run needs a GPU (tests/test_gpu.py, FlashMLA's dense-decoding test on an H200).
+The real run needs a GPU (tests/integration/test_gpu.py, FlashMLA's dense-decoding test on an H200).
 Here: every refusal on a machine without one, and the whole flow (test files from the
 pinned commit, a fresh environment with exactly the release's wheel, the result beside
 the manifest) against a stand-in GPU: a fake ``nvidia-smi`` and a fake ``torch`` that

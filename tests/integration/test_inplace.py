@@ -407,7 +407,7 @@ def test_build_script_states_the_recipe_and_refuses_a_folder_that_is_not_kiln(
 ) -> None:
     """build-<release>.sh carries the recipe in words (what a reader audits) and runs kiln;
     pointed at something that is not a kiln checkout it says so (it is run for real, on the
-    demo release, by tests/test_demo.py's verify fixture)."""
+    demo release, by tests/integration/test_demo.py's verify fixture)."""
     script = tiny["release"] / "build-test-release.sh"
     text = script.read_text()
     data = json.loads((tiny["release"] / "manifest.json").read_text())

@@ -1,7 +1,7 @@
 """On a machine with a GPU: the bundled torch extension, built by kiln for the GPU's
 own arch, imports and computes the right result. Skipped where no GPU answers.
 
-Run there with ``pytest tests/test_gpu.py``; the build Python is ``$KILN_GPU_PYTHON`` or
+Run there with ``pytest tests/integration/test_gpu.py``; the build Python is ``$KILN_GPU_PYTHON`` or
 the interpreter running pytest, and must hold torch with CUDA. The profile is taken from
 that machine (its Python, torch and nvcc), the arch from the GPU (e.g. sm_90a on an H200).
 """
