@@ -25,7 +25,7 @@ from kiln.config.workspace import Workspace
 from kiln.errors import MergeError
 from kiln.release import files as release
 from kiln.release import manifest
-from kiln.release.manifest import Manifest, ReleaseFile, VendorEntry
+from kiln.release.manifest import Manifest, Output, ReleaseFile, VendorEntry
 from kiln.verify import binaries as verify
 
 # What must be equal across the partials of one release. Other top-level keys (such as
@@ -130,6 +130,17 @@ def combine(partials: list[Partial]) -> tuple[Manifest, dict[str, Path]]:
     owner: dict[str, Partial] = {}
     files: dict[str, Path] = {}
     hashes: dict[str, tuple[str, Path]] = {}
+
+    def take(item: Output | ReleaseFile, part: Partial, fix: str) -> None:
+        """One file of the merged release, from ``part``; another one at its path is refused."""
+        seen = hashes.get(item.path)
+        if seen and seen[0] != item.sha256:
+            raise MergeError(
+                f"{seen[1]} and {part.folder} both hold {item.path} with different contents: {fix}"
+            )
+        hashes[item.path] = (item.sha256, part.folder)
+        files[item.path] = part.folder / item.path
+
     for part in partials:
         for name, entry in part.manifest.vendors.items():
             _check_archs(part, entry)
@@ -145,40 +156,23 @@ def combine(partials: list[Partial]) -> tuple[Manifest, dict[str, Path]]:
                 continue
             vendors[name], owner[name] = entry, part
             for out in entry.outputs:
-                seen = hashes.get(out.path)
-                if seen and seen[0] != out.sha256:
-                    raise MergeError(
-                        f"{seen[1]} and {part.folder} both hold {out.path} with different "
-                        f"contents: two vendors made one file name; rename one"
-                    )
-                hashes[out.path] = (out.sha256, part.folder)
-                files[out.path] = part.folder / out.path
+                take(out, part, "two vendors made one file name; rename one")
     jit: dict[str, ReleaseFile] = {}
     for part in partials:  # packed JIT caches (not built by CI jobs, but kept if present)
         for f in part.manifest.files:
             if f.kind == "jit-cache":
-                seen = hashes.get(f.path)
-                if seen and seen[0] != f.sha256:
-                    raise MergeError(
-                        f"{seen[1]} and {part.folder} both hold {f.path} with different "
-                        f"contents; keep one"
-                    )
-                hashes[f.path] = (f.sha256, part.folder)
-                files[f.path], jit[f.path] = part.folder / f.path, f
+                take(f, part, "keep one")
+                jit[f.path] = f
     warnings: list[str] = []
     for part in partials:
         warnings += [w for w in part.manifest.warnings if w not in warnings]
-    first = partials[0].manifest
-    merged = Manifest(
-        schema_id=first.schema_id,
-        kiln_version=first.kiln_version,
-        release=first.release,
-        profile=first.profile,
-        toolchain=first.toolchain,
-        runner=first.runner,
-        warnings=warnings,
-        vendors=dict(sorted(vendors.items())),
-        files=sorted(jit.values(), key=lambda f: f.path),
+    header = {k: partials[0].data[k] for k in HEADER_FIELDS}
+    merged = Manifest.model_validate({**header, "vendors": {}}).model_copy(
+        update={
+            "warnings": warnings,
+            "vendors": dict(sorted(vendors.items())),
+            "files": sorted(jit.values(), key=lambda f: f.path),
+        }
     )
     return merged, files
 

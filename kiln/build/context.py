@@ -21,7 +21,7 @@ from kiln.errors import BuildError
 from kiln.inside.step import StepSpec
 from kiln.plan import schedule
 from kiln.release import artifactcache
-from kiln.runners.protocol import Runner, step_env
+from kiln.runners.protocol import Command, Runner, step_env
 from kiln.sources import checkout as sources
 from kiln.toolchain import checks as toolchain
 from kiln.toolchain import compilercache
@@ -115,14 +115,16 @@ def run_step(ctx: Context, step: Step) -> None:
         writable.append(ctx.ccache.directory)
     try:
         ctx.runner.run(
-            [step.spec.python, "-m", "kiln.inside", "step", spec_file],
-            cwd=tree,
-            env=step_env(step.env),
-            log_file=step.log_file,
-            writable=writable,
-            what=f"building {step.spec.vendor}",
-            mem_gib=step.mem_gib,
-            echo=ctx.echo,
+            Command(
+                [step.spec.python, "-m", "kiln.inside", "step", spec_file],
+                tree,
+                step_env(step.env),
+                f"building {step.spec.vendor}",
+                log_file=step.log_file,
+                writable=writable,
+                mem_gib=step.mem_gib,
+                echo=ctx.echo,
+            )
         )
     except BuildError as exc:
         hint = link_hint(step.log_file, step.env)

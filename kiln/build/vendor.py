@@ -13,7 +13,7 @@ from typing import Any
 from kiln import fsutil
 from kiln.build import kit
 from kiln.build.context import Context, Step, timed
-from kiln.build.kinds import KINDS
+from kiln.build.kinds import KINDS, Job
 from kiln.config.models import Vendor
 from kiln.inside import memwatch
 from kiln.inside.kit import pipcuda
@@ -218,7 +218,7 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
         choice.estimate_source,
         step.log_file,
     )
-    outputs = kind.outputs(ctx, vendor, step, stage, co, applied, recorded_env, timings)
+    outputs = kind.outputs(Job(ctx, vendor, step, stage, co, applied, recorded_env, timings))
     outputs.append(_license_output(vendor, tree, stage))
     outputs.extend(_patch_outputs(ctx, applied, stage))
     measured, compiler = _measure(ctx, vendor, logs)

@@ -28,7 +28,7 @@ from kiln.config.models import Profile
 from kiln.errors import BuildError, ConfigError, DockerUnavailable, ToolchainError
 from kiln.inside import proc
 from kiln.runners.memlimit import oom_error
-from kiln.runners.protocol import KILN_SRC, parse_probe, probe_command, step_env
+from kiln.runners.protocol import KILN_SRC, Command, parse_probe, probe_command, step_env
 from kiln.toolchain.checks import Toolchain, check_cuda
 
 log = logging.getLogger("kiln.docker")
@@ -169,10 +169,12 @@ class DockerRunner:
     def _probe(self) -> dict[str, object]:
         if self._facts is None:
             res = self.run(
-                probe_command(self.python, self.cuda_home),
-                cwd=Path("/"),
-                env=step_env(self.base_env()),
-                what="probing the builder image",
+                Command(
+                    probe_command(self.python, self.cuda_home),
+                    Path("/"),
+                    step_env(self.base_env()),
+                    "probing the builder image",
+                )
             )
             self._facts = parse_probe(res.output)
         return self._facts
@@ -193,10 +195,12 @@ class DockerRunner:
     ) -> list[dict[str, str]]:
         asked = json.dumps({"requirements": requirements, "include_dirs": include_dirs})
         res = self.run(
-            probe_command(self.python, self.cuda_home, asked),
-            cwd=Path("/"),
-            env=step_env(self.base_env()),
-            what="checking the builder image for the recipes' system files",
+            Command(
+                probe_command(self.python, self.cuda_home, asked),
+                Path("/"),
+                step_env(self.base_env()),
+                "checking the builder image for the recipes' system files",
+            )
         )
         return json.loads(res.output.strip().splitlines()[-1])
 
@@ -204,19 +208,10 @@ class DockerRunner:
         return {"PATH": CONTAINER_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"}
 
     # ------------------------------------------------------------------- run
-    def run(
-        self,
-        argv: Sequence[str | os.PathLike[str]],
-        *,
-        cwd: Path,
-        env: dict[str, str],
-        log_file: Path | None = None,
-        writable: Sequence[Path] = (),
-        what: str,
-        check: bool = True,
-        mem_gib: float | None = None,
-        echo: bool = False,
-    ) -> proc.Result:
+    def run(self, cmd: Command) -> proc.Result:
+        argv, cwd, env, what = cmd.argv, cmd.cwd, cmd.env, cmd.what
+        log_file, writable, check, mem_gib = cmd.log_file, cmd.writable, cmd.check, cmd.mem_gib
+        echo = cmd.echo
         tag = self.builder_tag()
         volumes = {str(KILN_SRC): {"bind": str(KILN_SRC), "mode": "ro"}}
         for path in writable:

@@ -4,13 +4,13 @@ image on a pod, or with the profile's toolchain), in a memory cgroup of its own.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 from kiln.config.models import Profile
 from kiln.errors import BuildError
 from kiln.inside import facts, proc
 from kiln.runners import memlimit
+from kiln.runners.protocol import Command
 from kiln.toolchain import buildenv, cudapypi
 from kiln.toolchain.checks import Toolchain, check_cuda
 
@@ -64,29 +64,17 @@ class LocalRunner:
     def cancel(self) -> None:
         proc.kill_all()
 
-    def run(
-        self,
-        argv: Sequence[str | os.PathLike[str]],
-        *,
-        cwd: Path,
-        env: dict[str, str],
-        log_file: Path | None = None,
-        writable: Sequence[Path] = (),
-        what: str,
-        check: bool = True,
-        mem_gib: float | None = None,
-        echo: bool = False,
-    ) -> proc.Result:
+    def run(self, cmd: Command) -> proc.Result:
         # The step's memory limit, as the Docker runner's container has: a cgroup of its
         # own, so an OOM kill is named as such (kiln.memlimit).
         return memlimit.run_limited(
-            argv,
-            mem_gib=mem_gib,
-            cwd=cwd,
-            env=env,
-            log_file=log_file,
-            what=what,
-            check=check,
+            cmd.argv,
+            mem_gib=cmd.mem_gib,
+            cwd=cmd.cwd,
+            env=cmd.env,
+            log_file=cmd.log_file,
+            what=cmd.what,
+            check=cmd.check,
             error=BuildError,
-            echo=echo,
+            echo=cmd.echo,
         )

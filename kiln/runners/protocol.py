@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +22,23 @@ from kiln.toolchain.checks import Toolchain
 # The folder that holds the kiln package: put on PYTHONPATH for `python -m kiln.inside step`
 # (build Pythons, provisioned or in an image, do not have kiln installed).
 KILN_SRC = Path(kiln.__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of a build, for whichever runner runs it: ``writable`` folders are the
+    only ones it may change, ``mem_gib`` its memory limit, ``echo`` streams its output to
+    the console as well as to ``log_file``, ``check`` makes a non-zero exit an error."""
+
+    argv: Sequence[str | os.PathLike[str]]
+    cwd: Path
+    env: dict[str, str]
+    what: str
+    log_file: Path | None = None
+    writable: Sequence[Path] = ()
+    check: bool = True
+    mem_gib: float | None = None
+    echo: bool = False
 
 
 class Runner(Protocol):
@@ -46,21 +64,8 @@ class Runner(Protocol):
         """Stop every command this runner runs now (Ctrl-C while steps run in threads)."""
         ...
 
-    def run(
-        self,
-        argv: Sequence[str | os.PathLike[str]],
-        *,
-        cwd: Path,
-        env: dict[str, str],
-        log_file: Path | None = None,
-        writable: Sequence[Path] = (),
-        what: str,
-        check: bool = True,
-        mem_gib: float | None = None,
-        echo: bool = False,
-    ) -> proc.Result:
-        """Run ``argv`` where builds run; ``writable`` folders are the only ones it may
-        change; ``echo`` streams its output to the console as well as to ``log_file``."""
+    def run(self, cmd: Command) -> proc.Result:
+        """Run ``cmd`` where builds run."""
         ...
 
 

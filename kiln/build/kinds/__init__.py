@@ -12,6 +12,7 @@ TOML names its kind (``build.kind``); adding a kind is adding a module here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -23,6 +24,22 @@ if TYPE_CHECKING:
     from kiln.sources.patches import AppliedPatch
 
 
+@dataclass(frozen=True)
+class Job:
+    """One vendor's build as its kind sees it: the run's context, the recipe, the step to
+    run, the release being staged, the checkout, the patches applied, the environment
+    kiln and the recipe set (recorded), and the timings to fill in."""
+
+    ctx: Context
+    vendor: Vendor
+    step: Step
+    stage: Path
+    co: Checkout
+    applied: list[AppliedPatch]
+    recorded_env: dict[str, str]
+    timings: dict[str, float]
+
+
 class BuildKind(Protocol):
     name: str
 
@@ -30,17 +47,7 @@ class BuildKind(Protocol):
         """Where the step leaves what it made."""
         ...
 
-    def outputs(
-        self,
-        ctx: Context,
-        vendor: Vendor,
-        step: Step,
-        stage: Path,
-        co: Checkout,
-        applied: list[AppliedPatch],
-        recorded_env: dict[str, str],
-        timings: dict[str, float],
-    ) -> list[Output]:
+    def outputs(self, job: Job) -> list[Output]:
         """Run the step, verify what it made, put it into the release ``stage``."""
         ...
 

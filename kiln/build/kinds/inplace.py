@@ -19,13 +19,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kiln.build.context import Context, Step, run_step, timed
+from kiln.build.context import Context, run_step, timed
+from kiln.build.kinds import Job
 from kiln.build.kit import KIT
 from kiln.config.models import Profile, Vendor
 from kiln.errors import ConfigError, VerifyError
 from kiln.release import archive, files
 from kiln.release.manifest import Output
-from kiln.sources.checkout import Checkout
+from kiln.runners.protocol import Command
 from kiln.sources.patches import AppliedPatch
 from kiln.verify.binaries import SharedObject, check_archs, check_linkage, device_archs, linkage
 
@@ -126,13 +127,16 @@ def pack_tree(tree: Path, dest: Path, vendor: Vendor, mtime: int) -> Path:
 
 
 def _import_check(ctx: Context, tree: Path, module: str) -> dict[str, Any]:
+    env = {**ctx.runner.base_env(), "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     res = ctx.runner.run(
-        [ctx.tc.python, "-c", f"import {module}"],
-        cwd=tree,
-        env={**ctx.runner.base_env(), "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
-        writable=[tree],
-        what=f"import {module}",
-        check=False,
+        Command(
+            [ctx.tc.python, "-c", f"import {module}"],
+            tree,
+            env,
+            f"import {module}",
+            writable=[tree],
+            check=False,
+        )
     )
     return judge_import(module, res.returncode, res.output)
 
@@ -143,17 +147,9 @@ class InplaceKind:
     def out_dir(self, stage: Path, vendor: Vendor, tree: Path) -> Path:
         return tree
 
-    def outputs(
-        self,
-        ctx: Context,
-        vendor: Vendor,
-        step: Step,
-        stage: Path,
-        co: Checkout,
-        applied: list[AppliedPatch],
-        recorded_env: dict[str, str],
-        timings: dict[str, float],
-    ) -> list[Output]:
+    def outputs(self, job: Job) -> list[Output]:
+        ctx, vendor, step, stage, co = job.ctx, job.vendor, job.step, job.stage, job.co
+        applied, timings = job.applied, job.timings
         tree = Path(step.spec.tree)
         with timed(timings, "build"):
             run_step(ctx, step)
@@ -168,7 +164,7 @@ class InplaceKind:
             ", ".join(sorted({a for o in objects for a in o.sass})) or "host only",
             f"; import {smoke['status']}" if smoke else "",
         )
-        write_tree_metadata(tree, vendor, co.commit, applied, ctx.ws.patches_dir, recorded_env)
+        write_tree_metadata(tree, vendor, co.commit, applied, ctx.ws.patches_dir, job.recorded_env)
         tag = ctx.ws.series.tags.get(vendor.name) or ("unpatched" if not applied else None)
         if tag is None:
             raise ConfigError(

@@ -7,13 +7,12 @@ import logging
 import shutil
 from pathlib import Path
 
-from kiln.build.context import Context, Step, run_step, timed
+from kiln.build.context import run_step, timed
+from kiln.build.kinds import Job
 from kiln.config.models import Vendor
 from kiln.errors import BuildError
 from kiln.release import files, wheelfix
 from kiln.release.manifest import Output
-from kiln.sources.checkout import Checkout
-from kiln.sources.patches import AppliedPatch
 from kiln.verify import binaries as verify
 
 log = logging.getLogger("kiln.build")
@@ -25,17 +24,9 @@ class WheelKind:
     def out_dir(self, stage: Path, vendor: Vendor, tree: Path) -> Path:
         return stage / f".out-{vendor.name}"
 
-    def outputs(
-        self,
-        ctx: Context,
-        vendor: Vendor,
-        step: Step,
-        stage: Path,
-        co: Checkout,
-        applied: list[AppliedPatch],
-        recorded_env: dict[str, str],
-        timings: dict[str, float],
-    ) -> list[Output]:
+    def outputs(self, job: Job) -> list[Output]:
+        ctx, vendor, step, stage, co = job.ctx, job.vendor, job.step, job.stage, job.co
+        applied, timings = job.applied, job.timings
         with timed(timings, "build"):
             run_step(ctx, step)
         made = sorted(Path(step.spec.out_dir).glob("*.whl"))
