@@ -1,4 +1,5 @@
-"""``python -m kiln``: what the nox sessions (and, later, containers) call."""
+"""``python -m kiln`` / ``kiln``: the command line (argument parsing and the one error
+handler); each command calls its verb."""
 
 from __future__ import annotations
 
@@ -33,29 +34,44 @@ def _sigterm(_signo: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _add_build_args(p: argparse.ArgumentParser) -> None:
+def _add_build_args(p: argparse.ArgumentParser, workspace: str = ".") -> None:
     p.add_argument(
         "--workspace",
         type=Path,
-        default=Path("."),
-        help="folder with kiln.toml, vendors/ and patches/ (default: .)",
+        default=Path(workspace),
+        help=f"folder with kiln.toml, vendors/ and patches/ (default: {workspace})",
     )
     p.add_argument(
         "--profile",
         default=None,
         metavar="NAME",
-        help="build a [profiles.NAME] variant of kiln.toml's profile (default: [profile])",
+        help="build the [profiles.NAME] variant of kiln.toml's profile (default: [profile])",
     )
-    p.add_argument("--artifacts", type=Path, default=Path("artifacts"))
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument(
-        "--work", type=Path, default=Path("build/work"), help="where work trees are checked out"
+        "--artifacts",
+        type=Path,
+        default=Path("artifacts"),
+        help="where releases and their logs go: <artifacts>/<release>/ (default: artifacts)",
+    )
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="bare clones, build venvs, the PyPI CUDA and the caches "
+        f"(default: $KILN_CACHE_DIR or {DEFAULT_CACHE})",
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=Path("build/work"),
+        help="where work trees are checked out (default: build/work)",
     )
     p.add_argument(
         "--mirrors",
         type=Path,
         default=None,
-        help="TOML mapping upstream URL prefixes to mirrors (or $KILN_MIRRORS)",
+        metavar="FILE",
+        help="TOML mapping upstream URL prefixes to mirrors (default: $KILN_MIRRORS, else none)",
     )
     p.add_argument(
         "--offline",
@@ -73,26 +89,36 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--python",
         default=None,
-        help="build Python holding the profile's torch (default: provisioned venv)",
+        metavar="PYTHON",
+        help="build Python holding the profile's torch "
+        "(default: $KILN_BUILD_PYTHON, else a venv kiln provisions once)",
     )
-    p.add_argument("--cuda-home", default=None)
+    p.add_argument(
+        "--cuda-home",
+        default=None,
+        metavar="DIR",
+        help="the CUDA toolkit to compile with "
+        "(default: $CUDA_HOME, nvcc on PATH, /usr/local/cuda)",
+    )
     p.add_argument(
         "--toolchain",
         default="system",
         choices=["system", "pypi"],
-        help="pypi: the profile's CUDA from NVIDIA's hash-pinned PyPI wheels (local runner)",
+        help="pypi: the profile's CUDA from NVIDIA's hash-pinned PyPI wheels, local runner "
+        "only (default: system)",
     )
     p.add_argument(
         "--runner",
         default="auto",
         choices=["auto", "local", "docker"],
-        help="where builds run (auto: docker when the profile names an image and a "
-        "daemon answers, else local)",
+        help="where builds run; auto: docker when the profile names an image and a "
+        "daemon answers, else local (default: auto)",
     )
     p.add_argument(
         "--image",
         default=None,
-        help="base image for the Docker runner (default: profile.image), NAME:TAG@sha256:DIGEST",
+        metavar="REF",
+        help="base image for the Docker runner, NAME:TAG@sha256:DIGEST (default: profile.image)",
     )
     p.add_argument(
         "--allow-unpinned-image",
@@ -103,6 +129,7 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
         "--docker-dir",
         type=Path,
         default=None,
+        metavar="DIR",
         help="the builder image's folder (default: <workspace>/docker)",
     )
     p.add_argument(
@@ -110,28 +137,34 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="SRC[:DST[:ro|rw]]",
-        help="an extra bind mount for build containers (e.g. a CUDA toolkit)",
+        help="an extra bind mount for build containers, e.g. a CUDA toolkit (default: none)",
+    )
+    p.add_argument(
+        "--keep-container",
+        action="store_true",
+        help="keep a failed step's build container (docker start -ai it to look inside)",
     )
     p.add_argument(
         "--mem-limit",
         type=float,
         default=None,
         metavar="GIB",
-        help="memory limit of a build container (default: what the scheduler planned)",
+        help="memory limit of a build step (default: what the scheduler planned)",
     )
     p.add_argument(
         "--jobs",
         type=int,
         default=None,
         metavar="N",
-        help="CPU slots for compile jobs across all steps (default: the cores)",
+        help="CPU slots for compiles across all steps (default: this machine's usable CPUs: "
+        "its affinity and cgroup CPU quota)",
     )
     p.add_argument(
         "--mem-budget",
         type=float,
         default=None,
         metavar="GIB",
-        help="memory all compile jobs together may use (default: available memory minus a margin)",
+        help="memory all compiles together may use (default: available memory minus a margin)",
     )
     p.add_argument(
         "--compiler-cache",
@@ -195,12 +228,22 @@ def _options(args: argparse.Namespace, vendors: list[str] | None) -> Options:
         artifact_cache=not args.no_artifact_cache,
         artifact_cache_dir=args.artifact_cache,
         wait=args.wait,
+        keep_container=args.keep_container,
     )
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from kiln.build import pipeline
 
+    if args.json and not args.dry_run:
+        raise KilnError("build --json: only with --dry-run (a build prints its release folder)")
+    if args.dry_run:
+        from kiln.build import dryrun
+        from kiln.errors import PreflightError
+
+        plan = dryrun.plan(_options(args, args.vendor or None))
+        out(dryrun.as_json(plan) if args.json else dryrun.render(plan))
+        return PreflightError.exit_code if plan["problems"] else 0
     release = pipeline.build(_options(args, args.vendor or None))
     out(release)
     return 0
@@ -368,28 +411,95 @@ def cmd_verify_wheel(args: argparse.Namespace) -> int:
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="kiln", description=__doc__)
-    ap.add_argument("-v", "--verbose", action="store_true")
-    sub = ap.add_subparsers(dest="command", required=True)
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's and the epilog's lines as written."""
 
-    p = sub.add_parser("build", help="build vendors of a workspace into a release folder")
+
+EXAMPLES = """\
+examples:
+  kiln demo                                  the bundled example, offline (CUDA from PyPI)
+  kiln build --dry-run                       what a build would do: cache hits, fetches, jobs
+  kiln build deepep --runner docker          one upstream in the builder image
+  kiln build --workspace examples/public --bundles ../shared/upstreams
+  kiln verify artifacts/REL/manifest.json    rebuild elsewhere, compare every file
+  kiln manifest check artifacts/REL/manifest.json
+  kiln publish artifacts/REL --to hf://ORG/NAME --dry-run
+"""
+
+
+def _exit_codes() -> str:
+    from kiln.errors import table
+
+    rows = [f"  {code:>3}  {name}: {what}" for code, name, what in table()]
+    return "exit codes:\n" + "\n".join(rows) + "\n"
+
+
+def _common() -> argparse.ArgumentParser:
+    """-v/-q, accepted before the command and after it (SUPPRESS: a subcommand's absent
+    flag does not undo the one given before it)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="also show every command kiln runs (debug logging)",
+    )
+    common.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="only warnings and errors",
+    )
+    return common
+
+
+def parser() -> argparse.ArgumentParser:
+    from kiln import version_line
+
+    common = _common()
+    ap = argparse.ArgumentParser(
+        prog="kiln",
+        description="kiln: reproducible builds of CUDA wheels from pinned upstream sources. "
+        "A workspace (kiln.toml, vendors/, patches/) goes in; a release folder with a "
+        "manifest that records how every byte was made comes out.",
+        epilog=EXAMPLES + "\n" + _exit_codes(),
+        formatter_class=_Help,
+        parents=[common],
+    )
+    ap.add_argument("--version", action="version", version=version_line())
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, **kw: object) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=help, description=help, parents=[common], formatter_class=_Help, **kw
+        )
+
+    p = command("build", "build vendors of a workspace into a release folder")
     _add_build_args(p)
-    p.add_argument("vendor", nargs="*", help="vendor names (default: all)")
+    p.add_argument("vendor", nargs="*", help="vendor names (default: every vendor)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what the build would do (cache hits and misses and why, what would be "
+        "fetched, jobs, threads and memory) and build nothing",
+    )
+    p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     p.set_defaults(func=cmd_build)
 
-    p = sub.add_parser("demo", help="the full pipeline over the bundled example, offline")
-    _add_build_args(p)
-    p.set_defaults(func=cmd_demo, workspace=Path("examples/demo"), toolchain="pypi")
+    p = command("demo", "the full pipeline over the bundled example, offline")
+    _add_build_args(p, workspace="examples/demo")
+    p.set_defaults(func=cmd_demo, toolchain="pypi")
 
-    p = sub.add_parser("lock", help="resolve short SHAs, record submodule and patch hashes")
-    p.add_argument("--workspace", type=Path, default=Path("."))
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
-    p.add_argument("--mirrors", type=Path, default=None)
-    p.add_argument("--offline", action="store_true")
+    p = command("lock", "resolve short SHAs, record submodule and patch hashes (network)")
+    p.add_argument("--workspace", type=Path, default=Path("."), help="(default: .)")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"(default: {DEFAULT_CACHE})")
+    p.add_argument("--mirrors", type=Path, default=None, help="URL mirrors file (default: none)")
+    p.add_argument("--offline", action="store_true", help="only the cache and local mirrors")
     p.set_defaults(func=cmd_lock)
 
-    p = sub.add_parser("rebuild-c", help="re-apply a patch to an installed tree, rebuild its _C")
+    p = command("rebuild-c", "re-apply a patch to an installed tree, rebuild its extension")
     p.add_argument("tree", type=Path, help="the installed tree (the folder install.sh unpacked)")
     p.add_argument(
         "patch",
@@ -397,14 +507,16 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="a patch file, or a name under patches/ (default: the vendor's last)",
     )
-    p.add_argument("--workspace", type=Path, default=Path("."))
+    p.add_argument("--workspace", type=Path, default=Path("."), help="(default: .)")
     p.add_argument(
         "--python",
         default=None,
         help="the Python with torch (default: the one install.sh recorded)",
     )
-    p.add_argument("--cuda-home", default=None)
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    p.add_argument(
+        "--cuda-home", default=None, help="(default: $CUDA_HOME, nvcc on PATH, /usr/local/cuda)"
+    )
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"(default: {DEFAULT_CACHE})")
     p.add_argument(
         "--compiler-cache",
         type=Path,
@@ -415,7 +527,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compiler-cache", action="store_true", help="compile without ccache")
     p.set_defaults(func=cmd_rebuild_c)
 
-    p = sub.add_parser("pack-jit-cache", help="pack a GPU run's JIT caches into a release")
+    p = command("pack-jit-cache", "pack a GPU run's JIT caches into a release")
     p.add_argument(
         "cache_dir", type=Path, help="folder holding the caches kiln.toml's jit_caches name"
     )
@@ -428,9 +540,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_pack_jit_cache)
 
-    p = sub.add_parser("verify", help="rebuild a release from its manifest and compare bytes")
+    p = command("verify", "rebuild a release from its manifest and compare every file")
     _add_build_args(p)
-    p.add_argument("manifest", type=Path)
+    p.add_argument("manifest", type=Path, help="the release's manifest.json")
     p.add_argument(
         "--into",
         type=Path,
@@ -445,39 +557,47 @@ def parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("manifest", help="manifest tools")
-    msub = p.add_subparsers(dest="manifest_command", required=True)
-    c = msub.add_parser("check", help="re-hash every file a manifest lists")
-    c.add_argument("manifest", type=Path)
+    p = command("manifest", "manifest tools: check, schema, merge")
+    msub = p.add_subparsers(dest="manifest_command", required=True, metavar="TOOL")
+    c = msub.add_parser("check", help="re-hash every file a manifest lists", parents=[common])
+    c.add_argument("manifest", type=Path, help="the release's manifest.json")
     c.set_defaults(func=cmd_manifest_check)
-    c = msub.add_parser("schema", help="print the manifest's JSON Schema (made from its models)")
+    c = msub.add_parser(
+        "schema", help="print the manifest's JSON Schema (made from its models)", parents=[common]
+    )
     c.set_defaults(func=cmd_manifest_schema)
-    c = msub.add_parser("merge", help="merge partial release folders (CI jobs) into one release")
+    c = msub.add_parser(
+        "merge", help="merge partial release folders (CI jobs) into one release", parents=[common]
+    )
     c.add_argument("partials", nargs="+", type=Path, help="partial release folders")
     c.add_argument("--out", type=Path, required=True, help="the merged release folder")
     c.add_argument(
         "--workspace",
         type=Path,
         default=None,
-        help="also require the partials to cover exactly this workspace's vendors and profile",
+        help="also require the partials to cover exactly this workspace's vendors and "
+        "profile (default: no such check)",
     )
     c.set_defaults(func=cmd_manifest_merge)
 
-    p = sub.add_parser("plan", help="the CI matrix: one job per vendor x profile")
-    p.add_argument("--workspace", type=Path, default=Path("."))
+    p = command("plan", "the CI matrix: one job per vendor x profile")
+    p.add_argument("--workspace", type=Path, default=Path("."), help="(default: .)")
     p.add_argument("--json", action="store_true", help='{"include": [...]} for fromJSON')
     p.add_argument("--release-name", action="store_true", help="print the release's name only")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("publish", help="check a release, then copy it to a folder or the Hub")
+    p = command("publish", "check a release, then put it into a folder or a Hub repository")
     p.add_argument("release", type=Path, help="the release folder (holds manifest.json)")
     p.add_argument("--to", required=True, help="a folder, file:///PATH, or hf://ORG/NAME")
     p.add_argument("--dry-run", action="store_true", help="list what would be uploaded")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="publish into a target whose files kiln did not write (default: refuse)",
+    )
     p.set_defaults(func=cmd_publish)
 
-    p = sub.add_parser(
-        "gpu-test", help="run the upstreams' own GPU tests against a release's wheels"
-    )
+    p = command("gpu-test", "run the upstreams' own GPU tests against a release's wheels")
     p.add_argument("release", type=Path, help="the release folder (holds manifest.json)")
     p.add_argument("vendor", nargs="*", help="vendors to test (default: all that declare one)")
     p.add_argument(
@@ -486,23 +606,27 @@ def parser() -> argparse.ArgumentParser:
         help="the Python whose torch (with CUDA) the test environment builds on "
         "(default: this one)",
     )
-    p.add_argument("--workspace", type=Path, default=Path("."), help="for --bundles")
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
-    p.add_argument("--work", type=Path, default=Path("build/work"))
-    p.add_argument("--mirrors", type=Path, default=None)
-    p.add_argument("--offline", action="store_true")
-    p.add_argument("--bundles", type=Path, default=None, metavar="DIR")
+    p.add_argument("--workspace", type=Path, default=Path("."), help="for --bundles (default: .)")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"(default: {DEFAULT_CACHE})")
+    p.add_argument("--work", type=Path, default=Path("build/work"), help="(default: build/work)")
+    p.add_argument("--mirrors", type=Path, default=None, help="URL mirrors file (default: none)")
+    p.add_argument("--offline", action="store_true", help="only the cache and local mirrors")
+    p.add_argument(
+        "--bundles", type=Path, default=None, metavar="DIR", help="upstreams from git bundles"
+    )
     p.set_defaults(func=cmd_gpu_test)
 
-    p = sub.add_parser("verify-wheel", help="verify wheels built elsewhere (cibuildwheel)")
-    p.add_argument("wheels", nargs="*", type=Path)
-    p.add_argument("--workspace", type=Path, default=Path("."))
+    p = command("verify-wheel", "verify wheels built elsewhere (cibuildwheel)")
+    p.add_argument("wheels", nargs="*", type=Path, help="the wheels")
+    p.add_argument("--workspace", type=Path, default=Path("."), help="(default: .)")
     p.add_argument(
         "--vendor",
         default=os.environ.get("KILN_VENDOR") or None,
-        help="expect this vendor's recipe archs (or $KILN_VENDOR; default: the profile's)",
+        help="expect this vendor's recipe archs (default: $KILN_VENDOR, else the profile's)",
     )
-    p.add_argument("--archs", nargs="+", default=None, help="expect exactly these SASS archs")
+    p.add_argument(
+        "--archs", nargs="+", default=None, help="expect exactly these SASS archs (default: none)"
+    )
     p.add_argument(
         "--manifest",
         type=Path,
@@ -515,8 +639,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    level = logging.INFO
+    if getattr(args, "verbose", False):
+        level = logging.DEBUG
+    elif getattr(args, "quiet", False):
+        level = logging.WARNING
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=level,
         format="kiln: %(message)s",
         stream=sys.stderr,
     )

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 
 class KilnError(Exception):
-    """Base of every error kiln reports to a user."""
+    """Any other error kiln reports (the base of all the rest)."""
 
     exit_code = 1
 
@@ -48,7 +48,9 @@ class SourceError(KilnError):
 
 
 class FetchFailed(SourceError):
-    """A fetch that did not complete; ``refused_sha``: the server refused a SHA refspec."""
+    """A fetch that did not complete.
+
+    ``refused_sha``: the server refused a SHA refspec (kiln then fetches refs)."""
 
     def __init__(self, message: str, refused_sha: bool) -> None:
         super().__init__(message)

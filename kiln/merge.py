@@ -30,7 +30,15 @@ from kiln.verify import binaries as verify
 
 # What must be equal across the partials of one release. Other top-level keys (such as
 # the scheduler's figures) describe one run and are not carried into the merged manifest.
-HEADER_FIELDS = ("schema", "kiln_version", "release", "profile", "toolchain", "runner")
+HEADER_FIELDS = (
+    "schema",
+    "kiln_version",
+    "kiln_commit",
+    "release",
+    "profile",
+    "toolchain",
+    "runner",
+)
 # What a vendor's entry says about how its files were made; the rest (timings, cache hits,
 # the scheduler's figures) are measurements of one run and may differ between two jobs.
 CONTENT_FIELDS = ("source", "patches", "patch_tag", "recipe", "environment", "runner", "outputs")

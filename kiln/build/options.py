@@ -37,6 +37,7 @@ class Options:
     artifact_cache: bool = True
     artifact_cache_dir: Path | None = None  # default: <cache>/artifacts
     wait: bool = False  # wait for another build holding artifacts/ instead of refusing
+    keep_container: bool = False  # Docker runner: keep a failed step's container
     live: bool | None = None  # live progress table (default: when stderr is a terminal)
 
     def resolved(self) -> Options:

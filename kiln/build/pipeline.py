@@ -26,7 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln import __version__, fsutil
+from kiln import __version__, fsutil, source_commit
 from kiln.build import progress
 from kiln.build import runlock as buildlock
 from kiln.build.context import Context
@@ -161,6 +161,7 @@ def header(run: Run) -> None:
     run.header = Manifest(
         schema_id=manifest.SCHEMA_ID,
         kiln_version=__version__,
+        kiln_commit=source_commit(),
         release=ReleaseInfo.model_validate(ws.release.model_dump(mode="json")),
         profile=ProfileInfo.model_validate(ws.profile.model_dump(mode="json")),
         toolchain=ToolchainInfo.model_validate(ctx.tc.to_json()),

@@ -45,4 +45,5 @@ def make_runner(ws: Workspace, opts: Options, logs: Path) -> Runner:
         mounts=[docker_runner.Mount.parse(m) for m in opts.docker_mounts],
         python=opts.python or "python3",
         cuda_home=opts.cuda_home or "/usr/local/cuda",
+        keep_failed=opts.keep_container,
     )

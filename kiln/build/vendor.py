@@ -15,6 +15,7 @@ from kiln.build import kit
 from kiln.build.context import Context, Step, timed
 from kiln.build.kinds import KINDS, Job
 from kiln.config.models import Vendor
+from kiln.config.workspace import Workspace
 from kiln.inside import memwatch
 from kiln.inside.kit import pipcuda
 from kiln.inside.step import StepSpec
@@ -46,24 +47,32 @@ def runner_info(ctx: Context) -> RunnerInfo:
 
 
 def cache_key(ctx: Context, vendor: Vendor) -> tuple[str, dict[str, Any]]:
-    """The artifact-cache key of ``vendor`` (and what it hashes): its commit resolved
-    through the git cache, the superproject's gitlinks, the patches as they are now."""
+    """The artifact-cache key of ``vendor`` (and what it hashes)."""
+    return key_of(ctx.git, ctx.ws, ctx.tc.to_json(), runner_info(ctx).data(), vendor)
+
+
+def key_of(
+    git: sources.GitCache,
+    ws: Workspace,
+    toolchain: dict[str, Any],
+    runner: dict[str, Any],
+    vendor: Vendor,
+) -> tuple[str, dict[str, Any]]:
+    """The key from its parts: the commit resolved through the git cache, the
+    superproject's gitlinks, the patches as they are now, the toolchain and runner."""
     src = vendor.source
-    commit = ctx.git.resolve(src.url, src.commit, vendor.name)
-    repo = ctx.git.cached(src.url)
+    commit = git.resolve(src.url, src.commit, vendor.name)
+    repo = git.cached(src.url)
     assert repo is not None
     material = cachekey.material(
         vendor,
         commit,
         sources.gitlinks(repo, commit),
-        [
-            (e, fsutil.sha256_file(ctx.ws.patches_dir / e.file))
-            for e in ctx.ws.patches_for(vendor.name)
-        ],
-        ctx.ws.series.tags.get(vendor.name),
-        ctx.ws.profile,
-        ctx.tc.to_json(),
-        runner_info(ctx).data(),
+        [(e, fsutil.sha256_file(ws.patches_dir / e.file)) for e in ws.patches_for(vendor.name)],
+        ws.series.tags.get(vendor.name),
+        ws.profile,
+        toolchain,
+        runner,
     )
     return cachekey.make_key(material), material
 

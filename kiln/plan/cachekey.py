@@ -70,3 +70,18 @@ def material(
 def make_key(values: dict[str, Any]) -> str:
     text = json.dumps(values, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two keys' material, as dotted names down to the first level
+    inside each part ("patches", "toolchain.nvcc", "kiln": kiln's own code)."""
+    out = []
+    for part in sorted(set(old) | set(new)):
+        a, b = old.get(part), new.get(part)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{part}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        else:
+            out.append(part)
+    return out

@@ -61,6 +61,22 @@ class ArtifactCache:
             return self._discard(folder, vendor, f"not a vendor entry of this kiln ({exc})")
         return found, files
 
+    def latest_material(self, vendor: str) -> tuple[str, dict[str, Any]] | None:
+        """(key, material) of the newest entry stored for ``vendor``: what a miss is
+        compared with to say what changed (``kiln build --dry-run``)."""
+        best: tuple[float, str, dict[str, Any]] | None = None
+        for path in self.root.glob("*/entry.json") if self.root.is_dir() else []:
+            try:
+                entry = json.loads(path.read_text())
+                mtime = path.stat().st_mtime
+            except (OSError, ValueError):
+                continue
+            material = entry.get("material") if isinstance(entry, dict) else None
+            mine = isinstance(material, dict) and material.get("vendor") == vendor
+            if mine and (best is None or mtime > best[0]):
+                best = (mtime, path.parent.name, material)
+        return (best[1], best[2]) if best else None
+
     def _discard(self, folder: Path, vendor: str, why: str) -> None:
         log.warning(
             "%s: artifact cache entry %s is damaged (%s): discarded, rebuilding",

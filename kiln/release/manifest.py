@@ -254,6 +254,11 @@ class Manifest(Model):
 
     schema_id: Literal["kiln.manifest/1"] = Field(alias="schema")
     kiln_version: str
+    kiln_commit: str | None = Field(
+        default=None,
+        description="git describe of kiln's own source (-dirty: uncommitted changes); "
+        "null for a copy outside git",
+    )
     release: ReleaseInfo
     profile: ProfileInfo
     toolchain: ToolchainInfo

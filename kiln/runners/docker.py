@@ -94,6 +94,9 @@ def _tree_digest(folder: Path, extra: str) -> str:
     return h.hexdigest()[:16]
 
 
+KEPT_PREFIX = "kiln-kept-"  # --keep-container: a failed step's container, left to the user
+
+
 class DockerRunner:
     kind = "docker"
 
@@ -107,6 +110,7 @@ class DockerRunner:
         mounts: Sequence[Mount],
         python: str,
         cuda_home: str,
+        keep_failed: bool = False,
     ) -> None:
         if "@sha256:" not in base_image and not allow_unpinned:
             raise ConfigError(
@@ -126,6 +130,7 @@ class DockerRunner:
         self._live: set[Any] = set()  # containers of steps running now
         self.python = python
         self.cuda_home = cuda_home
+        self.keep_failed = keep_failed
         self.builder: str | None = None
         self._tag: str | None = None
         self._facts: dict[str, object] | None = None
@@ -239,6 +244,7 @@ class DockerRunner:
             log_file, echo, f"{line}  (container {container.short_id}, image {tag})"
         )
         self._live.add(container)
+        rc, oom = -1, False
         try:
             container.start()
             for raw in container.logs(stream=True, follow=True):
@@ -249,7 +255,18 @@ class DockerRunner:
         finally:
             self._live.discard(container)
             out.close()
-            container.remove(force=True)
+            if self.keep_failed and (rc != 0 or oom):
+                # the name marks it kept: remove_orphans leaves it to the user
+                container.rename(f"{KEPT_PREFIX}{container.short_id}")
+                log.warning(
+                    "kept the failed step's container %s: `docker start -ai %s` reruns the "
+                    "step inside it; `docker rm %s` when done",
+                    container.short_id,
+                    container.short_id,
+                    container.short_id,
+                )
+            else:
+                container.remove(force=True)
         if oom:
             raise oom_error(what, mem_gib, log_file)
         if check and rc != 0:
@@ -261,6 +278,8 @@ class DockerRunner:
         machine's OOM killer): they would go on writing into work trees this run
         re-creates. Removed, and said so."""
         for container in self.client.containers.list(all=True, filters={"label": "kiln=step"}):
+            if container.name.startswith(KEPT_PREFIX):
+                continue
             owner = container.labels.get("kiln.owner", "")
             if owner.isdigit() and fsutil.pid_alive(int(owner)):
                 continue

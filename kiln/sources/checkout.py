@@ -395,14 +395,15 @@ def gitlinks(repo: Path, rev: str = "HEAD") -> dict[str, str]:
     return links
 
 
-def _gitmodules(repo: Path) -> dict[str, tuple[str, str]]:
-    """Submodule path -> (name, url) from the checked-out ``.gitmodules``."""
-    if not (repo / ".gitmodules").exists():
+def _gitmodules(repo: Path, commit: str | None = None) -> dict[str, tuple[str, str]]:
+    """Submodule path -> (name, url) from the checked-out ``.gitmodules``, or from the
+    one at ``commit`` of a bare repository."""
+    if commit is None and not (repo / ".gitmodules").exists():
         return {}
+    where = ["--blob", f"{commit}:.gitmodules"] if commit else ["-f", ".gitmodules"]
     res = git(
         "config",
-        "-f",
-        ".gitmodules",
+        *where,
         "--null",
         "--get-regexp",
         r"^submodule\..*\.(path|url)$",
@@ -416,6 +417,18 @@ def _gitmodules(repo: Path) -> dict[str, tuple[str, str]]:
         if dot and attr in ("path", "url"):
             names.setdefault(name, {})[attr] = value
     return {v["path"]: (n, v.get("url", "")) for n, v in names.items() if "path" in v}
+
+
+def submodule_pins(repo: Path, commit: str, repo_url: str) -> list[tuple[str, str, str]]:
+    """(path, url, commit) of the first-level submodules recorded at ``commit`` of the bare
+    ``repo``, read without a checkout (``kiln build --dry-run``: what a build would fetch)."""
+    links = gitlinks(repo, commit)
+    modules = _gitmodules(repo, commit) if links else {}
+    return [
+        (path, resolve_relative(modules[path][1], repo_url), sha)
+        for path, sha in sorted(links.items())
+        if path in modules
+    ]
 
 
 def _init_submodules(
