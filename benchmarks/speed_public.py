@@ -161,15 +161,15 @@ class PublicBench:
         cu13 = f"{self.site}/nvidia/cu13/include"
         base = (
             f"CCACHE_DISABLE=1 MAX_JOBS=1 NVCC_THREADS=1 CUDA_HOME={CUDA_HOME} "
-            f"PATH={CUDA_HOME}/bin:$PATH CPLUS_INCLUDE_PATH={cu13}"
+            f"PATH={CUDA_HOME}/bin:$PATH"
         )
+        includes = {"flashmla": f"{cu13}:{CUDA_HOME}/include/cccl"}
         per_vendor = {
             "deepgemm": f"CC={fix}/bin/gcc CXX={fix}/bin/g++ LIBRARY_PATH={fix}/lib "
             f"DG_FORCE_BUILD=1",
             "deepep": f"LIBRARY_PATH={fix}/lib:{self.site}/nvidia/nccl/lib "
             f"TORCH_CUDA_ARCH_LIST='10.0a;10.3a' DISABLE_AGGRESSIVE_PTX_INSTRS=1",
-            "flashmla": f"CPLUS_INCLUDE_PATH={cu13}:{CUDA_HOME}/include/cccl "
-            + " ".join(f"{k}={v}" for k, v in self.vendors["flashmla"].build.env.items()),
+            "flashmla": " ".join(f"{k}={v}" for k, v in self.vendors["flashmla"].build.env.items()),
         }
         lines = ["set -euo pipefail", f'rm -rf "{self.root}/naive"']
         for name, vendor in sorted(self.vendors.items()):
@@ -178,12 +178,15 @@ class PublicBench:
             lines += [
                 f'git clone --quiet "{src}" "{tree}"',
                 f'git -C "{tree}" checkout --quiet {vendor.source.commit}',
-                f'git -C "{tree}" {insteadof} submodule --quiet update --init --recursive',
+                # file:// mirrors: git refuses the file transport for submodules unless allowed
+                f'git -C "{tree}" -c protocol.file.allow=always {insteadof} '
+                "submodule --quiet update --init --recursive",
             ]
             if name == "flashmla":
                 lines.append(f'git -C "{tree}" apply "{self.ws}/patches/{PATCH_FILE}"')
             lines.append(
-                f'(cd "{tree}" && env {base} {per_vendor[name]} "{self.python}" -m pip wheel '
+                f'(cd "{tree}" && env {base} CPLUS_INCLUDE_PATH={includes.get(name, cu13)} '
+                f'{per_vendor[name]} "{self.python}" -m pip wheel '
                 f'--no-build-isolation --no-deps --no-cache-dir -q -w "{self.root}/naive/wheels" .)'
             )
         script = self.root / "naive.sh"

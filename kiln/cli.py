@@ -637,6 +637,15 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _fail(err: KilnError) -> int:
+    """The one error report: a line on stderr (and a GitHub Actions annotation there)."""
+    from kiln.build import github
+
+    say_err(f"kiln: error: {err}")
+    github.annotate_error(str(err), f"kiln: {type(err).__name__} (exit {err.exit_code})")
+    return err.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = logging.INFO
@@ -654,17 +663,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        err = Interrupted("interrupted: nothing was published; partial output was removed")
-        say_err(f"kiln: error: {err}")
-        return err.exit_code
+        return _fail(Interrupted("interrupted: nothing was published; partial output was removed"))
     except KilnError as err:
-        say_err(f"kiln: error: {err}")
-        return err.exit_code
+        return _fail(err)
     except OSError as exc:
         from kiln import fsutil
 
         full = fsutil.disk_full(exc, Path(exc.filename or "."))
         if full is None:
             raise
-        say_err(f"kiln: error: {full}")
-        return full.exit_code
+        return _fail(full)

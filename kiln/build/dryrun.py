@@ -140,7 +140,7 @@ def render(p: dict[str, Any]) -> str:
     lines = [
         f"dry run of {p['release']} (profile {p['profile']}: {', '.join(p['archs'])})",
         f"runner: {r.get('kind', 'none')}" + (f", image {r['image']}" if r.get("image") else ""),
-        f"budget: {b['mem_gib']:g} GiB ({b['source']}), {b['cpus']} CPU slots",
+        f"budget: {b['mem_gib']:g} GiB ({b['source']}), {b['cpus']} CPU slots ({b['cpus_from']})",
     ]
     for v in p["vendors"]:
         s = v["schedule"]

@@ -169,12 +169,13 @@ def header(run: Run) -> None:
         vendors={},
     )
     log.info(
-        "plan: %d step%s, memory budget %g GiB (%s), %d CPU slots",
+        "plan: %d step%s, memory budget %g GiB (%s), %d CPU slots (%s)",
         len(run.selected),
         "s" if len(run.selected) != 1 else "",
         run.budget.mem_gib,
         run.budget.source,
         run.budget.cpus,
+        run.budget.cpus_from,
     )
 
 

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from kiln.build import github
 from kiln.inside import memwatch
 
 log = logging.getLogger("kiln")
@@ -104,18 +105,24 @@ class Display:
                 )
         return table
 
+    SUMMARY_COLUMNS = ("step", "runner", "cache", "state", "time", "peak memory")
+
+    def summary_rows(self) -> list[tuple[str, ...]]:
+        with self._lock:
+            return [
+                (s.name, s.runner, s.cache, s.state, f"{s.elapsed():.1f} s", _gib(s.memory()[1]))
+                for s in self.steps.values()
+            ]
+
     def summary(self) -> Table:
         table = Table(title="kiln build summary")
-        for col in ("step", "runner", "cache", "state", "time", "peak memory"):
+        for col in self.SUMMARY_COLUMNS:
             table.add_column(col)
-        with self._lock:
-            for s in self.steps.values():
-                _, peak = s.memory()
-                table.add_row(
-                    s.name, s.runner, s.cache, s.state, f"{s.elapsed():.1f} s", _gib(peak)
-                )
+        for row in self.summary_rows():
+            table.add_row(*row)
         return table
 
     def print_summary(self) -> None:
         console = self.console if self.live else Console(file=sys.stderr, width=100)
         console.print(self.summary())
+        github.write_step_summary("kiln build summary", self.SUMMARY_COLUMNS, self.summary_rows())

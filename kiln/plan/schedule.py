@@ -23,6 +23,7 @@ from typing import Any
 
 from kiln.config.models import Vendor
 from kiln.errors import ConfigError
+from kiln.plan.cpus import cpu_slots
 from kiln.inside.kit.objcache import SOURCE_SUFFIXES
 
 GIB = 1024**3
@@ -36,6 +37,7 @@ class Budget:
     mem_gib: float
     cpus: int
     source: str  # "available memory" or "--mem-budget"
+    cpus_from: str = "affinity"  # what bounds the CPU slots (plan.cpus)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,12 +68,13 @@ def make_budget(mem_budget_gib: float | None, jobs: int | None) -> Budget:
         raise ConfigError(f"--mem-budget {mem_budget_gib}: must be a positive number of GiB")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs {jobs}: must be 1 or more")
-    cpus = jobs or os.cpu_count() or 1
+    slots = cpu_slots(jobs)
     if mem_budget_gib is not None:
-        return Budget(round(mem_budget_gib, 3), cpus, "--mem-budget")
+        return Budget(round(mem_budget_gib, 3), slots.count, "--mem-budget", slots.source)
     avail = available_gib()
     margin = max(SAFETY_MARGIN_GIB, avail * SAFETY_FRACTION)
-    return Budget(round(max(avail - margin, 0.0), 3), cpus, "available memory minus margin")
+    mem = round(max(avail - margin, 0.0), 3)
+    return Budget(mem, slots.count, "available memory minus margin", slots.source)
 
 
 def recipe_fingerprint(vendor: Vendor) -> str:

@@ -236,6 +236,10 @@ class Scheduler(Model):
     mem_gib: float
     cpus: int
     source: str
+    cpus_from: str | None = Field(
+        default=None,
+        description="what bounds the CPU slots: --jobs, affinity, or the cgroup CPU quota",
+    )
     steps_at_once: int | None = None
     compiles_at_once: int | None = None
     peak_rss_gib: float | None = None

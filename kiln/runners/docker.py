@@ -244,7 +244,7 @@ class DockerRunner:
             log_file, echo, f"{line}  (container {container.short_id}, image {tag})"
         )
         self._live.add(container)
-        rc, oom = -1, False
+        rc, oom, where = -1, False, " (in the builder container)"
         try:
             container.start()
             for raw in container.logs(stream=True, follow=True):
@@ -257,20 +257,22 @@ class DockerRunner:
             out.close()
             if self.keep_failed and (rc != 0 or oom):
                 # the name marks it kept: remove_orphans leaves it to the user
-                container.rename(f"{KEPT_PREFIX}{container.short_id}")
+                kept = f"{KEPT_PREFIX}{container.short_id}"
+                container.rename(kept)
+                where = f" (in the builder container, kept as {kept}: `docker start -ai {kept}`)"
                 log.warning(
                     "kept the failed step's container %s: `docker start -ai %s` reruns the "
                     "step inside it; `docker rm %s` when done",
-                    container.short_id,
-                    container.short_id,
-                    container.short_id,
+                    kept,
+                    kept,
+                    kept,
                 )
             else:
                 container.remove(force=True)
         if oom:
             raise oom_error(what, mem_gib, log_file)
         if check and rc != 0:
-            raise BuildError(out.failure(what, rc, log_file, " (in the builder container)"))
+            raise BuildError(out.failure(what, rc, log_file, where))
         return proc.Result(rc, out.output)
 
     def remove_orphans(self) -> None:

@@ -28,6 +28,7 @@ import pytest
 
 from kiln.build import pipeline
 from kiln.errors import BuildError, ConfigError
+from kiln.runners.docker import KEPT_PREFIX
 from kiln.toolchain.checks import cuobjdump
 from tests import upstreams as fixture_upstreams
 from tests.conftest import REPO, artifacts_files, run_kiln, start_kiln_until
@@ -171,7 +172,7 @@ def test_compiler_cache_is_a_volume_shared_by_docker_builds(
 
 
 def test_failing_step_surfaces_log_tail_and_exit_code(
-    tmp_path: Path, upstreams: Upstreams, docker_options
+    tmp_path: Path, upstreams: Upstreams, docker_options, client
 ) -> None:
     vendor = plain_vendor(upstreams.plain[0], archs=[])
     vendor["build"].update(
@@ -185,6 +186,31 @@ def test_failing_step_surfaces_log_tail_and_exit_code(
     assert "exited with 7" in msg or "exit code 7" in msg
     assert "boom-marker" in msg and "plain-build.log" in msg
     assert artifacts_files(tmp_path / "artifacts") == []
+    assert not _kept(client), "without --keep-container a failed step's container is removed"
+
+
+def _kept(client) -> list:
+    return [c for c in client.containers.list(all=True) if c.name.startswith(KEPT_PREFIX)]
+
+
+def test_keep_container_leaves_the_failed_step_to_inspect(
+    tmp_path: Path, upstreams: Upstreams, docker_options, client
+) -> None:
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["build"].update(
+        kind="inplace", command=["sh", "-c", "echo kept > left-here; exit 3"], outputs=["*.so"]
+    )
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    with pytest.raises(BuildError) as info:
+        pipeline.build(docker_options(ws, keep_container=True))
+    kept = _kept(client)
+    try:
+        assert len(kept) == 1, kept
+        assert kept[0].name in str(info.value) or kept[0].short_id in str(info.value)
+        assert kept[0].attrs["State"]["ExitCode"] == 3
+    finally:
+        for c in kept:
+            c.remove(force=True)
 
 
 def test_out_of_memory_is_reported_as_such(

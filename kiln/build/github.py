@@ -1,0 +1,41 @@
+"""GitHub Actions' own faces for a build: the summary table in the job's step summary
+(``$GITHUB_STEP_SUMMARY``, Markdown) and errors as ``::error::`` workflow commands, so a
+failed job shows its cause on the run's page. Outside Actions both do nothing."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+
+def in_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def _escape(text: str) -> str:
+    """Workflow-command data escaping (``%``, CR and LF), as the runner expects."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotate_error(message: str, title: str = "kiln") -> None:
+    if in_actions():
+        sys.stdout.write(f"::error title={_escape_property(title)}::{_escape(message)}\n")
+        sys.stdout.flush()
+
+
+def write_step_summary(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Append a Markdown table to the step summary (one per build; a job may run several)."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = [f"### {title}", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "---|" * len(header))
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n\n")
