@@ -23,8 +23,8 @@ from typing import Any
 
 from kiln.config.models import Vendor
 from kiln.errors import ConfigError
-from kiln.plan.cpus import cpu_slots
 from kiln.inside.kit.objcache import SOURCE_SUFFIXES
+from kiln.plan.cpus import cpu_slots
 
 GIB = 1024**3
 SAFETY_MARGIN_GIB = 1.0  # for kiln itself, the page cache and whatever else runs
