@@ -365,7 +365,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_publish(args: argparse.Namespace) -> int:
     from kiln import publish
 
-    out(publish.publish(args.release, args.to, args.dry_run))
+    out(publish.publish(args.release, args.to, args.dry_run, force=args.force))
     return 0
 
 

@@ -4,11 +4,16 @@ Targets: a local or mounted folder (``/srv/releases/x``, ``file:///srv/releases/
 Hub model repository (``hf://ORG/NAME``). The release is re-hashed
 against its manifest first; a release with one changed byte is refused before anything is
 written or sent. What is published is exactly ``manifest.json`` plus every file it lists,
-all at once: a folder is staged beside the target and swapped in, the Hub gets one commit.
+all at once: a folder is staged beside the target and swapped in, the Hub gets one commit
+that also deletes what the release no longer has (an earlier release's wheel), so the
+target equals the release. A target holding files kiln did not write (a folder or Hub
+repository without a kiln manifest, or with files that manifest does not list) is
+refused unless ``--force``.
 
-The Hub token is read from ``$HF_TOKEN`` only (never from an argument, which would land in
-shell history and process lists), passed to huggingface_hub, and scrubbed from every
-message kiln prints: it is never printed, logged, or written to a file or the manifest.
+The Hub token is read from ``$HF_TOKEN`` or the Hub's own login (``hf auth login``, through
+huggingface_hub's ``get_token``), never from an argument (which would land in shell
+history and process lists), and scrubbed from every message kiln prints: it is never
+printed, logged, or written to a file or the manifest.
 """
 
 from __future__ import annotations
@@ -83,17 +88,47 @@ def scrub(text: str, token: str | None) -> str:
     return text.replace(token, "<HF_TOKEN>") if token else text
 
 
-def _to_folder(release: Path, files: list[tuple[str, int]], target: Target) -> str:
+# Files a Hub repository has that no release lists: the Hub writes it on creation.
+HUB_OWN = {".gitattributes"}
+
+
+def foreign_files(present: set[str], old_manifest: bytes | None) -> list[str]:
+    """Of the files a target holds, those kiln did not write: all of them without a kiln
+    manifest there, else those the earlier release's manifest does not list."""
+    owned = set(HUB_OWN)
+    if old_manifest is not None:
+        try:
+            old = manifest.Manifest.model_validate_json(old_manifest)
+        except ValueError:
+            old = None
+        if old is not None:
+            owned |= {o.path for o in old.outputs()} | {manifest.FILE_NAME}
+    return sorted(present - owned)
+
+
+def _refuse_foreign(target: Target, foreign: list[str]) -> None:
+    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    raise PublishError(
+        f"--to {target}: holds files kiln did not write ({shown}); publishing makes the "
+        f"target equal to the release and would delete them: name another target, or pass "
+        f"--force to replace them; nothing was published"
+    )
+
+
+def _to_folder(
+    release: Path, files: list[tuple[str, int]], target: Target, force: bool = False
+) -> str:
     dest = Path(target.where)
     if dest.resolve() == release.resolve():
         raise PublishError(f"--to {dest}: that is the release folder itself")
-    if dest.exists() and (
-        not dest.is_dir() or (any(dest.iterdir()) and not (dest / manifest.FILE_NAME).exists())
-    ):
-        raise PublishError(
-            f"--to {dest}: exists and is not a kiln release folder (publishing replaces the "
-            f"whole folder): name a new folder or an earlier release of this one"
-        )
+    if dest.exists() and not dest.is_dir():
+        raise PublishError(f"--to {dest}: exists and is not a folder: name a folder")
+    if dest.is_dir() and not force:
+        present = {str(p.relative_to(dest)) for p in dest.rglob("*") if not p.is_dir()}
+        old = dest / manifest.FILE_NAME
+        foreign = foreign_files(present, old.read_bytes() if old.is_file() else None)
+        if foreign:
+            _refuse_foreign(target, foreign)
     with fsutil.staged_dir(dest) as stage:
         for rel, _size in files:
             (stage / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -105,27 +140,68 @@ def _to_folder(release: Path, files: list[tuple[str, int]], target: Target) -> s
     return f"published {len(files)} files to {dest}"
 
 
-def _to_hub(release: Path, files: list[tuple[str, int]], target: Target) -> str:
-    token = os.environ.get(TOKEN_ENV)
-    if not token:
-        raise PublishError(
-            f"{TOKEN_ENV} is not set: export a Hugging Face token with write access to "
-            f"{target.where} (kiln reads it from the environment only); nothing was uploaded"
-        )
-    from huggingface_hub import CommitOperationAdd, HfApi
+def _hub_state(api: object, repo: str, token: str) -> tuple[set[str], bytes | None]:
+    """The files the repository holds now, and its manifest.json if it has one."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    present = {f.path for f in api.list_repo_tree(repo, recursive=True) if isinstance(f, RepoFile)}  # type: ignore[attr-defined]
+    if manifest.FILE_NAME not in present:
+        return present, None
+    url = hf_hub_url(repo, manifest.FILE_NAME, endpoint=api.endpoint)  # type: ignore[attr-defined]
+    res = get_session().get(url, headers=build_hf_headers(token=token), follow_redirects=True)
+    res.raise_for_status()
+    return present, res.content
+
+
+def _to_hub(
+    release: Path, files: list[tuple[str, int]], target: Target, force: bool = False
+) -> str:
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, get_token
     from huggingface_hub.errors import RepositoryNotFoundError
     from huggingface_hub.utils import disable_progress_bars
 
+    token = get_token()  # $HF_TOKEN, else the token `hf auth login` saved
+    if not token:
+        raise PublishError(
+            f"no Hugging Face token: export {TOKEN_ENV} or run `hf auth login` with a token "
+            f"that can write to {target.where}; nothing was uploaded"
+        )
     disable_progress_bars()
     if not logging.getLogger().isEnabledFor(logging.DEBUG):  # one line per request otherwise
         logging.getLogger("httpx").setLevel(logging.WARNING)
     api = HfApi(endpoint=os.environ.get(ENDPOINT_ENV) or None, token=token)
     name = manifest.read(release / manifest.FILE_NAME).release.name
     digest = fsutil.sha256_file(release / manifest.FILE_NAME)
-    operations = [
+    try:
+        present, old_manifest = _hub_state(api, target.where, token)
+    except RepositoryNotFoundError:
+        raise PublishError(
+            f"{target}: repository not found, or the token cannot write to it: create the "
+            f"model repository on the Hub (or fix the token) and rerun; nothing was committed"
+        ) from None
+    except Exception as exc:  # huggingface_hub's HTTP and network errors
+        detail = scrub(" ".join(str(exc).split()), token)[:400]
+        raise PublishError(
+            f"{target}: listing its files failed, nothing was committed: "
+            f"{type(exc).__name__}: {detail}"
+        ) from None
+    foreign = foreign_files(present, old_manifest)
+    if foreign and not force:
+        _refuse_foreign(target, foreign)
+    keep = {rel for rel, _ in files} | HUB_OWN
+    stale = sorted(present - keep)
+    operations: list[object] = [
         CommitOperationAdd(path_in_repo=rel, path_or_fileobj=release / rel) for rel, _ in files
     ]
-    log.info("uploading %d files to %s in one commit", len(files), target)
+    operations += [CommitOperationDelete(path_in_repo=rel) for rel in stale]
+    log.info(
+        "uploading %d files to %s in one commit%s",
+        len(files),
+        target,
+        f", deleting {len(stale)} the release no longer has" if stale else "",
+    )
     try:
         info = api.create_commit(
             repo_id=target.where,
@@ -136,20 +212,24 @@ def _to_hub(release: Path, files: list[tuple[str, int]], target: Target) -> str:
         )
     except RepositoryNotFoundError:
         raise PublishError(
-            f"{target}: repository not found, or the token in {TOKEN_ENV} cannot write to it: "
-            f"create the model repository on the Hub (or fix the token) and rerun; "
-            f"nothing was committed"
+            f"{target}: repository not found, or the token cannot write to it: create the "
+            f"model repository on the Hub (or fix the token) and rerun; nothing was committed"
         ) from None
     except Exception as exc:  # huggingface_hub's HTTP, network and validation errors
         detail = scrub(" ".join(str(exc).split()), token)[:400]
         raise PublishError(
             f"{target}: the upload failed, nothing was committed: {type(exc).__name__}: {detail}"
         ) from None
-    return f"published {len(files)} files to {target} in one commit: {info.commit_url}"
+    deleted = f", deleted {len(stale)}" if stale else ""
+    return f"published {len(files)} files to {target} in one commit{deleted}: {info.commit_url}"
 
 
 def publish(
-    release: Path, to: str, dry_run: bool = False, say: Callable[[str], None] = print
+    release: Path,
+    to: str,
+    dry_run: bool = False,
+    say: Callable[[str], None] = print,
+    force: bool = False,
 ) -> str:
     """Check ``release`` and publish it to ``to``; return the one-line result."""
     target = parse_target(to)
@@ -163,5 +243,5 @@ def publish(
             f"nothing was uploaded"
         )
     if target.kind == "hub":
-        return _to_hub(release, files, target)
-    return _to_folder(release, files, target)
+        return _to_hub(release, files, target, force)
+    return _to_folder(release, files, target, force)

@@ -6,8 +6,11 @@ one commit (``HfApi.create_commit``), served on 127.0.0.1 for the publish tests.
   stand-in answers ``regular`` for every file, so contents travel base64-encoded inside the
   commit itself (the real Hub sends large files through LFS/Xet storage first; that part of
   the protocol is not served here);
-- ``POST /api/models/{repo}/commit/{revision}``: the NDJSON commit. Its files are written
-  only once the whole request has been read, so a commit is all files or none, as on the Hub.
+- ``POST /api/models/{repo}/commit/{revision}``: the NDJSON commit (files added and
+  deleted). It is applied only once the whole request has been read, so a commit is all
+  files or none, as on the Hub;
+- ``GET /api/models/{repo}/tree/{revision}``: the files the repository holds (one page);
+- ``GET /{repo}/resolve/{revision}/{path}``: a file's bytes.
 
 Every request must carry ``Authorization: Bearer <token>``. Every request is recorded.
 ``echo_token_on_commit`` makes the commit fail with an error message that repeats the
@@ -42,6 +45,7 @@ class StandinHub:
     echo_token_on_commit: bool = False
     requests: list[tuple[str, str]] = field(default_factory=list)
     commits: list[Commit] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -79,7 +83,51 @@ class StandinHub:
 
             def do_GET(self) -> None:
                 hub.requests.append(("GET", self.path))
+                if self.headers.get("Authorization") != f"Bearer {hub.token}":
+                    return self._send(401, {"error": "Invalid credentials in Authorization"})
+                parts = self.path.split("?")[0].strip("/").split("/")
+                if len(parts) >= 5 and parts[:2] == ["api", "models"] and parts[4] == "tree":
+                    repo = f"{parts[2]}/{parts[3]}"
+                    if repo not in hub.repos:
+                        return self._send(
+                            404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"}
+                        )
+                    folder = hub.root / repo
+                    files = (
+                        sorted(p for p in folder.rglob("*") if p.is_file())
+                        if folder.is_dir()
+                        else []
+                    )
+                    listing = [
+                        {
+                            "type": "file",
+                            "path": str(p.relative_to(folder)),
+                            "size": p.stat().st_size,
+                            "oid": hashlib.sha1(p.read_bytes()).hexdigest(),
+                        }
+                        for p in files
+                    ]
+                    return self._send_json_list(listing)
+                if len(parts) >= 5 and parts[2] == "resolve":
+                    path = hub.root / parts[0] / parts[1] / "/".join(parts[4:])
+                    if path.is_file():
+                        return self._send_bytes(path.read_bytes())
                 self._send(404, {"error": f"the stand-in does not serve {self.path}"})
+
+            def _send_json_list(self, listing: list[dict[str, Any]]) -> None:
+                data = json.dumps(listing).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _send_bytes(self, data: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _preupload(self, payload: dict[str, Any]) -> None:
                 files = [
@@ -95,10 +143,17 @@ class StandinHub:
                 lines = [json.loads(ln) for ln in body.splitlines() if ln.strip()]
                 header = lines[0]["value"]
                 files: dict[str, bytes] = {}
+                deletes: list[str] = []
                 for item in lines[1:]:
+                    if item["key"] == "deletedFile":
+                        deletes.append(item["value"]["path"])
+                        continue
                     if item["key"] != "file" or item["value"].get("encoding") != "base64":
                         return self._send(400, {"error": f"stand-in: unsupported {item['key']}"})
                     files[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
+                for rel in deletes:
+                    (hub.root / repo / rel).unlink()
+                    hub.deleted.append(rel)
                 for rel, content in files.items():
                     dest = hub.root / repo / rel
                     dest.parent.mkdir(parents=True, exist_ok=True)

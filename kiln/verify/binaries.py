@@ -163,7 +163,7 @@ def check_tags(wheel: Path, profile: Profile) -> tuple[str, str, list[str]]:
     machine = profile.platform.split("_", 1)[1]
     for tag in tags:
         plat_ok = tag.platform == profile.platform or (
-            tag.platform.startswith("manylinux_") and tag.platform.endswith("_" + machine)
+            tag.platform.startswith("manylinux") and tag.platform.endswith("_" + machine)
         )
         if tag.interpreter != py or tag.abi != py or not plat_ok:
             raise VerifyError(
@@ -171,6 +171,32 @@ def check_tags(wheel: Path, profile: Profile) -> tuple[str, str, list[str]]:
                 f"{profile.platform} or manylinux_*_{machine}); build with Python {profile.python}"
             )
     return str(name), str(version), sorted(str(t) for t in tags)
+
+
+def check_repaired(wheel: Path, tags: list[str], objects: list[SharedObject]) -> None:
+    """A wheel with shared objects carries a manylinux tag (auditwheel repair ran): a
+    plain ``linux_*`` tag lets pip install it where its glibc symbols do not exist."""
+    if objects and not any(t.split("-")[-1].startswith("manylinux") for t in tags):
+        raise VerifyError(
+            f"{wheel.name}: has shared objects but a {tags[0].split('-')[-1]} tag, not "
+            f"manylinux_2_X: it was not repaired (auditwheel repair with torch, CUDA, NCCL "
+            f"and NVSHMEM excluded; kiln build does it)"
+        )
+
+
+def check_requires(wheel: Path, metadata: str, pin: str | None) -> None:
+    """METADATA pins the torch the extension was compiled against."""
+    if pin and f"\nRequires-Dist: {pin}\n" not in "\n" + metadata.split("\n\n")[0] + "\n":
+        found = [ln for ln in metadata.splitlines() if ln.startswith("Requires-Dist: torch")]
+        raise VerifyError(
+            f"{wheel.name}: METADATA does not pin {pin} (has {', '.join(found) or 'no torch'}):"
+            f" pip could pair it with another torch; kiln build writes the pin"
+        )
+
+
+def _metadata(zf: zipfile.ZipFile) -> str:
+    names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+    return zf.read(names[0]).decode() if len(names) == 1 else ""
 
 
 def auditwheel_show(wheel: Path) -> dict[str, object]:
@@ -194,7 +220,10 @@ def verify_wheel(
             sass, ptx = device_archs(target)
             needed, runpath = linkage(target)
             report.shared_objects.append(SharedObject(member, sass, ptx, needed, runpath))
+        metadata = _metadata(zf)
     check_archs(wheel.name, report.shared_objects, expected)
+    check_repaired(wheel, tags, report.shared_objects)
+    check_requires(wheel, metadata, profile.torch_pin)
     check_linkage(wheel.name, report.shared_objects, build_site)
     report.auditwheel = auditwheel_show(wheel)
     return report

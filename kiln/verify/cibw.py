@@ -17,9 +17,10 @@ from typing import Any
 
 from kiln.config.models import Profile
 from kiln.config.workspace import Workspace
+from kiln.toolchain.provided import PROVIDED_AT_RUN_TIME
 
 # Libraries a CUDA wheel links against but must never carry (auditwheel --exclude globs).
-EXCLUDES = ("libtorch*", "libc10*", "libcuda*", "libcudart*", "libnccl*", "libnvshmem*")
+EXCLUDES = PROVIDED_AT_RUN_TIME
 
 
 def machine(profile: Profile) -> str:

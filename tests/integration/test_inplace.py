@@ -90,6 +90,11 @@ def tiny(
     )
     series = ws / "patches/series.toml"
     series.write_text('tags = { tinyinfer = "prefixcache" }\n' + series.read_text())
+    with open(ws / "kiln.toml", "a") as fh:  # the workspace names its JIT caches (the README)
+        fh.write(
+            '\n[[release.jit_caches]]\nname = "deep_gemm"\nvariable = "DG_JIT_CACHE_DIR"\n'
+            '\n[[release.jit_caches]]\nname = "tilelang"\nvariable = "TILELANG_CACHE_DIR"\n'
+        )
     digest = hashlib.sha256(dep.read_bytes()).hexdigest()
     (ws / "runtime-requirements.txt").write_text(f"{DEP}==1.0 --hash=sha256:{digest}\n")
     opts = pipeline.Options(
@@ -430,10 +435,14 @@ def test_build_script_states_the_recipe_and_refuses_a_folder_that_is_not_kiln(
 
 def test_install_sh_installs_for_real(tiny: dict, tmp_path: Path) -> None:
     venv, target = tmp_path / "venv", tmp_path / "workspace"
+    release = tmp_path / "release"
+    shutil.copytree(tiny["release"], release)
+    # an earlier release's wheel left behind: install.sh installs the manifest's only
+    (release / "wheels/plainext-0.1.0-py3-none-any.whl").write_bytes(b"not a wheel")
     res = subprocess.run(
         [
             "bash",
-            str(tiny["release"] / "install.sh"),
+            str(release / "install.sh"),
             str(venv),
             str(target),
             "--find-links",
@@ -467,6 +476,25 @@ def other_python() -> str:
         if subprocess.run([str(c), "-c", "pass"], capture_output=True).returncode == 0:
             return str(c)
     pytest.skip("no Python other than 3.11 on this machine")
+
+
+def test_install_sh_names_a_missing_wheel_before_it_starts(tiny: dict, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    shutil.copytree(tiny["release"], release)
+    (wheel,) = (release / "wheels").glob("plainext-*.whl")
+    wheel.unlink()
+    res = subprocess.run(
+        ["bash", str(release / "install.sh"), str(tmp_path / "v"), str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 1
+    assert res.stderr.strip() == (
+        f"install.sh: wheels/{wheel.name} is missing: the manifest lists it "
+        "(copy the whole release)"
+    )
+    assert not (tmp_path / "v").exists()
 
 
 def test_install_sh_refuses_the_wrong_python(tiny: dict, tmp_path: Path) -> None:
@@ -556,6 +584,32 @@ def test_upstream_without_a_license_fails(tmp_path: Path, upstreams: Upstreams, 
     vendor["source"]["license"] = "COPYING"
     ws = write(tmp_path / "ws", {"plain": vendor})
     with pytest.raises(VerifyError, match="plain: no license file at COPYING in its source"):
+        pipeline.build(options(ws))
+
+
+def test_submodule_without_a_license_fails_naming_it_before_the_compile(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    vendor = plain_vendor(upstreams.plain[2])
+    vendor["source"]["submodules"] = [{"path": "third_party/hdr", "license": "NOTICE"}]
+    ws = write(tmp_path / "ws", {"plain": vendor})
+    with pytest.raises(VerifyError) as info:
+        pipeline.build(options(ws))
+    msg = str(info.value)
+    assert msg.startswith(
+        "plain: submodule third_party/hdr has no license file (looked for NOTICE)"
+    )
+    assert "plain-build.log" not in msg
+    assert not (tmp_path / "artifacts/logs/test-release/plain-build.log").exists()
+
+
+def test_submodule_license_that_does_not_match_its_id_fails(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    vendor = plain_vendor(upstreams.plain[2])
+    vendor["source"]["submodules"] = [{"path": "third_party/hdr", "license_id": "BSD-3-Clause"}]
+    ws = write(tmp_path / "ws", {"plain": vendor})
+    with pytest.raises(VerifyError, match="submodule third_party/hdr: LICENSE does not read like"):
         pipeline.build(options(ws))
 
 

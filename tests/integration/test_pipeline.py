@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import zipfile
@@ -38,6 +39,8 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
             "path": "third_party/hdr",
             "url": "https://fixtures.invalid/hdr.git",
             "commit": upstreams.hdr[0],
+            "license_file": "licenses/plain-third_party_hdr-LICENSE",
+            "license_id": None,
         }
     ]
     assert entry["patches"][0]["file"] == "greeting.patch"
@@ -47,8 +50,14 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     assert data["toolchain"]["torch_version"] == "2.14.1+cu130"
     assert data["runner"] == {"kind": "local", "image": None, "builder": None}
 
-    out, license_out, patch_out = entry["outputs"]
+    out, license_out, sub_license, patch_out = entry["outputs"]
     assert license_out["kind"] == "license" and license_out["path"] == "licenses/plain-LICENSE"
+    assert sub_license["kind"] == "license"
+    assert sub_license["path"] == "licenses/plain-third_party_hdr-LICENSE"
+    sbom = json.loads((release / "sbom.cdx.json").read_text())
+    (plain,) = [c for c in sbom["components"] if c["name"] == "plain"]
+    (hdr,) = plain["components"]
+    assert {"name": "kiln:license-file", "value": sub_license["path"]} in hdr["properties"]
     assert patch_out["kind"] == "patch" and patch_out["path"] == "patches/greeting.patch"
     wheel = release / out["path"]
     patch_digest = entry["patches"][0]["sha256"]
@@ -56,7 +65,11 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
         f"cu132.torch2.14.g{upstreams.plain[2][:7]}.p"
         + hashlib.sha256(patch_digest.encode()).hexdigest()[:7]
     )
-    assert wheel.name == f"plainext-1.2.0+{label}-cp311-cp311-linux_x86_64.whl"
+    # repaired: the tag its glibc symbols allow (this Debian 12 host: manylinux_2_34)
+    assert re.fullmatch(
+        rf"plainext-1\.2\.0\+{re.escape(label)}-cp311-cp311-manylinux_2_(\d+)_x86_64\.whl",
+        wheel.name,
+    ), wheel.name
     assert out["version"] == f"1.2.0+{label}"
     objects = {o["path"].split(".")[0]: o for o in out["shared_objects"]}
     assert objects["plainext/_kernels"]["sass"] == ["sm_100a", "sm_103a"]
@@ -64,9 +77,26 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     assert "auditwheel" in out and out["auditwheel"]["output"]
     with zipfile.ZipFile(wheel) as zf:
         assert b"hello from patched plainext" in zf.read("plainext/__init__.py")
+        info = f"plainext-1.2.0+{label}.dist-info"
+        assert "Requires-Dist: torch==2.14.1\n" in zf.read(f"{info}/METADATA").decode()
+        assert "Tag: cp311-cp311-manylinux_2_" in zf.read(f"{info}/WHEEL").decode()
+        assert not [n for n in zf.namelist() if ".libs/" in n], "nothing grafted"
 
     assert manifest.check(release / "manifest.json") == []
     assert (tmp_path / "artifacts/logs/test-release/plain-build.log").exists()
+
+
+def test_wheel_over_its_size_budget_fails_naming_its_largest_members(
+    tmp_path: Path, upstreams: Upstreams, options
+) -> None:
+    vendor = plain_vendor(upstreams.plain[0], archs=[], max_wheel_mib=0.001)
+    ws = write(tmp_path / "ws", {"plain": vendor})
+    with pytest.raises(BuildError) as info:
+        pipeline.build(options(ws))
+    msg = str(info.value)
+    assert "over vendors/plain.toml's build.max_wheel_mib = 0.001" in msg
+    assert "largest members (compressed): plainext/_host" in msg, msg
+    assert artifacts_files(tmp_path / "artifacts") == []
 
 
 def test_wheel_missing_an_arch_fails_and_leaves_nothing(

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ from tests.hub_standin import StandinHub
 from tests.upstreams import Upstreams
 
 TOKEN = "hf_kilnTestToken0123456789abcdefSECRET"
+EMPTY_HF_HOME = Path("/nonexistent/kiln-tests-hf-home")
 REPO_ID = "inferencekey/deepinfer-sm100-cu132"
 
 
@@ -30,8 +33,10 @@ def release(
 
 
 def publish(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``python -m kiln -v publish ...`` with HF_TOKEN only where ``env`` sets it."""
+    """``python -m kiln -v publish ...`` with HF_TOKEN only where ``env`` sets it (and an
+    HF_HOME of its own: no login token of this machine's is found unless ``env`` puts one)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    base["HF_HOME"] = str(EMPTY_HF_HOME)
     return subprocess.run(
         [sys.executable, "-m", "kiln", "-v", "publish", *map(str, args)],
         cwd=REPO,
@@ -79,7 +84,7 @@ def test_publish_refuses_a_folder_that_is_not_a_release(release: Path, tmp_path:
     (dest / "thesis.tex").write_text("years of work\n")
     res = publish(release, "--to", dest)
     assert res.returncode == 14
-    assert "exists and is not a kiln release folder" in res.stderr
+    assert "holds files kiln did not write (thesis.tex)" in res.stderr
     assert [p.name for p in dest.iterdir()] == ["thesis.tex"]
 
 
@@ -142,10 +147,71 @@ def test_publish_hub_standin_without_token_stops_before_any_request(
         res = publish(release, "--to", f"hf://{REPO_ID}", env=hub_env(hub, token=None))
     assert res.returncode == 14
     assert res.stderr.strip().splitlines()[-1] == (
-        f"kiln: error: HF_TOKEN is not set: export a Hugging Face token with write access to "
-        f"{REPO_ID} (kiln reads it from the environment only); nothing was uploaded"
+        f"kiln: error: no Hugging Face token: export HF_TOKEN or run `hf auth login` with a "
+        f"token that can write to {REPO_ID}; nothing was uploaded"
     )
     assert hub.requests == []
+
+
+def test_publish_hub_takes_the_token_of_hf_auth_login(release: Path, tmp_path: Path) -> None:
+    home = tmp_path / "hf-home"
+    home.mkdir()
+    (home / "token").write_text(TOKEN)  # where `hf auth login` stores it
+    with StandinHub(tmp_path / "hub", TOKEN, {REPO_ID}) as hub:
+        res = publish(
+            release, "--to", f"hf://{REPO_ID}", env={**hub_env(hub, None), "HF_HOME": str(home)}
+        )
+    assert res.returncode == 0, res.stderr
+    assert len(hub.commits) == 1 and TOKEN not in res.stdout + res.stderr
+
+
+def _seed_earlier_release(hub_root: Path, release: Path) -> str:
+    """The Hub repository as an earlier publish left it: this release's files plus a
+    wheel its manifest listed that the new release no longer has."""
+    repo = hub_root / REPO_ID
+    shutil.copytree(release, repo)
+    data = json.loads((repo / "manifest.json").read_text())
+    outputs = next(v["outputs"] for v in data["vendors"].values() if v["outputs"])
+    old = dict(outputs[0], path="wheels/old_pkg-0.1-py3-none-any.whl")
+    outputs.append(old)
+    (repo / old["path"]).parent.mkdir(parents=True, exist_ok=True)
+    (repo / old["path"]).write_bytes(b"an earlier release's wheel")
+    (repo / "manifest.json").write_text(json.dumps(data))
+    (repo / ".gitattributes").write_text("*.whl filter=lfs\n")
+    return old["path"]
+
+
+def test_publish_hub_makes_the_repository_equal_to_the_release(
+    release: Path, tmp_path: Path
+) -> None:
+    stale = _seed_earlier_release(tmp_path / "hub", release)
+    with StandinHub(tmp_path / "hub", TOKEN, {REPO_ID}) as hub:
+        res = publish(release, "--to", f"hf://{REPO_ID}", env=hub_env(hub))
+    assert res.returncode == 0, res.stderr
+    assert ", deleted 1:" in res.stdout
+    assert hub.deleted == [stale] and len(hub.commits) == 1
+    held = {
+        str(p.relative_to(tmp_path / "hub" / REPO_ID))
+        for p in (tmp_path / "hub" / REPO_ID).rglob("*")
+        if p.is_file()
+    }
+    assert held == listed(release) | {".gitattributes"}
+
+
+def test_publish_hub_refuses_files_it_did_not_write_unless_forced(
+    release: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "hub" / REPO_ID
+    repo.mkdir(parents=True)
+    (repo / "notes.md").write_text("someone else's")
+    with StandinHub(tmp_path / "hub", TOKEN, {REPO_ID}) as hub:
+        refused = publish(release, "--to", f"hf://{REPO_ID}", env=hub_env(hub))
+        assert refused.returncode == 14 and hub.commits == []
+        assert "holds files kiln did not write (notes.md)" in refused.stderr
+        assert "--force" in refused.stderr
+        forced = publish(release, "--to", f"hf://{REPO_ID}", "--force", env=hub_env(hub))
+    assert forced.returncode == 0, forced.stderr
+    assert hub.deleted == ["notes.md"] and not (repo / "notes.md").exists()
 
 
 def test_publish_hub_standin_never_prints_the_token(release: Path, tmp_path: Path) -> None:

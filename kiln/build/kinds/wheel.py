@@ -1,5 +1,6 @@
 """Build kind ``wheel``: ``pip wheel --no-build-isolation`` of the tree (the step), then the
-wheel re-packed under kiln's version label, verified, and placed in ``wheels/``."""
+wheel repaired to its manylinux tag, re-packed under kiln's version label with the torch
+pin in METADATA, held to its size budget, verified, and placed in ``wheels/``."""
 
 from __future__ import annotations
 
@@ -35,8 +36,13 @@ class WheelKind:
                 f"building {vendor.name} left {len(made)} wheels, expected one; see {step.log_file}"
             )
         with timed(timings, "package"):
-            label = wheelfix.local_label(ctx.ws.profile, co.commit, [p.sha256 for p in applied])
-            fixed = wheelfix.normalize(made[0], label, co.commit_time, made[0].parent / "fixed")
+            profile = ctx.ws.profile
+            label = wheelfix.local_label(profile, co.commit, [p.sha256 for p in applied])
+            repaired = wheelfix.repair(made[0], co.commit_time, made[0].parent / "repaired")
+            fixed = wheelfix.normalize(
+                repaired, label, co.commit_time, made[0].parent / "fixed", profile.torch_pin
+            )
+            wheelfix.check_size(fixed, vendor.name, vendor.build.max_wheel_mib)
         with timed(timings, "verify"):
             report = verify.verify_wheel(
                 fixed, list(vendor.build.archs), ctx.ws.profile, ctx.tc.site_packages
