@@ -419,7 +419,7 @@ EXAMPLES = """\
 examples:
   kiln demo                                  the bundled example, offline (CUDA from PyPI)
   kiln build --dry-run                       what a build would do: cache hits, fetches, jobs
-  kiln build deepep --runner docker          one upstream in the builder image
+  kiln build NAME --runner docker            one upstream in the builder image
   kiln build --workspace examples/public --bundles ../shared/upstreams
   kiln verify artifacts/REL/manifest.json    rebuild elsewhere, compare every file
   kiln manifest check artifacts/REL/manifest.json

@@ -162,7 +162,13 @@ def header(run: Run) -> None:
         schema_id=manifest.SCHEMA_ID,
         kiln_version=__version__,
         kiln_commit=source_commit(),
-        release=ReleaseInfo.model_validate(ws.release.model_dump(mode="json")),
+        release=ReleaseInfo.model_validate(
+            {
+                **ws.release.model_dump(mode="json"),
+                "readme_template": ws.release.readme_template if ws.readme_text else None,
+                "readme_template_text": ws.readme_text,
+            }
+        ),
         profile=ProfileInfo.model_validate(ws.profile.model_dump(mode="json")),
         toolchain=ToolchainInfo.model_validate(ctx.tc.to_json()),
         runner=RunnerInfo.model_validate(runner),

@@ -78,6 +78,14 @@ class Release(Strict):
     install_root: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/opt/kiln"
     # The JIT caches `kiln pack-jit-cache` packs and the README tells how to point at.
     jit_caches: list[JitCache] = Field(default_factory=list)
+    # The Hub repository the release is published to (the README's `hf download` line).
+    hub_repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")] | None = (
+        None
+    )
+    # The release README's own prose, with the generated tables put in at its
+    # <!-- kiln:SECTION --> markers (kiln/release/readme.py); a YAML front matter there
+    # adds to or overrides the generated model-card metadata.
+    readme_template: InsidePath = "release/README.md.in"
 
 
 class WorkspaceFile(Strict):

@@ -8,6 +8,7 @@ any particular upstream: adding one means adding a TOML file.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,6 +57,21 @@ def parse(model: type[M], path: Path, data: dict[str, Any] | None = None) -> M:
         raise ConfigError(f"{path}: {_describe(errors[0])}{more}") from None
 
 
+# The generated parts of the release README, in their default order; a template puts
+# each where its <!-- kiln:NAME --> marker is (the ones it leaves out follow its text).
+README_SECTIONS = (
+    "summary",
+    "contents",
+    "install",
+    "jit-caches",
+    "sources",
+    "patches",
+    "build",
+    "licenses",
+)
+README_MARKER = re.compile(r"<!--\s*kiln:([A-Za-z0-9_-]+)\s*-->")
+
+
 class Workspace:
     """A folder with ``kiln.toml``, ``vendors/`` and ``patches/``."""
 
@@ -68,6 +84,7 @@ class Workspace:
         self.profile = self._pick_profile(meta, profile)
         self.vendors = self._load_vendors()
         self.series = self._load_series()
+        self.readme_text = self.readme_template_text()
 
     def _pick_profile(self, meta: WorkspaceFile, name: str | None) -> Profile:
         if name is None:
@@ -79,6 +96,20 @@ class Workspace:
             )
         merged = {**meta.profile.model_dump(exclude_none=True), **meta.profiles[name]}
         return parse(Profile, Path(f"{WORKSPACE_FILE} [profiles.{name}]"), merged)
+
+    def readme_template_text(self) -> str | None:
+        """The release README's template, if the workspace has one; its markers checked."""
+        path = self.root / self.release.readme_template
+        if not path.is_file():
+            return None
+        text = path.read_text()
+        unknown = sorted(set(README_MARKER.findall(text)) - set(README_SECTIONS))
+        if unknown:
+            raise ConfigError(
+                f"{self.release.readme_template}: unknown marker <!-- kiln:{unknown[0]} --> "
+                f"(known: {', '.join(README_SECTIONS)})"
+            )
+        return text
 
     @property
     def vendors_dir(self) -> Path:

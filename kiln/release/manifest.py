@@ -63,6 +63,13 @@ class ReleaseInfo(Model):
     description: str = ""
     install_root: str | None = None
     jit_caches: list[JitCacheInfo] = Field(default_factory=list)
+    hub_repo: str | None = None
+    readme_template: str | None = Field(
+        default=None, description="the workspace's README template, as a path in it"
+    )
+    readme_template_text: str | None = Field(
+        default=None, description="that template's text (the README is written from it)"
+    )
 
 
 class ProfileInfo(Model):

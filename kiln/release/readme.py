@@ -3,6 +3,9 @@ of the model card: what is inside, the pinned commits, how it was built, how to 
 
 from __future__ import annotations
 
+from typing import Any
+
+from kiln.config.workspace import README_MARKER, README_SECTIONS
 from kiln.release.manifest import JitCacheInfo, Manifest, Output, ReleaseInfo
 
 
@@ -16,9 +19,10 @@ def _contents(m: Manifest) -> list[str]:
     wheels = [o for v in m.vendors.values() for o in v.outputs_of("wheel")]
     if wheels:
         listed = "; ".join(f"{o.name} {o.version} ({_archs(o)})" for o in wheels)
+        platforms = sorted({t.split("-")[-1] for o in wheels for t in o.tags or []})
         rows.append(
             f"| wheels/ | {listed}; CUDA {m.profile.cuda}, "
-            f"cp{m.profile.python.replace('.', '')}, {m.profile.platform} |"
+            f"cp{m.profile.python.replace('.', '')}, {', '.join(platforms) or m.profile.platform} |"
         )
     for name, v in m.vendors.items():
         for o in v.outputs_of("tarball"):
@@ -91,18 +95,51 @@ def _jit_caches(release: ReleaseInfo, root: str) -> list[str]:
     ]
 
 
-def render(m: Manifest) -> str:
+def _licenses_used(m: Manifest) -> list[str]:
+    ids = [v.source.license_id for v in m.vendors.values()]
+    ids += [sub.license_id for v in m.vendors.values() for sub in v.source.submodules]
+    return sorted({i for i in ids if i})
+
+
+def front_matter(m: Manifest) -> dict[str, Any]:
+    """The Hub model card's metadata: license, tags, library."""
+    p = m.profile
+    used = _licenses_used(m)
+    meta: dict[str, Any] = {"library_name": "kiln"}
+    if len(used) == 1 and all(v.source.license_id for v in m.vendors.values()):
+        meta["license"] = used[0].lower()
+    else:
+        meta["license"] = "other"
+        meta["license_name"] = " AND ".join(used) if used else "see-licenses"
+        meta["license_link"] = "licenses/"
+    tags = ["kiln", "cuda", "kernels", "cu" + p.cuda.replace(".", "")]
+    tags += list(p.archs)
+    if p.torch:
+        tags.append("torch" + ".".join(p.torch.split("+")[0].split(".")[:2]))
+    tags += [f"python{p.python}", *m.vendors]
+    meta["tags"] = tags
+    return meta
+
+
+def _yaml(meta: dict[str, Any]) -> str:
+    from huggingface_hub import ModelCardData
+
+    return ModelCardData(**meta).to_yaml()
+
+
+def _sections(m: Manifest) -> dict[str, list[str]]:
     p, tc, release = m.profile, m.toolchain, m.release
     root = release.install_root or "/opt/kiln"
-    lines = [f"# {release.name}", ""]
-    if release.description:
-        lines += [release.description, ""]
-    lines += [
+    repo = release.hub_repo or "ORG/NAME"
+    sections: dict[str, list[str]] = {}
+    sections["summary"] = [
         f"Built by kiln {m.kiln_version} from pinned sources for "
         f"{', '.join(p.archs)} with CUDA {p.cuda}, Python {p.python} and torch "
         f"{p.torch}. `manifest.json` lists every file here with its sha256; "
         f"check them with `python -m kiln manifest check manifest.json`.",
         "",
+    ]
+    sections["contents"] = [
         "## Contents",
         "",
         *_contents(m),
@@ -110,6 +147,8 @@ def render(m: Manifest) -> str:
         "torch and the NVIDIA libraries are NOT included: install.sh installs them "
         "(requirements.txt).",
         "",
+    ]
+    sections["install"] = [
         "## Install",
         "",
         "```sh",
@@ -118,26 +157,30 @@ def render(m: Manifest) -> str:
         + ", a CUDA "
         + p.cuda.split(".")[0]
         + " toolkit with nvcc, zstd)",
-        f"bash install.sh {root}/venv {root}",
+        f"hf download {repo} --local-dir {root}/release"
+        + ("" if release.hub_repo else "   # ORG/NAME: the Hub repository it was published to"),
+        f"bash {root}/release/install.sh {root}/venv {root}",
         "```",
         "",
-        *_jit_caches(release, root),
-        "## Pinned sources",
-        "",
-        "| upstream | repository | commit | submodules |",
-        "| --- | --- | --- | --- |",
     ]
+    sections["jit-caches"] = _jit_caches(release, root)
+    rows = ["## Pinned sources", "", "| upstream | repository | commit | submodules |"]
+    rows.append("| --- | --- | --- | --- |")
     for name, v in m.vendors.items():
         s = v.source
         subs = "; ".join(f"{sub.path} @ {sub.commit[:12]}" for sub in s.submodules) or "none"
-        lines.append(f"| {name} | {s.url} | {s.commit} | {subs} |")
+        rows.append(f"| {name} | {s.url} | {s.commit} | {subs} |")
+    sections["sources"] = [*rows, ""]
     patches = [(name, q) for name, v in m.vendors.items() for q in v.patches]
-    if patches:
-        lines += ["", "## Patches", "", "| patch | applied to | sha256 |", "| --- | --- | --- |"]
-        lines += [f"| {q.file} | {name} | {q.sha256} |" for name, q in patches]
+    sections["patches"] = (
+        ["## Patches", "", "| patch | applied to | sha256 |", "| --- | --- | --- |"]
+        + [f"| {q.file} | {name} | {q.sha256} |" for name, q in patches]
+        + [""]
+        if patches
+        else []
+    )
     runner = m.runner
-    lines += [
-        "",
+    build = [
         "## How it was built",
         "",
         f"- runner: {runner.kind}" + (f", image {runner.image}" if runner.image else ""),
@@ -151,6 +194,49 @@ def render(m: Manifest) -> str:
             for k, val in sorted(v.environment.items())
             if k not in ("CUDA_HOME", "PYTHONNOUSERSITE", "PIP_DISABLE_PIP_VERSION_CHECK")
         )
-        lines.append(f"- {name} ({v.recipe['kind']}): {env}")
-    lines += ["", "Licenses: each upstream's own, in `licenses/`.", ""]
-    return "\n".join(lines)
+        build.append(f"- {name} ({v.recipe['kind']}): {env}")
+    sections["build"] = [*build, ""]
+    lic = []
+    for name, v in m.vendors.items():
+        lic.append(f"- {name}: {v.source.license_id or 'see its file'} (`licenses/`)")
+        lic += [
+            f"  - submodule {sub.path}: {sub.license_id or 'see its file'} (`{sub.license_file}`)"
+            for sub in v.source.submodules
+            if sub.license_file
+        ]
+    sections["licenses"] = [
+        "## Licenses",
+        "",
+        "Each upstream's own, and its submodules':",
+        *lic,
+        "",
+    ]
+    return sections
+
+
+def render(m: Manifest) -> str:
+    """The README: YAML front matter for the Hub, then the workspace's template (its
+    prose, the sections at its markers, the unplaced ones after it) or, without one,
+    the title, the description and every section in order."""
+    from huggingface_hub import ModelCard
+
+    sections = _sections(m)
+    meta = front_matter(m)
+    template = m.release.readme_template_text
+    if template is None:
+        head = [f"# {m.release.name}", ""]
+        if m.release.description:
+            head += [m.release.description, ""]
+        body = "\n".join(head + [ln for name in README_SECTIONS for ln in sections[name]])
+    else:
+        card = ModelCard(template, ignore_metadata_errors=True)
+        own = card.data.to_dict()
+        if own.get("license", "other") != "other":  # the template names one license
+            meta.pop("license_name", None)
+            meta.pop("license_link", None)
+        meta.update(own)
+        placed = set(README_MARKER.findall(card.text))
+        body = README_MARKER.sub(lambda x: "\n".join(sections[x.group(1)]).rstrip("\n"), card.text)
+        rest = [ln for name in README_SECTIONS if name not in placed for ln in sections[name]]
+        body = body.rstrip("\n") + "\n\n" + "\n".join(rest) if rest else body
+    return f"---\n{_yaml(meta)}\n---\n\n" + body.rstrip("\n") + "\n"

@@ -1,5 +1,5 @@
 """Each upstream's license file, and each of its submodules' (they are built into or
-shipped with its wheel: CUTLASS headers in DeepGEMM's, fmt compiled into DeepEP), found
+shipped with its wheel: a header library copied into the wheel, one compiled in), found
 in their own sources and shipped in ``licenses/``.
 
 A missing license is an error: a release may not ship code whose terms it cannot

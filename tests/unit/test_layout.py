@@ -64,7 +64,12 @@ def _imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kiln"):
             if node.module == "kiln":
-                found |= {f"kiln.{a.name}" for a in node.names if a.name != "__version__"}
+                # kiln/__init__.py's own names (__version__, version_line) are the root's
+                found |= {
+                    f"kiln.{a.name}"
+                    for a in node.names
+                    if (KILN / a.name).is_dir() or (KILN / f"{a.name}.py").is_file()
+                }
             else:
                 found.add(node.module)
         elif isinstance(node, ast.Import):
