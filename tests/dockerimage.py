@@ -53,12 +53,22 @@ def _import_rootfs(client: docker.DockerClient) -> None:
         client.api.import_image_from_file(str(tarball), repository=repo, tag=tag)
 
 
+def digest(text: str) -> str:
+    return hashlib.sha256((BASE_KEY + text).encode()).hexdigest()[:12]
+
+
+def ensure_base(client: docker.DockerClient) -> str:
+    """The bare debootstrap root's tag (Debian's packages only), imported once."""
+    if not _exists(client, BASE_TAG):
+        _import_rootfs(client)
+    return BASE_TAG
+
+
 def ensure(client: docker.DockerClient) -> str:
     """The test builder image's tag, made once per recipe."""
     if _exists(client, IMAGE_TAG):
         return IMAGE_TAG
-    if not _exists(client, BASE_TAG):
-        _import_rootfs(client)
+    ensure_base(client)
     dockerfile = io.BytesIO(LAYER.format(base=BASE_TAG).encode())
     client.images.build(fileobj=dockerfile, tag=IMAGE_TAG, network_mode="host", rm=True, pull=False)
     return IMAGE_TAG

@@ -7,11 +7,14 @@ built in one run are made once per module; each test copies what it changes.
 from __future__ import annotations
 
 import json
+import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from kiln.errors import VerifyError
 from kiln.merge import CONTENT_FIELDS, HEADER_FIELDS
 from kiln.release import manifest
 from tests import releases
@@ -221,3 +224,39 @@ def test_verify_wheel_reads_the_sass_of_a_release_again(built: Built, tmp_path: 
     res = run_kiln("verify-wheel", "--manifest", copy / "manifest.json")
     assert res.returncode == 7
     assert "the manifest records" in one_error_line(res.stderr)
+
+
+def _rewrite(wheel: Path, dest: Path, edit) -> Path:
+    """A copy of ``wheel`` named ``dest`` with ``edit(name, data) -> data`` applied."""
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(dest, "w") as out:
+        for info in src.infolist():
+            out.writestr(info, edit(info.filename, src.read(info)))
+    return dest
+
+
+def test_verify_refuses_an_unrepaired_tag_and_a_missing_torch_pin(
+    built: Built, tmp_path: Path
+) -> None:
+    from kiln.config.models import Profile
+    from kiln.verify import binaries
+
+    (wheel,) = (built.alpha / "wheels").glob("*.whl")
+    profile = Profile.model_validate(manifest.read(built.alpha / "manifest.json").profile.data())
+    archs = ["sm_100a", "sm_103a"]
+    assert "-manylinux_2_" in wheel.name
+    binaries.verify_wheel(wheel, archs, profile)  # as built: passes
+
+    plain = re.sub(r"manylinux_2_\d+_x86_64", "linux_x86_64", wheel.name)
+    unrepaired = _rewrite(wheel, tmp_path / plain, lambda _n, d: d)
+    with pytest.raises(VerifyError, match="has shared objects but a linux_x86_64 tag"):
+        binaries.verify_wheel(unrepaired, archs, profile)
+
+    def drop_pin(name: str, data: bytes) -> bytes:
+        if name.endswith(".dist-info/METADATA"):
+            return data.replace(b"Requires-Dist: torch==2.14.1\n", b"")
+        return data
+
+    unpinned = _rewrite(wheel, tmp_path / wheel.name, drop_pin)
+    with pytest.raises(VerifyError, match="METADATA does not pin torch==2.14.1"):
+        binaries.verify_wheel(unpinned, archs, profile)
+    binaries.verify_wheel(unpinned, archs, profile, torch_pin=False)  # cibuildwheel's wheels

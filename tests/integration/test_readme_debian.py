@@ -1,0 +1,116 @@
+"""The README's first command, as written, in a clean container made from Debian's own
+packages (debootstrap bookworm plus exactly the README's ``apt-get install`` line: no
+pyenv, the system Python that refuses ``pip install`` outside a venv, PEP 668).
+
+The container reaches PyPI through the host network; this machine's local package index
+(``/opt/pypi``, where torch is served from disk) is mounted read-only where the host has
+it, as pip would use it there. Ubuntu 24.04 cannot be tested here (no image can be
+pulled), so only Debian 12 is."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from tests import dockerimage
+from tests.conftest import REPO
+
+README = REPO / "README.md"
+LOCAL_INDEXES = [p for p in ("/opt/pypi", "/opt/pypi-more", "/opt/wheels") if Path(p).is_dir()]
+
+
+def readme_lines() -> tuple[str, str]:
+    """(the apt-get line, the first command) as the README's quick start spells them."""
+    text = README.read_text()
+    apt = re.search(r"^(apt-get install -y [^#\n]+?)\s*(#.*)?$", text, re.M)
+    first = re.search(r"^(python3 -m venv .+?)\s+# set up", text, re.M)
+    assert apt and first, "README.md: the quick start's apt-get line or first command is missing"
+    return apt.group(1), first.group(1)
+
+
+def test_readme_names_one_setup_line_and_the_test_command() -> None:
+    apt, first = readme_lines()
+    assert "python3-venv" in apt and first.startswith("python3 -m venv .venv && ")
+    assert re.search(r"^\.venv/bin/nox -s tests\s+# the test suite", README.read_text(), re.M)
+    assert ".venv/bin/nox -s tests" in (REPO / ".ci" / "run").read_text()
+
+
+def _image(client, apt: str) -> str:
+    base = dockerimage.ensure_base(client)
+    layer = (
+        f"FROM {base}\n"
+        f"RUN apt-get update && DEBIAN_FRONTEND=noninteractive "
+        f"{apt.replace('apt-get install -y', 'apt-get install -y --no-install-recommends')} "
+        f"&& rm -rf /var/lib/apt/lists/*\n"
+    )
+    tag = "kiln-test-readme:" + dockerimage.digest(layer)
+    try:
+        client.images.get(tag)
+    except Exception:  # docker.errors.ImageNotFound
+        client.images.build(
+            fileobj=io.BytesIO(layer.encode()), tag=tag, network_mode="host", rm=True, pull=False
+        )
+    return tag
+
+
+def _tracked_copy(dest: Path) -> None:
+    """The checkout as a clone would have it (tracked and untracked-not-ignored files)."""
+    files = subprocess.run(
+        ["git", "-C", REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for rel in filter(None, files):
+        src = REPO / rel.decode()
+        if src.is_file():
+            target = dest / rel.decode()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(src.read_bytes())
+            target.chmod(src.stat().st_mode & 0o777)
+
+
+def test_first_command_passes_in_a_debian_only_container(client, tmp_path: Path) -> None:
+    apt, first = readme_lines()
+    image = _image(client, apt)
+    checkout = tmp_path / "kiln"
+    _tracked_copy(checkout)
+    volumes = {str(checkout): {"bind": "/src", "mode": "rw"}}
+    volumes |= {p: {"bind": p, "mode": "ro"} for p in LOCAL_INDEXES}
+    env = {
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_DEFAULT_TIMEOUT": os.environ.get("PIP_DEFAULT_TIMEOUT", "180"),
+    }
+    if "/opt/pypi" in LOCAL_INDEXES:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(
+            f"file://{p}/simple" for p in LOCAL_INDEXES if p != "/opt/wheels"
+        )
+    if "/opt/wheels" in LOCAL_INDEXES:
+        env["PIP_FIND_LINKS"] = "/opt/wheels"
+    script = (
+        "set -e; cd /src; "
+        # the system Python is externally managed (PEP 668): pip outside a venv is refused
+        "ls /usr/lib/python3*/EXTERNALLY-MANAGED >/dev/null; "
+        "! command -v pyenv; "
+        f"{first}"
+    )
+    container = client.containers.run(
+        image,
+        ["bash", "-c", script],
+        volumes=volumes,
+        environment=env,
+        network_mode="host",
+        labels={"kiln": "readme-test"},
+        detach=True,
+    )
+    try:
+        rc = container.wait(timeout=1500)["StatusCode"]
+        logs = container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+        # the container ran as root: give the copy back to the test's user for cleanup
+        subprocess.run(["chmod", "-R", "u+rwX", str(checkout)], check=False)
+    assert rc == 0, logs[-4000:]
+    assert "release ready" in logs and (checkout / "artifacts/kiln-demo/manifest.json").is_file()
