@@ -85,16 +85,19 @@ def _sources(git: sources.GitCache, vendor: Vendor) -> dict[str, Any]:
     fetch: list[str] = []
     commit = git.lookup(src.url, src.commit, vendor.name)
     if commit is None:
-        fetch.append(
-            f"{src.url} at {src.commit} (from {git.mirrors.map(src.url)}), then its submodules"
-        )
+        fetch.append(f"{src.url} at {src.commit}{_via(git, src.url)}, then its submodules")
     else:
         repo = git.cached(src.url)
         assert repo is not None
         for path, url, sha in sources.submodule_pins(repo, commit, src.url):
             if git.lookup(url, sha, f"{vendor.name}: submodule {path}") is None:
-                fetch.append(f"submodule {path}: {url} at {sha[:12]} (from {git.mirrors.map(url)})")
+                fetch.append(f"submodule {path}: {url} at {sha[:12]}{_via(git, url)}")
     return {"requested": src.commit, "commit": commit, "fetch": fetch}
+
+
+def _via(git: sources.GitCache, url: str) -> str:
+    mapped = git.mirrors.map(url)
+    return f" (from mirror {mapped})" if mapped != url else ""
 
 
 def _cache(

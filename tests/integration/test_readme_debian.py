@@ -3,8 +3,9 @@ packages (debootstrap bookworm plus exactly the README's ``apt-get install`` lin
 pyenv, the system Python that refuses ``pip install`` outside a venv, PEP 668).
 
 The container reaches PyPI through the host network; this machine's local package index
-(``/opt/pypi``, where torch is served from disk) is mounted read-only where the host has
-it, as pip would use it there. Ubuntu 24.04 cannot be tested here (no image can be
+(``/opt/pypi``, where torch is served from disk) and the CA bundle its pip trusts (a
+TLS-intercepting proxy's) are mounted read-only where the host has them, as pip would use
+them there. Ubuntu 24.04 cannot be tested here (no image can be
 pulled), so only Debian 12 is."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tests import dockerimage
 from tests.conftest import REPO
 
 README = REPO / "README.md"
+CA_VARIABLES = ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 LOCAL_INDEXES = [p for p in ("/opt/pypi", "/opt/pypi-more", "/opt/wheels") if Path(p).is_dir()]
 
 
@@ -89,6 +91,12 @@ def test_first_command_passes_in_a_debian_only_container(client, tmp_path: Path)
         )
     if "/opt/wheels" in LOCAL_INDEXES:
         env["PIP_FIND_LINKS"] = "/opt/wheels"
+    # a TLS-intercepting proxy's CA, where this machine's pip trusts one: the same there
+    for var in CA_VARIABLES:
+        bundle = os.environ.get(var)
+        if bundle and Path(bundle).is_file():
+            env[var] = bundle
+            volumes[bundle] = {"bind": bundle, "mode": "ro"}
     script = (
         "set -e; cd /src; "
         # the system Python is externally managed (PEP 668): pip outside a venv is refused
