@@ -66,7 +66,7 @@ def rebuild_c(
     os.environ.update(compilercache.environment(cc, tree, stats))
     try:
         took = shipped.rebuild(tree, path, py, cuda_home)
-    except RebuildError as exc:
+    except shipped.RebuildError as exc:  # the kit's own (standard library only): kiln's here
         raise RebuildError(str(exc)) from None
     if cc.enabled:
         counts = compilercache.read_stats(stats)

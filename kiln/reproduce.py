@@ -44,9 +44,14 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
     (dest / "vendors").mkdir(parents=True)
     (dest / "patches").mkdir()
     profile = {k: v for k, v in m.profile.data().items() if v is not None}
-    (dest / WORKSPACE_FILE).write_text(
-        tomlkit.dumps({"release": _drop_none(m.release.data()), "profile": profile})
-    )
+    release = _drop_none(m.release.data())
+    template = release.pop("readme_template_text", None)
+    if template is not None and release.get("readme_template"):
+        (dest / release["readme_template"]).parent.mkdir(parents=True, exist_ok=True)
+        (dest / release["readme_template"]).write_text(template)
+    else:
+        release.pop("readme_template", None)  # none then: the default path stays absent
+    (dest / WORKSPACE_FILE).write_text(tomlkit.dumps({"release": release, "profile": profile}))
     series: list[dict[str, str]] = []
     tags = {}
     for name, entry in m.vendors.items():
@@ -58,6 +63,11 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
         }
         if src.license_id:
             source["license_id"] = src.license_id
+        if src.submodules:  # each with the license file and id its build found
+            source["submodules"] = [
+                _drop_none({"path": s.path, "license": s.license, "license_id": s.license_id})
+                for s in src.submodules
+            ]
         recipe = _drop_none(entry.recipe)
         (dest / "vendors" / f"{name}.toml").write_text(
             tomlkit.dumps({"source": source, "build": recipe})

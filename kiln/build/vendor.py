@@ -125,13 +125,14 @@ def _license_outputs(
     subs = []
     for s in co.submodules:
         sub = declared.get(s.path)
-        copy = licenses.collect_submodule(vendor, s.path, sub, tree, stage / "licenses")
+        copy, found = licenses.collect_submodule(vendor, s.path, sub, tree, stage / "licenses")
         outputs.append(files.output_entry(copy, stage, "license"))
         subs.append(
             SubmoduleInfo(
                 path=s.path,
                 url=s.url,
                 commit=s.commit,
+                license=found,
                 license_file=str(copy.relative_to(stage)),
                 license_id=sub.license_id if sub else None,
             )

@@ -91,6 +91,7 @@ class PeakStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.changed = False  # saved only then: a run that learned nothing writes nothing
         try:
             self.data: dict[str, Any] = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -125,8 +126,11 @@ class PeakStore:
             "peak_job_gib": round(peak_job_gib, 3),
             "units": dict(sorted(known.items())),
         }
+        self.changed = True
 
     def save(self) -> None:
+        if not self.changed:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".tmp-{os.getpid()}")
         tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))

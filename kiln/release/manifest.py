@@ -122,6 +122,7 @@ class SubmoduleInfo(Model):
     path: str
     url: str
     commit: Sha40
+    license: str | None = Field(default=None, description="its license file, in the submodule")
     license_file: str | None = Field(
         default=None, description="its license in the release (licenses/...)"
     )

@@ -40,9 +40,9 @@ def _check_reads_like(what: str, src: Path, rel: str, expected: LicenseId | None
 
 def collect_submodule(
     vendor: Vendor, path: str, declared: Submodule | None, tree: Path, dest_dir: Path
-) -> Path:
+) -> tuple[Path, str]:
     """The license of the submodule at ``path`` into ``dest_dir`` as
-    ``<vendor>-<path with / as _>-<file>``; returns the copy."""
+    ``<vendor>-<path with / as _>-<file>``; returns the copy and the file it came from."""
     what = f"{vendor.name}: submodule {path}"
     root = tree / path
     names = [declared.license] if declared and declared.license else list(SUBMODULE_CANDIDATES)
@@ -64,7 +64,7 @@ def collect_submodule(
     dest = dest_dir / f"{vendor.name}-{path.replace('/', '_')}-{Path(found[0]).name}"
     dest_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dest)
-    return dest
+    return dest, found[0]
 
 
 def collect(vendor: Vendor, tree: Path, dest: Path) -> Path:

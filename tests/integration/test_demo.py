@@ -50,7 +50,7 @@ def test_demo_leaves_wheel_manifest_and_logs(demo_release: Path) -> None:
     # the upstream version with kiln's label: CUDA, torch, commit, patch set
     assert re.fullmatch(
         r"vecadd-0\.3\.0\+cu132\.torch2\.14\.gabee68e\.p[0-9a-f]{7}"
-        r"-cp311-cp311-linux_x86_64\.whl",
+        r"-cp311-cp311-manylinux_2_\d+_x86_64\.whl",  # repaired: the tag its symbols allow
         wheel.name,
     ), wheel.name
     data = json.loads((demo_release / "manifest.json").read_text())

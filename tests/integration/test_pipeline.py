@@ -39,6 +39,7 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
             "path": "third_party/hdr",
             "url": "https://fixtures.invalid/hdr.git",
             "commit": upstreams.hdr[0],
+            "license": "LICENSE",
             "license_file": "licenses/plain-third_party_hdr-LICENSE",
             "license_id": None,
         }
