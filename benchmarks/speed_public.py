@@ -218,11 +218,20 @@ def main(args: Any) -> None:
         print(f"kiln cold, nothing learned: {first[-1]['wall_s']:.0f} s", flush=True)
     for i in range(args.rounds):
         naive.append(bench.naive())
-        print(f"round {i + 1}: naive {naive[-1]['wall_s']:.0f} s", flush=True)
+        print(
+            f"round {i + 1}: naive {naive[-1]['wall_s']:.0f} s, {naive[-1]['cpu_s']:.0f} CPU-s",
+            flush=True,
+        )
         bench.clean(keep_ccache=False)
         cold.append(bench.kiln())
-        print(f"round {i + 1}: kiln cold {cold[-1]['wall_s']:.0f} s", flush=True)
+        print(
+            f"round {i + 1}: kiln cold {cold[-1]['wall_s']:.0f} s, {cold[-1]['cpu_s']:.0f} CPU-s, "
+            f"compiles {_compile_cpu(cold[-1]):.0f} CPU-s, at once "
+            f"{cold[-1]['manifest']['scheduler'].get('compiles_at_once')}",
+            flush=True,
+        )
     noop.append(bench.kiln())
+    print(f"no-op {noop[-1]['wall_s']:.1f} s", flush=True)
     bench.set_patch(1)
     patched.append(bench.kiln())
     bench.clean(keep_ccache=True)
