@@ -229,14 +229,18 @@ def render(m: Manifest) -> str:
             head += [m.release.description, ""]
         body = "\n".join(head + [ln for name in README_SECTIONS for ln in sections[name]])
     else:
-        card = ModelCard(template, ignore_metadata_errors=True)
-        own = card.data.to_dict()
+        # ModelCard parses a front matter (and warns when there is none)
+        card = (
+            ModelCard(template, ignore_metadata_errors=True) if template.startswith("---") else None
+        )
+        own = card.data.to_dict() if card else {}
+        text = card.text if card else template
         if own.get("license", "other") != "other":  # the template names one license
             meta.pop("license_name", None)
             meta.pop("license_link", None)
         meta.update(own)
-        placed = set(README_MARKER.findall(card.text))
-        body = README_MARKER.sub(lambda x: "\n".join(sections[x.group(1)]).rstrip("\n"), card.text)
+        placed = set(README_MARKER.findall(text))
+        body = README_MARKER.sub(lambda x: "\n".join(sections[x.group(1)]).rstrip("\n"), text)
         rest = [ln for name in README_SECTIONS if name not in placed for ln in sections[name]]
         body = body.rstrip("\n") + "\n\n" + "\n".join(rest) if rest else body
     return f"---\n{_yaml(meta)}\n---\n\n" + body.rstrip("\n") + "\n"
