@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kiln.errors import BuildError
-from kiln.inside import memwatch, proc
+from kiln.inside import memwatch, pep517, proc
 from kiln.inside.kit import pipcuda
 
 
@@ -52,30 +52,43 @@ def clean_tree(tree: Path) -> None:
 
 
 def build_wheel(python: str, tree: Path, out_dir: Path, env: Mapping[str, str] | None) -> Path:
-    """``pip wheel --no-build-isolation`` in ``tree``; returns the one wheel it made."""
+    """The tree's wheel, built in the tree with build isolation off: through its PEP 517
+    backend called once (:mod:`kiln.inside.pep517`), else ``pip wheel --no-build-isolation``;
+    returns the one wheel it made."""
     clean_tree(tree)
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
-    proc.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "--no-cache-dir",
-            "--verbose",
-            "--wheel-dir",
-            out_dir,
-            tree,
-        ],
-        cwd=tree,
-        env=env,
-        echo=True,
-        what="pip wheel",
-        error=BuildError,
-    )
+    hook = pep517.command(python, tree, out_dir)
+    if hook is not None:
+        proc.run(
+            hook,
+            cwd=tree,
+            env=env,
+            echo=True,
+            what="the PEP 517 build_wheel hook",
+            error=BuildError,
+        )
+    else:
+        proc.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-build-isolation",
+                "--no-deps",
+                "--no-cache-dir",
+                "--verbose",
+                "--wheel-dir",
+                out_dir,
+                tree,
+            ],
+            cwd=tree,
+            env=env,
+            echo=True,
+            what="pip wheel",
+            error=BuildError,
+        )
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if len(made) != 1:
         raise BuildError(f"pip wheel made {len(made)} wheels in {out_dir}, expected one")

@@ -2,7 +2,9 @@
 a registry (cibuildwheel's ``platforms/__init__.py`` does so for platforms). A vendor
 TOML names its kind (``build.kind``); adding a kind is adding a module here.
 
-- ``wheel``: ``pip wheel --no-build-isolation`` of the tree; the wheel is re-packed
+- ``wheel``: the tree's wheel with build isolation off (its PEP 517 backend called once,
+  :mod:`kiln.inside.pep517`: the wheel ``pip wheel --no-build-isolation`` makes, without
+  pip's second run of ``setup.py``); the wheel is re-packed
   under kiln's version label, verified (SASS per shared object, tags, linkage) and
   placed in ``wheels/``.
 - ``inplace``: the upstream's own command builds in the tree (an engine's extension);

@@ -1,4 +1,5 @@
-"""Build kind ``wheel``: ``pip wheel --no-build-isolation`` of the tree (the step), then the
+"""Build kind ``wheel``: the tree's wheel with build isolation off (the step: its PEP 517
+backend called once, what ``pip wheel --no-build-isolation`` makes), then the
 wheel repaired to its manylinux tag, re-packed under kiln's version label with the torch
 pin in METADATA, held to its size budget, verified, and placed in ``wheels/``."""
 
