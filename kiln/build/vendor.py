@@ -106,9 +106,12 @@ def _measure(ctx: Context, vendor: Vendor, logs: dict[str, Path]) -> tuple[dict,
     jobs = schedule.summarize_jobs(stats)
     mem = memwatch.read(logs["mem"])
     cc = compilercache.read_stats(logs["ccache"])
+    tail = schedule.learned_tail(stats)
     if jobs["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
         units = schedule.learned_units(stats) if not cc["hits"] else {}
-        ctx.peaks.remember(vendor, jobs["peak_job_gib"], units)
+        ctx.peaks.remember(vendor, jobs["peak_job_gib"], units, tail)
+    elif tail:
+        ctx.peaks.remember_tail(vendor, tail)
     measured = {**jobs, "peak_rss_gib": round(mem["peak_kib"] / 2**20, 3)}
     compiler = {"tool": "ccache" if ctx.ccache.enabled else None, **cc, "note": ctx.ccache.note}
     return measured, compiler

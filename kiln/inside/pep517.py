@@ -4,16 +4,16 @@ Why not ``pip wheel``: for a project without ``pyproject.toml`` pip runs ``setup
 twice (``egg_info``, then ``bdist_wheel``), and for one with it the backend twice
 (``prepare_metadata_for_build_wheel``, then ``build_wheel``). The setup scripts of CUDA
 extensions import torch at the top (5 CPU-seconds here) and some do real work there
-(DeepGEMM generates its type stubs), so the first run costs as much as the second and
-yields only metadata that ``build_wheel`` writes again. ``python -m build -n -x`` calls
+(one public upstream generates its type stubs), so the first run costs as much as the
+second and yields only metadata that ``build_wheel`` writes again. ``python -m build -n -x`` calls
 the backend once for the same reason; kiln cannot rely on ``build`` being installed in
 the user's build Python, so this module calls the hook itself, as ``pyproject_hooks``
 (pip's and build's hook caller) does: the backend named in ``[build-system]``
 (``setuptools.build_meta:__legacy__`` where none is named, as pip does), its
 ``backend-path`` first on ``sys.path``, run in a fresh interpreter whose working
 directory is the tree. The wheel's content is the one ``pip wheel`` makes (both run
-``setup.py bdist_wheel``; the public DeepGEMM, DeepEP and FlashMLA gave the same wheel
-bytes either way); build isolation is off, as with ``--no-build-isolation``, and the
+``setup.py bdist_wheel``; the three public upstreams of examples/public gave the same
+wheel bytes either way); build isolation is off, as with ``--no-build-isolation``, and the
 release's ``build-<release>.sh`` still names ``pip wheel``, which a user has.
 """
 

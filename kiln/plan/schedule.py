@@ -112,8 +112,21 @@ class PeakStore:
             return units if isinstance(units, dict) else {}
         return {}
 
+    def tail(self, vendor: Vendor) -> float:
+        """The learned CPU seconds of the step's non-compiles (its links): what must
+        still run once its last compile is done."""
+        entry = self.data.get(vendor.name)
+        if isinstance(entry, dict) and entry.get("recipe") == recipe_fingerprint(vendor):
+            tail = entry.get("tail_cpu_s")
+            return float(tail) if isinstance(tail, int | float) else 0.0
+        return 0.0
+
     def remember(
-        self, vendor: Vendor, peak_job_gib: float, units: dict[str, dict[str, float]] | None = None
+        self,
+        vendor: Vendor,
+        peak_job_gib: float,
+        units: dict[str, dict[str, float]] | None = None,
+        tail_cpu_s: float | None = None,
     ) -> None:
         if peak_job_gib <= 0:
             return
@@ -121,12 +134,24 @@ class PeakStore:
         # compiled only the light files (the rest were cache hits).
         peak_job_gib = max(peak_job_gib, self.learned(vendor) or 0.0)
         known = {**self.units(vendor), **(units or {})}
+        tail = self.tail(vendor) if tail_cpu_s is None else tail_cpu_s
         self.data[vendor.name] = {
             "recipe": recipe_fingerprint(vendor),
             "peak_job_gib": round(peak_job_gib, 3),
+            "tail_cpu_s": round(tail, 1),
             "units": dict(sorted(known.items())),
         }
         self.changed = True
+
+    def remember_tail(self, vendor: Vendor, tail_cpu_s: float) -> None:
+        """A run whose compiles were all cache hits still ran its links: their time is
+        learned from it too (where this recipe has an entry)."""
+        entry = self.data.get(vendor.name)
+        if not isinstance(entry, dict) or entry.get("recipe") != recipe_fingerprint(vendor):
+            return
+        if entry.get("tail_cpu_s") != round(tail_cpu_s, 1):
+            entry["tail_cpu_s"] = round(tail_cpu_s, 1)
+            self.changed = True
 
     def save(self) -> None:
         if not self.changed:
@@ -215,9 +240,13 @@ def choose(vendor: Vendor, tree: Path, peaks: PeakStore, budget: Budget) -> Choi
 
 def gate_hints(vendor: Vendor, peaks: PeakStore, threads: int | None) -> dict[str, Any]:
     """What the compile gate learns of this step's units (``KILN_GATE_HINTS``): per unit
-    its CPU seconds (priority) and memory to reserve (its learned peak times a margin,
-    times the nvcc threads it runs with); units without one get the step's estimate and
-    the mean CPU time of the known units."""
+    its CPU seconds and memory to reserve (its learned peak times a margin, times the
+    nvcc threads it runs with); units without one get the step's estimate and the mean
+    CPU time of the known units. ``tail_cpu_s``, the step's learned links, is added to
+    each unit's priority: the longest path from a compile to its step's end, as
+    critical-path list scheduling ranks jobs, so a step with a long link finishes its
+    compiles early enough for that link to run beside other steps' compiles instead of
+    alone at the end (a 12 s link after another step's last 7 s unit: docs/performance.md)."""
     units = peaks.units(vendor)
     out = {
         src: {
@@ -228,7 +257,7 @@ def gate_hints(vendor: Vendor, peaks: PeakStore, threads: int | None) -> dict[st
         if isinstance(u, dict) and u.get("rss_gib")
     }
     mean = sum(u["cpu_s"] for u in out.values()) / len(out) if out else 0.0
-    return {"units": out, "default_cpu_s": round(mean, 3)}
+    return {"units": out, "default_cpu_s": round(mean, 3), "tail_cpu_s": peaks.tail(vendor)}
 
 
 def learned_units(stats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -242,6 +271,18 @@ def learned_units(stats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             "rss_gib": round(float(s.get("rss_kib", 0)) / 2**20, 3),
         }
     return out
+
+
+def learned_tail(stats: list[dict[str, Any]]) -> float:
+    """CPU seconds of the step's compiler runs that are not compiles (links)."""
+    return round(
+        sum(
+            float(s.get("cpu_s", 0.0))
+            for s in stats
+            if s.get("result") == "other" and s.get("rc") == 0
+        ),
+        3,
+    )
 
 
 def most_at_once(stats: list[dict[str, Any]]) -> int:

@@ -21,10 +21,10 @@ from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
 
-def _vendor(**build: object) -> Vendor:
+def _vendor(name: str = "v", **build: object) -> Vendor:
     data = plain_vendor("a" * 40)
     data["build"].update(build)
-    return Vendor.model_validate({**data, "name": "v"})
+    return Vendor.model_validate({**data, "name": name})
 
 
 def _tree(tmp_path: Path, n: int) -> Path:
@@ -84,6 +84,48 @@ def test_learned_units_become_the_gates_hints(tmp_path: Path) -> None:
     assert (
         schedule.gate_hints(_vendor(mem_per_job_gib=1.5), peaks, None)["units"] == {}
     )  # recipe changed
+
+
+def test_a_steps_learned_links_raise_its_compiles_priority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Critical-path order: a small unit of a step with a 12 s link goes before a
+    slightly larger unit of a step whose link is short, so the long link can run beside
+    the other step's last compile instead of alone at the end."""
+    peaks = schedule.PeakStore(tmp_path / "peaks.json")
+    long_link, short_link = _vendor(name="deepep"), _vendor(name="flashmla")
+    unit = {"result": "compiled", "rc": 0, "rss_kib": 1 << 20}
+    peaks.remember(
+        long_link,
+        1.0,
+        schedule.learned_units([{**unit, "source": "layout.cu", "cpu_s": 11.5}]),
+        schedule.learned_tail(
+            [
+                {"result": "other", "rc": 0, "cpu_s": 11.6},  # the link
+                {"result": "other", "rc": 1, "cpu_s": 50.0},  # a failed probe: not counted
+            ]
+        ),
+    )
+    peaks.remember(
+        short_link,
+        1.0,
+        schedule.learned_units([{**unit, "source": "fwd.cu", "cpu_s": 20.0}]),
+        schedule.learned_tail([{"result": "other", "rc": 0, "cpu_s": 1.4}]),
+    )
+    priority = {}
+    for v, src in ((long_link, "layout.cu"), (short_link, "fwd.cu")):
+        hints = tmp_path / f"hints-{v.name}.json"
+        hints.write_text(json.dumps(schedule.gate_hints(v, peaks, None)))
+        monkeypatch.setenv("KILN_GATE_HINTS", str(hints))
+        priority[v.name] = compilegate.hinted_priority(src)
+    assert priority == {"deepep": 23.1, "flashmla": 21.4}
+    # A run that learns no new tail keeps the last one; an all-hits run still learns it.
+    peaks.remember(long_link, 1.0, {})
+    assert peaks.tail(long_link) == 11.6
+    peaks.remember_tail(long_link, 12.04)
+    assert peaks.tail(long_link) == 12.0
+    peaks.remember_tail(_vendor(name="unknown"), 5.0)
+    assert "unknown" not in peaks.data
 
 
 def test_most_compiles_at_once_from_their_start_and_wall_times() -> None:

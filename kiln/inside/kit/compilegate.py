@@ -216,13 +216,16 @@ def _hints() -> dict:
 
 
 def hinted_priority(source: str | None) -> float:
-    """A compile's learned CPU seconds (its priority), else the step's default."""
+    """A compile's priority: its learned CPU seconds (else the step's default) plus its
+    step's learned links (``tail_cpu_s``: what runs after the step's last compile)."""
     hints = _hints()
+    tail = hints.get("tail_cpu_s", 0.0)
+    tail = float(tail) if isinstance(tail, int | float) else 0.0
     unit = hints.get("units", {}).get(source or "")
     if isinstance(unit, dict) and isinstance(unit.get("cpu_s"), int | float):
-        return float(unit["cpu_s"])
+        return float(unit["cpu_s"]) + tail
     default = hints.get("default_cpu_s", 0.0)
-    return float(default) if isinstance(default, int | float) else 0.0
+    return (float(default) if isinstance(default, int | float) else 0.0) + tail
 
 
 def _mem_for(source: str | None) -> float:
