@@ -316,7 +316,14 @@ def _tree_relative(path: str | None) -> str:
     return os.path.relpath(real, tree) if tree and _inside(real, tree) else os.path.basename(path)
 
 
-def _record(call: Call, rc: int, started: float, result: str, waited: float = 0.0) -> None:
+def _record(
+    call: Call,
+    rc: int,
+    started: float,
+    result: str,
+    waited: float = 0.0,
+    ended: float | None = None,
+) -> None:
     """One line per compiler run into the step's stats (``KILN_JOB_STATS``): the
     largest process's peak RSS and the CPU time of the run (for the scheduler's learned
     estimates and the benchmark's floor), when it started after its gate wait (for the
@@ -325,6 +332,7 @@ def _record(call: Call, rc: int, started: float, result: str, waited: float = 0.
     if not stats:
         return
     use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ended = time.monotonic() if ended is None else ended
     line = json.dumps(
         {
             "compiler": os.path.basename(call.compiler),
@@ -333,7 +341,7 @@ def _record(call: Call, rc: int, started: float, result: str, waited: float = 0.
             "rc": rc,
             "rss_kib": use.ru_maxrss,
             "cpu_s": round(use.ru_utime + use.ru_stime, 3),
-            "wall_s": round(time.monotonic() - started, 3),
+            "wall_s": round(ended - started, 3),
             "start": round(time.time() - (time.monotonic() - started), 3),
             "waited_s": round(waited, 3),
         }
@@ -398,8 +406,12 @@ def run_real(call: Call, seed: str = "") -> int:
             with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
                 # One word (``=``): ccache is told to ignore it (a fresh temp dir each time).
                 rc = subprocess.call([*argv, "--keep", f"--keep-dir={keep}"], env=env)
+        # Taken while the slot is held: the next compile, woken the moment it is let go,
+        # may start before this process writes its line, and the records must not show
+        # the two overlapping.
+        ended = time.monotonic()
     result = "compiled" if call.cacheable else "other"
-    _record(call, rc, started, result, waited=started - requested)
+    _record(call, rc, started, result, waited=started - requested, ended=ended)
     return rc
 
 
