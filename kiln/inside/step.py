@@ -59,39 +59,13 @@ def build_wheel(python: str, tree: Path, out_dir: Path, env: Mapping[str, str] |
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
     hook = pep517.command(python, tree, out_dir)
-    if hook is not None:
-        proc.run(
-            hook,
-            cwd=tree,
-            env=env,
-            echo=True,
-            what="the PEP 517 build_wheel hook",
-            error=BuildError,
-        )
-    else:
-        proc.run(
-            [
-                python,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-build-isolation",
-                "--no-deps",
-                "--no-cache-dir",
-                "--verbose",
-                "--wheel-dir",
-                out_dir,
-                tree,
-            ],
-            cwd=tree,
-            env=env,
-            echo=True,
-            what="pip wheel",
-            error=BuildError,
-        )
+    pip = [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir"]
+    what = "the PEP 517 build_wheel hook" if hook else "pip wheel"
+    argv = hook or [*pip, "--verbose", "--wheel-dir", str(out_dir), str(tree)]
+    proc.run(argv, cwd=tree, env=env, echo=True, what=what, error=BuildError)
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if len(made) != 1:
-        raise BuildError(f"pip wheel made {len(made)} wheels in {out_dir}, expected one")
+        raise BuildError(f"{what} made {len(made)} wheels in {out_dir}, expected one")
     return made[0]
 
 

@@ -234,6 +234,43 @@ def test_gate_overcommits_when_its_budget_is_wrong(tmp_path: Path) -> None:
     assert _max_overlap(log) == 4
 
 
+def test_a_waiter_wakes_when_the_holder_lets_go_not_at_its_next_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every look at the gate a minute apart, a waiter still starts as soon as the
+    holder lets go: the blocking flock on the holder's file wakes it (without it, this
+    waits out the minute and fails)."""
+    import threading
+
+    for name in ("POLL_S", "IDLE_POLL_S", "RESCAN_S"):
+        monkeypatch.setattr(compilegate, name, 60.0)
+    gate = tmp_path / "gate"
+    compilegate.write_budget(gate, mem_gib=100.0, cpus=1)
+    held, entered = threading.Event(), threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with compilegate.slot(gate, 0.1, 1, compilegate.FIRST):
+            held.set()
+            release.wait()
+
+    def waiter() -> None:
+        with compilegate.slot(gate, 0.1, 1):
+            entered.set()
+
+    threads = [threading.Thread(target=holder, daemon=True)]
+    threads[0].start()
+    assert held.wait(10)
+    threads.append(threading.Thread(target=waiter, daemon=True))
+    threads[1].start()
+    time.sleep(1.0)  # the waiter has looked once, found no room and sleeps
+    assert not entered.is_set()
+    released = time.monotonic()
+    release.set()
+    assert entered.wait(10), "the waiter did not wake when the slot came free"
+    assert time.monotonic() - released < 5
+
+
 def test_gate_slot_of_a_killed_compile_is_not_leaked(tmp_path: Path) -> None:
     gate, log = tmp_path / "gate", tmp_path / "log"
     compilegate.write_budget(gate, mem_gib=1.0, cpus=1)
