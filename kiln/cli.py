@@ -175,6 +175,27 @@ def _add_build_args(p: argparse.ArgumentParser, workspace: str = ".") -> None:
     )
     p.add_argument("--no-compiler-cache", action="store_true", help="compile without ccache")
     p.add_argument(
+        "--compiler-cache-backend",
+        choices=("ccache", "sccache"),
+        default=os.environ.get("KILN_COMPILER_CACHE_BACKEND") or None,
+        help="ccache (default) or sccache (implied by --distribute and s3:// or gha:// stores)",
+    )
+    p.add_argument(
+        "--cache-store",
+        default=os.environ.get("KILN_CACHE_STORE") or None,
+        metavar="URL",
+        help="a compiler cache shared by builders: redis://HOST:PORT or http:// (ccache, "
+        "sccache), s3://BUCKET/PREFIX[?endpoint=URL] or gha:// (sccache), or a folder; "
+        "credentials from the environment (default: $KILN_CACHE_STORE)",
+    )
+    p.add_argument(
+        "--distribute",
+        default=os.environ.get("KILN_DISTRIBUTE") or None,
+        metavar="URL",
+        help="send compiles to this sccache-dist scheduler (token: $KILN_DIST_TOKEN; "
+        "default: $KILN_DISTRIBUTE)",
+    )
+    p.add_argument(
         "--artifact-cache",
         type=Path,
         default=None,
@@ -225,6 +246,9 @@ def _options(args: argparse.Namespace, vendors: list[str] | None) -> Options:
         mem_budget_gib=args.mem_budget,
         compiler_cache=args.compiler_cache,
         no_compiler_cache=args.no_compiler_cache,
+        cache_backend=getattr(args, "compiler_cache_backend", None),
+        cache_store=getattr(args, "cache_store", None),
+        distribute=getattr(args, "distribute", None),
         artifact_cache=not args.no_artifact_cache,
         artifact_cache_dir=args.artifact_cache,
         wait=args.wait,

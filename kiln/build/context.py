@@ -123,6 +123,10 @@ def run_step(ctx: Context, step: Step) -> None:
                 log_file=step.log_file,
                 writable=writable,
                 mem_gib=step.mem_gib,
+                readonly=[Path(ctx.ccache.binary)]
+                if ctx.ccache.tool == "sccache" and ctx.ccache.binary
+                else [],
+                network=ctx.ccache.networked,
                 echo=ctx.echo,
             )
         )

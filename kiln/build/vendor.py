@@ -107,13 +107,19 @@ def _measure(ctx: Context, vendor: Vendor, logs: dict[str, Path]) -> tuple[dict,
     mem = memwatch.read(logs["mem"])
     cc = compilercache.read_stats(logs["ccache"])
     tail = schedule.learned_tail(stats)
-    if jobs["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
+    # sccache compiles in its server, not below kiln's wrapper: the wrapper's figures are
+    # sccache's client's, nothing to learn a unit's memory or CPU from.
+    learns = ctx.ccache.tool != "sccache" or not ctx.ccache.enabled
+    if learns and jobs["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
         units = schedule.learned_units(stats) if not cc["hits"] else {}
         ctx.peaks.remember(vendor, jobs["peak_job_gib"], units, tail)
-    elif tail:
+    elif learns and tail:
         ctx.peaks.remember_tail(vendor, tail)
     measured = {**jobs, "peak_rss_gib": round(mem["peak_kib"] / 2**20, 3)}
-    compiler = {"tool": "ccache" if ctx.ccache.enabled else None, **cc, "note": ctx.ccache.note}
+    tool = ctx.ccache.tool if ctx.ccache.enabled else None
+    compiler = {"tool": tool, **cc, "note": ctx.ccache.note}
+    for warning in cc.get("warnings", []):
+        log.warning("%s: %s", vendor.name, warning)
     return measured, compiler
 
 

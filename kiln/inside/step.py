@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kiln.errors import BuildError
-from kiln.inside import memwatch, pep517, proc
+from kiln.inside import memwatch, pep517, proc, sccache
 from kiln.inside.kit import pipcuda
 
 
@@ -93,12 +93,14 @@ def run(spec: StepSpec, env: Mapping[str, str] | None = None) -> None:
     """Run one step here (the process's environment is the build's environment),
     sampling the memory of everything it starts into ``KILN_STEP_MEM`` when set."""
     _die_with_parent()
-    mem_file = (env if env is not None else os.environ).get("KILN_STEP_MEM")
-    if not mem_file:
-        _run(spec, env)
-        return
-    with memwatch.Watcher(os.getpid(), Path(mem_file)):
-        _run(spec, env)
+    step_env = dict(os.environ if env is None else env)
+    mem_file = step_env.get("KILN_STEP_MEM")
+    with contextlib.ExitStack() as stack:
+        if mem_file:
+            stack.enter_context(memwatch.Watcher(os.getpid(), Path(mem_file)))
+        # The step's own sccache servers (the compiler cache's sccache backend).
+        stack.enter_context(sccache.served(step_env))
+        _run(spec, step_env)
 
 
 def _run(spec: StepSpec, env: Mapping[str, str] | None) -> None:

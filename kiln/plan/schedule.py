@@ -286,10 +286,12 @@ def learned_tail(stats: list[dict[str, Any]]) -> float:
 
 
 def most_at_once(stats: list[dict[str, Any]]) -> int:
-    """The most compiles that ran at the same moment (from their start and wall time)."""
+    """The most compiles that ran on this machine at the same moment (from their start and
+    wall time; those the gate sent to build servers are not counted)."""
     events = []
     for s in stats:
-        if s.get("result") == "compiled" and isinstance(s.get("start"), int | float):
+        here = s.get("where") != "remote"
+        if s.get("result") == "compiled" and here and isinstance(s.get("start"), int | float):
             events += [(s["start"], 1), (s["start"] + float(s.get("wall_s", 0.0)), -1)]
     most = now = 0
     for _, step in sorted(events, key=lambda e: (e[0], e[1])):
@@ -315,6 +317,8 @@ def summarize_jobs(stats: list[dict[str, Any]]) -> dict[str, Any]:
     compiled = [s for s in stats if s.get("result") == "compiled"]
     return {
         "compiles": len(compiled),
+        # where kiln's gate sent them: build servers (sccache-dist), the rest ran here
+        "compiles_remote": sum(1 for s in compiled if s.get("where") == "remote"),
         "objcache_hits": sum(1 for s in stats if s.get("result") == "objcache-hit"),
         "compile_cpu_s": round(sum(s.get("cpu_s", 0.0) for s in compiled), 3),
         "compile_wall_s": round(sum(s.get("wall_s", 0.0) for s in compiled), 3),

@@ -194,6 +194,7 @@ class Schedule(Model):
     gate_mem_gib: float | None = None
     translation_units: int | None = None
     compiles: int | None = None
+    compiles_remote: int | None = Field(None, description="of them, run by sccache-dist servers")
     objcache_hits: int | None = None
     compile_cpu_s: float | None = None
     compile_wall_s: float | None = None
@@ -207,10 +208,21 @@ class ArtifactCacheInfo(Model):
     key: str
 
 
+class DistributedInfo(Model):
+    servers: dict[str, int] = Field(description="compiles each sccache-dist build server ran")
+    errors: int = Field(description="distributed compiles that failed and ran here instead")
+
+
 class CompilerCacheInfo(Model):
     tool: str | None = None
     hits: int | None = None
     misses: int | None = None
+    local_hits: int | None = None  # sccache: hits from the local folder
+    remote_hits: int | None = None  # sccache: hits from the shared store
+    errors: int | None = None  # sccache: the store's read and write errors (compiles ran)
+    store: Literal["reachable", "unreachable"] | None = None
+    warnings: list[str] | None = None
+    distributed: DistributedInfo | None = None
     note: str | None = None
 
 
@@ -254,6 +266,10 @@ class Scheduler(Model):
     )
     steps_at_once: int | None = None
     compiles_at_once: int | None = None
+    remote_slots: int | None = Field(
+        default=None, description="sccache-dist build-server CPUs the gate could send compiles to"
+    )
+    distributed_to: str | None = None
     peak_rss_gib: float | None = None
     wall_s: float | None = None
 

@@ -222,6 +222,8 @@ class DockerRunner:
         for path in writable:
             path.mkdir(parents=True, exist_ok=True)
             volumes[str(path)] = {"bind": str(path), "mode": "rw"}
+        for path in cmd.readonly:
+            volumes[str(path)] = {"bind": str(path), "mode": "ro"}
         for m in self.mounts:
             volumes[m.src] = {"bind": m.dst, "mode": m.mode}
         environment = dict(env)
@@ -234,7 +236,9 @@ class DockerRunner:
             environment=environment,
             user=f"{os.getuid()}:{os.getgid()}",
             volumes=volumes,
-            network_mode="none",
+            # The host's network only for a step that must reach a shared compiler cache
+            # or build servers (loopback included); otherwise none.
+            network_mode="host" if cmd.network else "none",
             mem_limit=limit,
             memswap_limit=limit,
             labels={"kiln": "step", "kiln.owner": str(os.getpid())},

@@ -28,7 +28,10 @@ KILN_SRC = Path(kiln.__file__).resolve().parent.parent
 class Command:
     """One command of a build, for whichever runner runs it: ``writable`` folders are the
     only ones it may change, ``mem_gib`` its memory limit, ``echo`` streams its output to
-    the console as well as to ``log_file``, ``check`` makes a non-zero exit an error."""
+    the console as well as to ``log_file``, ``check`` makes a non-zero exit an error;
+    ``readonly`` files and folders are shown to it at their own paths, and ``network``
+    lets it reach other machines (a shared compiler cache, build servers), which a step
+    otherwise cannot."""
 
     argv: Sequence[str | os.PathLike[str]]
     cwd: Path
@@ -39,6 +42,8 @@ class Command:
     check: bool = True
     mem_gib: float | None = None
     echo: bool = False
+    readonly: Sequence[Path] = ()
+    network: bool = False
 
 
 class Runner(Protocol):

@@ -50,11 +50,12 @@ RESCAN_S = 30.0  # look again at least this often, even when nothing says it cha
 FIRST = 1e12  # the priority of non-compiles (links)
 
 
-def write_budget(gate: Path, mem_gib: float, cpus: int) -> None:
+def write_budget(gate: Path, mem_gib: float, cpus: int, remote_slots: int = 0) -> None:
     gate.mkdir(parents=True, exist_ok=True)
     (gate / "holders").mkdir(exist_ok=True)
     (gate / "waiting").mkdir(exist_ok=True)
-    (gate / "budget.json").write_text(json.dumps({"mem_gib": mem_gib, "cpus": cpus}))
+    budget = {"mem_gib": mem_gib, "cpus": cpus, "remote_slots": remote_slots}
+    (gate / "budget.json").write_text(json.dumps(budget))
 
 
 def _alive(folder: Path) -> list[dict[str, float]]:
@@ -94,28 +95,39 @@ def _changed_stamp(gate: Path) -> tuple[int, int]:
 
 def admitted(
     budget: dict[str, float], holders: list[dict], waiters: list[dict], me: str
-) -> tuple[bool, int]:
-    """Whether waiter ``me`` may start now, and its place in the queue: waiters are
-    taken by priority (ties: who came first) and each one that fits beside those already
-    running is counted as started; ``me`` goes when its turn comes and it fits. One job
-    alone always runs (the caller checked before the build that one job of every step
-    fits the budget)."""
-    mem = sum(h.get("mem_gib", 0.0) for h in holders)
-    cpu = sum(h.get("cpus", 1) for h in holders)
+) -> tuple[str | None, int]:
+    """Where waiter ``me`` may start now ("local", "remote" or None: not yet), and its
+    place in the queue: waiters are taken by priority (ties: who came first) and each one
+    that fits beside those already running is counted as started; ``me`` goes when its
+    turn comes and it fits. A compile that may run remotely (``remote_ok``) takes a free
+    remote slot first, a local one when they are all taken: remote slots
+    (``remote_slots``, the build servers' CPUs) use no local memory or CPU, which stay
+    for the links and for what the build servers cannot run. One job alone always runs (the caller
+    checked before the build that one job of every step fits the budget)."""
+    local = [h for h in holders if h.get("where", "local") == "local"]
+    mem = sum(h.get("mem_gib", 0.0) for h in local)
+    cpu = sum(h.get("cpus", 1) for h in local)
+    remote = len(holders) - len(local)
+    slots = int(budget.get("remote_slots", 0))
     running = len(holders)
     order = sorted(waiters, key=lambda w: (-w.get("priority", 0.0), w.get("since", 0.0)))
     for place, w in enumerate(order):
         fits = mem + w.get("mem_gib", 0.0) <= budget["mem_gib"] + 1e-9
         fits = fits and cpu + w.get("cpus", 1) <= budget["cpus"]
-        if fits or not running:
+        if w.get("remote_ok") and remote < slots:
             if w["id"] == me:
-                return True, place
+                return "remote", place
+            remote += 1
+            running += 1
+        elif fits or not running:
+            if w["id"] == me:
+                return "local", place
             mem += w.get("mem_gib", 0.0)
             cpu += w.get("cpus", 1)
             running += 1
         elif w["id"] == me:
-            return False, place
-    return False, len(order)
+            return None, place
+    return None, len(order)
 
 
 def _register(path: Path, entry: dict) -> int:
@@ -154,12 +166,16 @@ def _gone(fd: int) -> bool:
 
 
 @contextlib.contextmanager
-def slot(gate: Path, mem_gib: float, cpus: int, priority: float = 0.0) -> Iterator[None]:
+def slot(
+    gate: Path, mem_gib: float, cpus: int, priority: float = 0.0, remote_ok: bool = False
+) -> Iterator[str]:
     """Wait until this job's turn comes and ``mem_gib`` and ``cpus`` fit beside the live
-    holders, hold them while the body runs."""
+    holders (or a remote slot is free, for a job that may run remotely), hold them while
+    the body runs; the body gets where it runs ("local" or "remote")."""
     budget = json.loads((gate / "budget.json").read_text())
     me = uuid.uuid4().hex
-    entry = {"mem_gib": mem_gib, "cpus": cpus, "priority": priority, "since": time.time()}
+    entry: dict = {"mem_gib": mem_gib, "cpus": cpus, "priority": priority, "since": time.time()}
+    entry["remote_ok"] = remote_ok
     waiting = gate / "waiting" / f"{me}.json"
     waiting.parent.mkdir(exist_ok=True)
     with open(gate / "lock", "a") as lock:
@@ -180,9 +196,12 @@ def slot(gate: Path, mem_gib: float, cpus: int, priority: float = 0.0) -> Iterat
                         os.close(wfd)
                         wfd = _register(waiting, entry)
                     holders = _alive(gate / "holders")
-                    go, place = admitted(budget, holders, _alive(gate / "waiting"), me)
-                    if go:
-                        fd = _register(gate / "holders" / f"{me}.json", entry)
+                    where, place = admitted(budget, holders, _alive(gate / "waiting"), me)
+                    if where:
+                        held = {**entry, "where": where}
+                        if where == "remote":  # no local memory or CPU
+                            held.update(mem_gib=0.0, cpus=0)
+                        fd = _register(gate / "holders" / f"{me}.json", held)
                         break
                 for h in holders:
                     if h["id"] not in watched:
@@ -196,7 +215,7 @@ def slot(gate: Path, mem_gib: float, cpus: int, priority: float = 0.0) -> Iterat
         os.close(wfd)
     _bump(gate)
     try:
-        yield
+        yield where
     finally:
         (gate / "holders" / f"{me}.json").unlink(missing_ok=True)
         os.close(fd)
@@ -236,12 +255,12 @@ def _mem_for(source: str | None) -> float:
 
 
 def from_environment(
-    source: str | None = None, priority: float = 0.0
-) -> contextlib.AbstractContextManager[None]:
+    source: str | None = None, priority: float = 0.0, remote_ok: bool = False
+) -> contextlib.AbstractContextManager[str | None]:
     """The slot this compile needs, from the step's environment; a no-op outside
     kiln's builds (e.g. ``rebuild.py`` on an installed tree)."""
     gate = os.environ.get("KILN_GATE_DIR")
     if not gate or not (Path(gate) / "budget.json").is_file():
-        return contextlib.nullcontext()
+        return contextlib.nullcontext(None)
     cpus = int(os.environ.get("KILN_GATE_CPUS", "1") or 1)
-    return slot(Path(gate), _mem_for(source), cpus, priority)
+    return slot(Path(gate), _mem_for(source), cpus, priority, remote_ok)

@@ -36,6 +36,7 @@ import os
 import re
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -299,12 +300,51 @@ def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, st
 
 
 def _launcher(call: Call) -> list[str]:
-    """ccache in front of the real compiler for compiles, when kiln configured one
-    (``KILN_CCACHE``: its path; ``CCACHE_*`` settings come with it)."""
-    ccache = os.environ.get("KILN_CCACHE")
-    base = os.environ.get("CCACHE_BASEDIR")
+    """The compiler cache in front of the real compiler for compiles, when kiln configured
+    one: sccache (``KILN_SCCACHE``) or ccache (``KILN_CCACHE``), each with its settings.
+    Only where the working directory is in the tree (its base directory): elsewhere the
+    tree's paths could not be written relative, and a hit would name another tree."""
+    sccache = os.environ.get("KILN_SCCACHE")
+    tool = sccache or os.environ.get("KILN_CCACHE")
+    base = os.environ.get("SCCACHE_BASEDIRS" if sccache else "CCACHE_BASEDIR")
     in_base = bool(base) and _inside(os.path.realpath(os.getcwd()), os.path.realpath(base or "/"))
-    return [ccache] if ccache and call.cacheable and in_base else []
+    return [tool] if tool and call.cacheable and in_base else []
+
+
+SPECS = os.path.join(".kiln", "host", "prefix-maps.specs")
+
+
+def with_specs_file(args: list[str], nvcc: bool) -> list[str]:
+    """The prefix maps (``-ffile-prefix-map=/abs/tree=.``) moved into a GCC specs file the
+    compile names by a path relative to its working directory: sccache 0.16 hashes
+    arguments as written, so the tree's absolute path in them would make every tree's
+    compile a miss. The same options reach cc1 either way: the same object bytes."""
+    tree = dict(_roots()).get("TREE")
+    maps = [a for a in args if a.startswith("-ffile-prefix-map=")]
+    if not tree or not maps:
+        return args
+    text = "*cpp_options:\n+ {0}\n\n*cc1_options:\n+ {0}\n\n".format(
+        " ".join(m.replace("-ffile-prefix-map=", "-fmacro-prefix-map=", 1) for m in maps)
+        + " "
+        + " ".join(m.replace("-ffile-prefix-map=", "-fdebug-prefix-map=", 1) for m in maps)
+    )
+    path = os.path.join(tree, SPECS)
+    try:
+        with open(path) as fh:
+            same = fh.read() == text
+    except OSError:
+        same = False
+    if not same:
+        _write_atomic(Path(path), text.encode())
+    flag = "-specs=" + os.path.relpath(path, os.getcwd())
+    out: list[str] = []
+    for i, a in enumerate(args):
+        if a in maps:
+            if nvcc and out and out[-1] == "-Xcompiler" and i and args[i - 1] == "-Xcompiler":
+                out.pop()
+            continue
+        out.append(a)
+    return [*out, "-Xcompiler", flag] if nvcc else [*out, flag]
 
 
 def _tree_relative(path: str | None) -> str:
@@ -323,6 +363,7 @@ def _record(
     result: str,
     waited: float = 0.0,
     ended: float | None = None,
+    where: str | None = None,
 ) -> None:
     """One line per compiler run into the step's stats (``KILN_JOB_STATS``): the
     largest process's peak RSS and the CPU time of the run (for the scheduler's learned
@@ -344,6 +385,7 @@ def _record(
             "wall_s": round(ended - started, 3),
             "start": round(time.time() - (time.monotonic() - started), 3),
             "waited_s": round(waited, 3),
+            **({"where": where} if where else {}),
         }
     )
     fd = os.open(stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -381,19 +423,33 @@ def _priority(call: Call) -> float:
 
 
 def run_real(call: Call, seed: str = "") -> int:
-    """The real compiler (behind ccache when configured), once the run's compile gate
-    has room for it."""
+    """The real compiler (behind the compiler cache when configured), once the run's
+    compile gate has room for it: in a local slot, or in a remote one (then through the
+    step's sccache server that sends compiles to the sccache-dist scheduler)."""
     requested = time.monotonic()
     compiler, extra_env = (
         _nvcc_from_shim(call, seed) if is_nvcc(call.compiler) else (call.compiler, {})
     )
-    argv = [*_launcher(call), compiler, *call.args]
+    launcher = _launcher(call)
     # What the real compiler runs through this wrapper again (nvcc's -ccbin host
     # compiler) is part of this compile: it must not wait for a gate slot this compile
     # holds (a deadlock), nor be cached or counted twice.
     env = {**os.environ, NESTED: "1", **extra_env}
     source = _tree_relative(call.source) if call.cacheable else None
-    with compilegate.from_environment(source, _priority(call)):
+    # Only nvcc's compiles go to build servers: sccache-dist sends them cicc's and ptxas's
+    # work (the device code, the bulk of a CUDA unit), which comes back the same bytes; a
+    # g++ compile it runs from the preprocessed source, whose debug info then differs
+    # (line tables, file indices: measured on a -g unit) from the local compile's.
+    remote_ok = bool(launcher and os.environ.get("KILN_SCCACHE_DIST_PORT")) and is_nvcc(
+        call.compiler
+    )
+    with compilegate.from_environment(source, _priority(call), remote_ok) as where:
+        args = call.args
+        if where == "remote":
+            env["SCCACHE_SERVER_PORT"] = os.environ["KILN_SCCACHE_DIST_PORT"]
+        elif launcher and os.environ.get("KILN_SCCACHE"):
+            args = with_specs_file(args, is_nvcc(call.compiler))
+        argv = [*launcher, compiler, *args]
         started = time.monotonic()
         if (
             not is_nvcc(call.compiler)
@@ -402,6 +458,17 @@ def run_real(call: Call, seed: str = "") -> int:
             or "-o" not in call.args
         ):
             rc = subprocess.call(argv, env=env)
+        elif os.environ.get("KILN_SCCACHE") and launcher:
+            # sccache hashes --keep-dir as written: a folder named by the compile, given
+            # relative to the working directory, is the same in every tree.
+            keep = os.path.join(dict(_roots())["TREE"], ".kiln", "host", "keep", seed[:16])
+            shutil.rmtree(keep, ignore_errors=True)
+            os.makedirs(keep)
+            try:
+                rel = os.path.relpath(keep, os.getcwd())
+                rc = subprocess.call([*argv, "--keep", f"--keep-dir={rel}"], env=env)
+            finally:
+                shutil.rmtree(keep, ignore_errors=True)
         else:
             with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
                 # One word (``=``): ccache is told to ignore it (a fresh temp dir each time).
@@ -411,7 +478,7 @@ def run_real(call: Call, seed: str = "") -> int:
         # the two overlapping.
         ended = time.monotonic()
     result = "compiled" if call.cacheable else "other"
-    _record(call, rc, started, result, waited=started - requested, ended=ended)
+    _record(call, rc, started, result, waited=started - requested, ended=ended, where=where)
     return rc
 
 
