@@ -12,6 +12,7 @@ import pytest
 from kiln.build.pipeline import Options
 from kiln.config.models import Profile
 from kiln.toolchain import buildenv, cudapypi
+from tests import fleet
 from tests import upstreams as fixture_upstreams
 from tests.workspace import PROFILE
 
@@ -132,3 +133,19 @@ def test_image(client) -> str:
     from tests import dockerimage
 
     return dockerimage.ensure(client)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path):
+    """A fresh ``redis-server`` on a free loopback port (tests/fleet.py)."""
+    server = fleet.start_redis(tmp_path / "redis")
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def dist_servers(tmp_path: Path):
+    """An ``sccache-dist`` scheduler and two build servers on loopback (tests/fleet.py)."""
+    servers = fleet.start_dist(tmp_path / "dist")
+    yield servers
+    servers.stop()

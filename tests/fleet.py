@@ -9,6 +9,7 @@ after it. Without ``redis-server``, ``bwrap`` or sccache the tests skip, unless
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ import pytest
 from kiln.inside.sccache import free_port
 
 SCCACHE_BIN = Path(sys.executable).parent
+SAVE_NOTHING = ("--save", "", "--appendonly", "no")  # a cache for one test: memory only
 
 
 def need(tool: str) -> str:
@@ -70,13 +72,15 @@ class Redis:
         self.proc.wait()
 
 
-def start_redis(folder: Path) -> Redis:
+def start_redis(folder: Path, password: str | None = None) -> Redis:
     binary = need("redis-server")
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = folder / "redis.log"
+    conf = folder / "redis.conf"  # the password in a file: not on a command line
+    conf.write_text(f"requirepass {password}\n" if password else "")
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        [binary, str(conf), *("--port", str(port), "--bind", "127.0.0.1"), *SAVE_NOTHING],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         cwd=folder,
@@ -157,3 +161,25 @@ def start_dist(folder: Path, servers: int = 2, token: str = "kiln-test-client-to
             break
         time.sleep(0.2)
     return out
+
+
+def builder(options, ws: Path, tmp: Path, name: str, **more: object):
+    """The options of a builder of its own: work tree, local compiler cache and artifacts
+    apart from every other builder's (``options``: the tests' fixture)."""
+    mine = {
+        "work": tmp / name / "work",
+        "artifacts": tmp / name / "artifacts",
+        "compiler_cache": tmp / name / "compiler-cache",
+        "artifact_cache": False,
+    }
+    return options(ws, **{**mine, **more})
+
+
+def compiler_info(release: Path, vendor: str = "plain") -> dict:
+    """The manifest's compiler-cache record of one step."""
+    data = json.loads((release / "manifest.json").read_text())
+    return data["vendors"][vendor]["caches"]["compiler"]
+
+
+def wheels(release: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((release / "wheels").glob("*.whl"))}

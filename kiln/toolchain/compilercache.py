@@ -304,8 +304,12 @@ def sccache_counts(data: dict) -> dict:
                 local += int(level.get("hits", 0))
             else:
                 remote += int(level.get("hits", 0))
-    if not any(s.get("stats", {}).get("multi_level") for s in data.get("servers", [])):
-        local = hits  # one level: the local folder
+    # A level's "hits" are reads that found an entry, also one that then failed to
+    # unpack (a damaged entry: counted as a read error and compiled); only the compile
+    # requests' hits were used, the local folder's first.
+    multi = any(s.get("stats", {}).get("multi_level") for s in data.get("servers", []))
+    local = min(local, hits) if multi else hits
+    remote = hits - local
     out: dict = {"hits": hits, "misses": misses, "local_hits": local, "remote_hits": remote}
     out["errors"] = errors
     if data.get("store"):

@@ -12,55 +12,24 @@ import pytest
 
 from kiln.build import pipeline
 from tests import fleet
+from tests.fleet import builder as _builder
+from tests.fleet import compiler_info as _compiler
+from tests.fleet import wheels as _wheels
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
 
-def _compiler(release: Path, vendor: str = "plain") -> dict:
-    data = json.loads((release / "manifest.json").read_text())
-    return data["vendors"][vendor]["caches"]["compiler"]
-
-
-def _wheels(release: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((release / "wheels").glob("*.whl"))}
-
-
-@pytest.fixture
-def redis(tmp_path: Path):
-    server = fleet.start_redis(tmp_path / "redis")
-    yield server
-    server.kill()
-
-
-@pytest.fixture
-def dist(tmp_path: Path):
-    servers = fleet.start_dist(tmp_path / "dist")
-    yield servers
-    servers.stop()
-
-
-def _builder(options, ws: Path, tmp: Path, name: str, **more: object):
-    """A builder of its own: work tree, local compiler cache and artifacts apart."""
-    mine = {
-        "work": tmp / name / "work",
-        "artifacts": tmp / name / "artifacts",
-        "compiler_cache": tmp / name / "compiler-cache",
-        "artifact_cache": False,
-    }
-    return options(ws, **{**mine, **more})
-
-
 @pytest.mark.parametrize("backend", ["ccache", "sccache"])
 def test_a_second_builder_takes_the_first_builders_compiles_from_redis(
-    tmp_path: Path, upstreams: Upstreams, options, redis: fleet.Redis, backend: str
+    tmp_path: Path, upstreams: Upstreams, options, redis_server: fleet.Redis, backend: str
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
-    shared = {"cache_store": redis.url, "cache_backend": backend}
+    shared = {"cache_store": redis_server.url, "cache_backend": backend}
     a = pipeline.build(_builder(options, ws, tmp_path, "a", **shared))
     first = _compiler(a)
     assert first["tool"] == backend and first["store"] == "reachable"
     assert first["misses"] >= 2 and first["hits"] == 0, first
-    assert int(redis.cli("DBSIZE").strip()) >= first["misses"]  # written through to Redis
+    assert int(redis_server.cli("DBSIZE").strip()) >= first["misses"]  # written through to Redis
 
     # B: its own compiler-cache folder and artifacts, nothing local. With ccache also its
     # own work folder; sccache 0.16 hashes nvcc's internal -orig_src_path_name as written,
@@ -83,12 +52,12 @@ def test_a_second_builder_takes_the_first_builders_compiles_from_redis(
 
 
 def test_a_distributed_build_gives_the_bytes_of_a_local_one(
-    tmp_path: Path, upstreams: Upstreams, options, dist: fleet.Dist, monkeypatch
+    tmp_path: Path, upstreams: Upstreams, options, dist_servers: fleet.Dist, monkeypatch
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
     local = pipeline.build(_builder(options, ws, tmp_path, "local", cache_backend="sccache"))
-    monkeypatch.setenv("KILN_DIST_TOKEN", dist.token)
-    remote = pipeline.build(_builder(options, ws, tmp_path, "remote", distribute=dist.url))
+    monkeypatch.setenv("KILN_DIST_TOKEN", dist_servers.token)
+    remote = pipeline.build(_builder(options, ws, tmp_path, "remote", distribute=dist_servers.url))
     data = json.loads((remote / "manifest.json").read_text())
     assert data["scheduler"]["remote_slots"] >= 2
     step = data["vendors"]["plain"]
