@@ -212,7 +212,7 @@ def environment(
         # answer costs a remote_storage_error in the stats, never the compile.
         env["CCACHE_REMOTE_STORAGE"] = cache.store.url
         source = os.environ if where is None else where
-        env.update({k: source[k] for k in CREDENTIALS if k in source})
+        env.update({k: source[k] for k in CREDENTIALS if source.get(k)})
     return env
 
 
@@ -242,7 +242,7 @@ def _sccache_environment(
         )
     if cache.distribute and cache.remote_slots:
         env["KILN_DIST_URL"] = cache.distribute
-    env.update({k: where[k] for k in CREDENTIALS if k in where})
+    env.update({k: where[k] for k in CREDENTIALS if where.get(k)})  # unset secrets: ''
     return env
 
 

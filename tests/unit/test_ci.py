@@ -164,6 +164,20 @@ def test_build_jobs_use_the_docker_runner_and_cache_kiln_cache() -> None:
     assert uploads[0]["with"]["name"] == "${{ matrix.artifact }}"
 
 
+def test_every_build_job_compiles_through_one_shared_cache() -> None:
+    """The matrix shares one compiler cache: the bucket the secret names, else GitHub's
+    cache service, whose token the pinned sccache action exposes before the build."""
+    steps = workflow()["jobs"]["build"]["steps"]
+    (build,) = [s for s in steps if "python -m kiln build" in s.get("run", "")]
+    store = build["env"]["KILN_CACHE_STORE"]
+    assert "secrets.KILN_CACHE_STORE" in store and "gha://" in store
+    expose = [i for i, s in enumerate(steps) if "sccache-action@" in s.get("uses", "")]
+    assert expose and expose[0] < steps.index(build)
+    for name, value in build["env"].items():  # credentials only from secrets
+        if any(w in name for w in ("PASSWORD", "SECRET", "TOKEN", "KEY_ID")):
+            assert value.startswith("${{ secrets."), name
+
+
 # --------------------------------------------------------------------------- cibuildwheel
 
 
