@@ -93,6 +93,13 @@ def bench_speed(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_fleet(session: nox.Session) -> None:
+    """Builder B from builder A's shared cache, and N build servers on paper (benchmarks/)."""
+    session.install("-e", ".[fleet]")
+    session.run("python", "benchmarks/fleet.py", *session.posargs)
+
+
+@nox.session
 def verify(session: nox.Session) -> None:
     """Rebuild a release from its manifest and compare every file: -- MANIFEST [...]."""
     if not session.posargs:

@@ -110,18 +110,24 @@ class PublicBench:
         (self.ws / "patches" / PATCH_FILE).write_text(patch_text(variant, self.first_line))
 
     # ------------------------------------------------------------------ kiln
-    def kiln(self) -> dict[str, Any]:
+    def kiln(self, home: Path | None = None, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+        """``kiln build`` with its work, artifacts and caches under ``home`` (default:
+        the benchmark's root), ``extra`` arguments after the rest."""
+        home = home or self.root
         cmd = [
             *(sys.executable, "-m", "kiln", "build", "--workspace", str(self.ws)),
-            *("--artifacts", str(self.root / "artifacts"), "--work", str(self.root / "work")),
+            *("--artifacts", str(home / "artifacts"), "--work", str(home / "work")),
             *("--mirrors", str(self.mirrors), "--offline", "--runner", "local"),
             *("--python", str(self.python), "--cuda-home", CUDA_HOME),
-            *("--compiler-cache", str(self.root / "ccache")),
-            *("--artifact-cache", str(self.root / "acache")),
+            *("--compiler-cache", str(home / "ccache")),
+            *("--artifact-cache", str(home / "acache")),
             *(("--profile", self.profile) if self.profile else ()),
+            *extra,
         ]
         run = measured(cmd)
-        run["manifest"] = json.loads((self.release / "manifest.json").read_text())
+        release = home / "artifacts" / self.release.name
+        run["manifest"] = json.loads((release / "manifest.json").read_text())
+        run["logs"] = home / "artifacts" / "logs" / self.release.name
         return run
 
     def clean(self, keep_ccache: bool) -> None:
@@ -314,7 +320,7 @@ def main(args: Any) -> None:
             for n, v in sorted(r["manifest"]["vendors"].items())
         }
         print(f"kiln cold per vendor (compile CPU-s, estimate): {per}")
-    strip = ("output", "manifest")
+    strip = ("output", "manifest", "logs")
     results = {
         k: [{x: y for x, y in r.items() if x not in strip} for r in v]
         for k, v in {

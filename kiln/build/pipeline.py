@@ -162,7 +162,9 @@ def compiler_cache(opts: Options, ccache: str | None) -> compilercache.CompilerC
     mounts it into the container) with its store and, given a scheduler, the remote
     slots its build servers offer now (none answering: a warning, compiles stay here)."""
     tool = opts.compiler_cache_tool
-    if tool == "ccache" or opts.ccache_dir is None:
+    if opts.ccache_dir is None:  # --no-compiler-cache (kiln verify): nothing shared either
+        return compilercache.setup(None, None, tool)
+    if tool == "ccache":
         if opts.distribute:
             raise ConfigError(
                 f"--distribute {opts.distribute}: distributed compiles go through sccache; "

@@ -89,7 +89,6 @@ def served(env: MutableMapping[str, str]) -> Iterator[None]:
         # sccache reads ~/.config/sccache/config too: the local server gets an empty one.
         env["SCCACHE_CONF"] = _conf(folder, "local.toml", "")
         env["SCCACHE_SERVER_PORT"] = str(free_port())
-        shown = env.get("SCCACHE_REDIS_ENDPOINT") or env.get("SCCACHE_BUCKET")
         ok, why = _start(binary, env)
         if not ok and env.get("KILN_SCCACHE_STORE_VARS"):
             record["warnings"].append(
@@ -101,7 +100,7 @@ def served(env: MutableMapping[str, str]) -> Iterator[None]:
             for k in set(env) - set(_without_store(env)):
                 del env[k]
             ok, why = _start(binary, env)
-        elif ok and shown:
+        elif ok and env.get("KILN_SCCACHE_STORE_VARS"):
             record["store"] = "reachable"
         if not ok:
             record["warnings"].append(f"sccache did not start ({why}): compiling without it")

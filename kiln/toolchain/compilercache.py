@@ -229,7 +229,7 @@ def _sccache_environment(
         "SCCACHE_DIRECT": "false",
         "SCCACHE_IDLE_TIMEOUT": "0",
         "SCCACHE_LOG": "warn",
-        "SCCACHE_ERROR_LOG": str(stats_log.with_suffix(".log")),
+        "SCCACHE_ERROR_LOG": str(stats_log.with_name(stats_log.name + ".log")),
     }
     if cache.store is not None and cache.store.kind != "disk":
         # The local folder first, the shared store behind it; a store that fails a write

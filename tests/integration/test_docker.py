@@ -172,6 +172,36 @@ def test_compiler_cache_is_a_volume_shared_by_docker_builds(
     assert (tmp_path / "cache" / "ccache").is_dir()  # on the host: kept between containers
 
 
+@pytest.mark.parametrize("backend", ["ccache", "sccache"])
+def test_docker_builds_share_a_redis_store_through_the_host_network(
+    tmp_path: Path, upstreams: Upstreams, docker_options, redis_server, backend: str
+) -> None:
+    """The container reaches the store on the host's loopback (the network is opened only
+    for that) and, for sccache, runs the host's sccache binary, mounted read-only."""
+    vendor = plain_vendor(upstreams.plain[1], archs=["sm_100a"])
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    counts = []
+    for name in ("a", "b"):
+        work = tmp_path / "work-a" if backend == "sccache" else tmp_path / f"work-{name}"
+        shutil.rmtree(work, ignore_errors=True)  # sccache: B builds where A did (test_fleet)
+        release = pipeline.build(
+            docker_options(
+                ws,
+                artifacts=tmp_path / f"artifacts-{name}",
+                work=work,
+                compiler_cache=tmp_path / f"compiler-cache-{name}",
+                cache_backend=backend,
+                cache_store=redis_server.url,
+                artifact_cache=False,
+            )
+        )
+        data = json.loads((release / "manifest.json").read_text())
+        counts.append(data["vendors"]["plain"]["caches"]["compiler"])
+    assert counts[0]["tool"] == backend and counts[0]["store"] == "reachable", counts[0]
+    assert counts[0]["misses"] >= 1 and counts[1]["store"] == "reachable"
+    assert counts[1]["remote_hits"] == counts[1]["hits"] >= 1 and counts[1]["misses"] == 0
+
+
 def _failing_build(tmp_path: Path, upstreams: Upstreams, docker_options, script: str, **o):
     """A docker build of an in-place step running ``script``; returns its BuildError."""
     vendor = plain_vendor(upstreams.plain[0], archs=[])

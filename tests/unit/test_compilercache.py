@@ -172,3 +172,21 @@ def test_distribute_with_ccache_is_refused_before_any_build(tmp_path: Path) -> N
     )
     with pytest.raises(ConfigError, match="distributed compiles go through sccache"):
         compiler_cache(opts, "ccache")
+
+
+def test_no_compiler_cache_turns_the_fleet_off_too(tmp_path: Path) -> None:
+    """kiln verify rebuilds with --no-compiler-cache: no store, no build servers either,
+    even where $KILN_DISTRIBUTE names a scheduler."""
+    from kiln.build.pipeline import compiler_cache
+
+    opts = Options(
+        workspace=tmp_path,
+        artifacts=tmp_path,
+        cache=tmp_path,
+        work=tmp_path,
+        no_compiler_cache=True,
+        cache_store="redis://cache:6379",
+        distribute="http://scheduler:10600",
+    )
+    off = compiler_cache(opts, "ccache")
+    assert not off.enabled and not off.networked and off.remote_slots == 0

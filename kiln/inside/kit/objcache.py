@@ -461,7 +461,8 @@ def run_real(call: Call, seed: str = "") -> int:
         elif os.environ.get("KILN_SCCACHE") and launcher:
             # sccache hashes --keep-dir as written: a folder named by the compile, given
             # relative to the working directory, is the same in every tree.
-            keep = os.path.join(dict(_roots())["TREE"], ".kiln", "host", "keep", seed[:16])
+            name = hashlib.sha256(f"{seed}\0{_tree_relative(call.out)}".encode()).hexdigest()
+            keep = os.path.join(dict(_roots())["TREE"], ".kiln", "host", "keep", name[:16])
             shutil.rmtree(keep, ignore_errors=True)
             os.makedirs(keep)
             try:
