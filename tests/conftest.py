@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -101,6 +102,9 @@ def start_kiln_until(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as on a terminal, even where the tests run in a background job (a shell
+        # starts those with SIGINT ignored, and Python then never raises KeyboardInterrupt).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + timeout
     while not marker.exists():

@@ -183,3 +183,11 @@ def compiler_info(release: Path, vendor: str = "plain") -> dict:
 
 def wheels(release: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((release / "wheels").glob("*.whl"))}
+
+
+def report(what: str, info: dict) -> None:
+    """One line for the closing note's tables (shown with ``pytest -s``)."""
+    keys = ("tool", "hits", "local_hits", "remote_hits", "misses", "errors", "store")
+    shown = ", ".join(f"{k}={info.get(k)}" for k in keys if k in info)
+    extra = f", distributed={info['distributed']}" if info.get("distributed") else ""
+    print(f"\nfleet: {what}: {shown}{extra}")

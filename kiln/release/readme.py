@@ -3,9 +3,13 @@ of the model card: what is inside, the pinned commits, how it was built, how to 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import yaml
+
 from kiln.config.workspace import README_MARKER, README_SECTIONS
+from kiln.errors import ConfigError
 from kiln.release.manifest import JitCacheInfo, Manifest, Output, ReleaseInfo
 
 
@@ -121,8 +125,29 @@ def front_matter(m: Manifest) -> dict[str, Any]:
     return meta
 
 
+# The Hub's own pattern for a card's front matter (huggingface_hub.repocard).
+FRONT_MATTER = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
+
+
+def template_parts(template: str) -> tuple[dict[str, Any], str]:
+    """A template's front matter (as the Hub's ``ModelCard`` reads it, metadata errors
+    ignored) and the text after it. Not through ``ModelCard`` itself: importing
+    ``huggingface_hub.repocard`` pulls in the Hub client (0.3-0.6 s, a quarter of a no-op
+    build); its card data class alone is light."""
+    from huggingface_hub.repocard_data import ModelCardData
+
+    match = FRONT_MATTER.search(template)
+    if not match:
+        return {}, template
+    data = yaml.safe_load(match.group(2)) or {}
+    if not isinstance(data, dict):
+        raise ConfigError("the README template's front matter is not a YAML mapping")
+    card = ModelCardData(**data, ignore_metadata_errors=True)
+    return card.to_dict(), template[match.end() :]
+
+
 def _yaml(meta: dict[str, Any]) -> str:
-    from huggingface_hub import ModelCardData
+    from huggingface_hub.repocard_data import ModelCardData
 
     return ModelCardData(**meta).to_yaml()
 
@@ -218,8 +243,6 @@ def render(m: Manifest) -> str:
     """The README: YAML front matter for the Hub, then the workspace's template (its
     prose, the sections at its markers, the unplaced ones after it) or, without one,
     the title, the description and every section in order."""
-    from huggingface_hub import ModelCard
-
     sections = _sections(m)
     meta = front_matter(m)
     template = m.release.readme_template_text
@@ -229,12 +252,7 @@ def render(m: Manifest) -> str:
             head += [m.release.description, ""]
         body = "\n".join(head + [ln for name in README_SECTIONS for ln in sections[name]])
     else:
-        # ModelCard parses a front matter (and warns when there is none)
-        card = (
-            ModelCard(template, ignore_metadata_errors=True) if template.startswith("---") else None
-        )
-        own = card.data.to_dict() if card else {}
-        text = card.text if card else template
+        own, text = template_parts(template) if template.startswith("---") else ({}, template)
         if own.get("license", "other") != "other":  # the template names one license
             meta.pop("license_name", None)
             meta.pop("license_link", None)

@@ -47,6 +47,7 @@ def test_an_unreachable_store_costs_one_warning_and_the_build_goes_on(
             builder(options, ws, tmp_path, "b", cache_backend=backend, cache_store=nobody)
         )
     info = compiler_info(release)
+    fleet.report(f"{backend}, store unreachable", info)
     assert info["store"] == "unreachable" and info["warnings"], info
     said = [r.getMessage() for r in caplog.records if "shared compiler cache" in r.getMessage()]
     assert len(said) == 1, said
@@ -67,6 +68,7 @@ def test_a_store_killed_during_the_build_is_a_warning_not_a_failure(
     monkeypatch.setenv("PLAIN_STARTED_MARKER", str(marker))
     release = pipeline.build(builder(options, ws, tmp_path, "b", cache_store=redis_server.url))
     info = compiler_info(release)
+    fleet.report("ccache, Redis killed mid-build", info)
     assert info["store"] == "reachable" and info["errors"] >= 1, info
     assert any("failed during the step" in w for w in info["warnings"]), info
     assert wheels(release) == wheels(local)
@@ -90,6 +92,7 @@ def test_a_damaged_remote_entry_is_never_used(
         shutil.rmtree(tmp_path / "a" / "work")
     b = pipeline.build(builder(options, ws, tmp_path, "b", **shared, **where))
     info = compiler_info(b)
+    fleet.report(f"{backend}, every remote entry damaged", info)
     assert info["remote_hits"] == 0, info  # nothing damaged was used: everything compiled
     assert info["misses"] >= 2, info
     assert wheels(b) == wheels(a)
@@ -114,6 +117,7 @@ def test_a_build_server_killed_mid_compile_leaves_the_compile_to_this_machine(
     _kill_when(marker, kill_servers, after_s=3.0)  # nvcc is at a build server by then
     release = pipeline.build(builder(options, ws, tmp_path, "remote", distribute=dist_servers.url))
     info = compiler_info(release)
+    fleet.report("build servers killed mid-compile", info)
     assert info["distributed"]["errors"] >= 1, info
     assert wheels(release) == wheels(local)
 

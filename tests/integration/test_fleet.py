@@ -42,6 +42,8 @@ def test_a_second_builder_takes_the_first_builders_compiles_from_redis(
     second = _compiler(b)
     assert second["local_hits"] == 0  # B's own folder was empty
     rate = second["remote_hits"] / (second["hits"] + second["misses"])
+    fleet.report(f"{backend} A cold", first)
+    fleet.report(f"{backend} B from A's store ({100 * rate:.0f} % remote hits)", second)
     assert rate >= 0.95, second
     assert _wheels(b) == _wheels(a)
 
@@ -63,5 +65,10 @@ def test_a_distributed_build_gives_the_bytes_of_a_local_one(
     step = data["vendors"]["plain"]
     assert step["schedule"]["compiles_remote"] >= 1, step["schedule"]
     ran = step["caches"]["compiler"]["distributed"]
+    fleet.report(
+        f"distributed ({step['schedule']['compiles_remote']} of "
+        f"{step['schedule']['compiles']} compiles in remote slots)",
+        step["caches"]["compiler"],
+    )
     assert sum(ran["servers"].values()) >= 1, ran
     assert _wheels(remote) == _wheels(local)
