@@ -123,16 +123,20 @@ def start_dist(folder: Path, servers: int = 2, token: str = "kiln-test-client-to
     )
     env = {**os.environ, "SCCACHE_LOG": "info", "SCCACHE_NO_DAEMON": "1"}  # stay in front
     out = Dist(f"http://127.0.0.1:{port}", token)
-    log = folder / "scheduler.log"
-    p = subprocess.Popen(
-        [dist_bin, "scheduler", "--config", str(sched)],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    out.procs.append(p)
-    out.logs.append(log)
-    _wait_port(port, p, log)
+
+    def spawn(role: str, conf: Path, log: Path, port: int) -> subprocess.Popen:
+        p = subprocess.Popen(
+            [dist_bin, role, "--config", str(conf)],
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        out.procs.append(p)
+        out.logs.append(log)
+        _wait_port(port, p, log)
+        return p
+
+    spawn("scheduler", sched, folder / "scheduler.log", port)
     for i in range(servers):
         sport = free_port()
         conf = folder / f"server{i}.toml"
@@ -144,17 +148,7 @@ def start_dist(folder: Path, servers: int = 2, token: str = "kiln-test-client-to
             f'bwrap_path = "{shutil.which("bwrap")}"\n'
             '[scheduler_auth]\ntype = "token"\ntoken = "kiln-test-server-token"\n'
         )
-        log = folder / f"server{i}.log"
-        s = subprocess.Popen(
-            [dist_bin, "server", "--config", str(conf)],
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        out.procs.append(s)
-        out.servers.append(s)
-        out.logs.append(log)
-        _wait_port(sport, s, log)
+        out.servers.append(spawn("server", conf, folder / f"server{i}.log", sport))
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # the servers report to the scheduler
         if all("connected to scheduler" in lg.read_text() for lg in out.logs[1:]):

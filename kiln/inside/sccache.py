@@ -69,11 +69,6 @@ def _start(binary: str, env: MutableMapping[str, str]) -> tuple[bool, str]:
     return rc == 0, out.splitlines()[-1] if out else f"exit {rc}"
 
 
-def _without_store(env: MutableMapping[str, str]) -> dict[str, str]:
-    drop = set(env.get("KILN_SCCACHE_STORE_VARS", "").split())
-    return {k: v for k, v in env.items() if k not in drop}
-
-
 @contextlib.contextmanager
 def served(env: MutableMapping[str, str]) -> Iterator[None]:
     """Run the step's sccache servers while the body runs; ``env`` (the step's
@@ -97,8 +92,8 @@ def served(env: MutableMapping[str, str]) -> Iterator[None]:
             )
             _warn(record["warnings"][-1])
             record["store"] = "unreachable"
-            for k in set(env) - set(_without_store(env)):
-                del env[k]
+            for k in env.pop("KILN_SCCACHE_STORE_VARS").split():
+                env.pop(k, None)
             ok, why = _start(binary, env)
         elif ok and env.get("KILN_SCCACHE_STORE_VARS"):
             record["store"] = "reachable"

@@ -35,6 +35,12 @@ def _kill_when(marker: Path, kill, after_s: float = 0.0) -> threading.Thread:
     return t
 
 
+def _slow_plain(tmp_path: Path, upstreams: Upstreams) -> Path:
+    """The fixture with a second's pause before its nvcc compile: time for a fault."""
+    vendor = plain_vendor(upstreams.plain[2], env={"PLAIN_BUILD_DELAY": "1"})
+    return write(tmp_path / "ws", {"plain": vendor})
+
+
 @pytest.mark.parametrize("backend", ["ccache", "sccache"])
 def test_an_unreachable_store_costs_one_warning_and_the_build_goes_on(
     tmp_path: Path, upstreams: Upstreams, options, caplog, backend: str
@@ -58,10 +64,7 @@ def test_a_store_killed_during_the_build_is_a_warning_not_a_failure(
     tmp_path: Path, upstreams: Upstreams, options, redis_server: fleet.Redis, monkeypatch
 ) -> None:
     """ccache's remote storage: the first compile reaches Redis, the next finds it gone."""
-    ws = write(
-        tmp_path / "ws",
-        {"plain": plain_vendor(upstreams.plain[2], env={"PLAIN_BUILD_DELAY": "1"})},
-    )
+    ws = _slow_plain(tmp_path, upstreams)
     marker = tmp_path / "compiling"
     local = pipeline.build(builder(options, ws, tmp_path, "local"))
     _kill_when(marker, redis_server.kill)
@@ -101,10 +104,7 @@ def test_a_damaged_remote_entry_is_never_used(
 def test_a_build_server_killed_mid_compile_leaves_the_compile_to_this_machine(
     tmp_path: Path, upstreams: Upstreams, options, dist_servers: fleet.Dist, monkeypatch
 ) -> None:
-    ws = write(
-        tmp_path / "ws",
-        {"plain": plain_vendor(upstreams.plain[2], env={"PLAIN_BUILD_DELAY": "1"})},
-    )
+    ws = _slow_plain(tmp_path, upstreams)
     local = pipeline.build(builder(options, ws, tmp_path, "local", cache_backend="sccache"))
     marker = tmp_path / "compiling"
     monkeypatch.setenv("KILN_DIST_TOKEN", dist_servers.token)

@@ -57,12 +57,15 @@ def test_a_store_the_backend_cannot_use_names_the_backend_that_can(tmp_path: Pat
         compilercache.setup(tmp_path, "sccache", "sccache", "http://cache/x")
 
 
+def _options(folder: Path, **more: object) -> Options:
+    return Options(workspace=folder, artifacts=folder, cache=folder, work=folder, **more)
+
+
 def test_the_backend_follows_what_only_sccache_can_do(tmp_path: Path) -> None:
-    base = Options(workspace=tmp_path, artifacts=tmp_path, cache=tmp_path, work=tmp_path)
-    assert base.compiler_cache_tool == "ccache"
-    assert Options(**{**base.__dict__, "cache_store": "redis://c"}).compiler_cache_tool == "ccache"
-    assert Options(**{**base.__dict__, "cache_store": "s3://b"}).compiler_cache_tool == "sccache"
-    assert Options(**{**base.__dict__, "distribute": "http://s"}).compiler_cache_tool == "sccache"
+    assert _options(tmp_path).compiler_cache_tool == "ccache"
+    assert _options(tmp_path, cache_store="redis://c").compiler_cache_tool == "ccache"
+    assert _options(tmp_path, cache_store="s3://b").compiler_cache_tool == "sccache"
+    assert _options(tmp_path, distribute="http://s").compiler_cache_tool == "sccache"
 
 
 def test_credentials_reach_the_step_only_from_kiln_environment(tmp_path: Path) -> None:
@@ -162,14 +165,7 @@ def test_prefix_maps_move_into_a_specs_file_named_relative_to_the_compile(
 def test_distribute_with_ccache_is_refused_before_any_build(tmp_path: Path) -> None:
     from kiln.build.pipeline import compiler_cache
 
-    opts = Options(
-        workspace=tmp_path,
-        artifacts=tmp_path,
-        cache=tmp_path,
-        work=tmp_path,
-        cache_backend="ccache",
-        distribute="http://scheduler:10600",
-    )
+    opts = _options(tmp_path, cache_backend="ccache", distribute="http://scheduler:10600")
     with pytest.raises(ConfigError, match="distributed compiles go through sccache"):
         compiler_cache(opts, "ccache")
 
@@ -179,11 +175,8 @@ def test_no_compiler_cache_turns_the_fleet_off_too(tmp_path: Path) -> None:
     even where $KILN_DISTRIBUTE names a scheduler."""
     from kiln.build.pipeline import compiler_cache
 
-    opts = Options(
-        workspace=tmp_path,
-        artifacts=tmp_path,
-        cache=tmp_path,
-        work=tmp_path,
+    opts = _options(
+        tmp_path,
         no_compiler_cache=True,
         cache_store="redis://cache:6379",
         distribute="http://scheduler:10600",
