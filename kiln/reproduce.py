@@ -93,9 +93,12 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
 
 
 def _drop_none(value: Any) -> Any:
-    """TOML has no null: a recipe's unset options (and those of its tables) are left out."""
+    """TOML has no null: a recipe's unset options are left out, also those of its tables
+    and of the tables in its arrays (``[[build.system]]`` with a header and no library)."""
     if isinstance(value, dict):
         return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
     return value
 
 

@@ -57,7 +57,9 @@ def build_python(profile: Profile, cache: Path, explicit: str | None, log_dir: P
         path = Path(chosen)
         if not (path.exists() or shutil.which(chosen)):
             raise ToolchainError(f"build Python {chosen} not found: fix --python/${ENV_VAR}")
-        return path if path.exists() else Path(shutil.which(chosen) or chosen)
+        # Absolute (not resolved: a venv's python is a link that must stay one): steps run
+        # elsewhere.
+        return path.absolute() if path.exists() else Path(shutil.which(chosen) or chosen)
     return provision(profile, cache, log_dir)
 
 

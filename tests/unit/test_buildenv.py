@@ -74,3 +74,14 @@ def test_provisioned_venvs_have_pinned_mtimes(tmp_path: Path) -> None:
     files = [p for p in (tmp_path / "venv").rglob("*") if p.is_file() and not p.is_symlink()]
     assert any(p.name == "python_stub.h" for p in files)
     assert {p.stat().st_mtime for p in files} == {buildenv.PINNED_MTIME}
+
+
+def test_a_relative_python_is_made_absolute_not_resolved(tmp_path: Path, monkeypatch) -> None:
+    """Steps run in other folders: ``--python .venv/bin/python`` must still name it there,
+    and stay the venv's link (resolving it would leave the venv)."""
+    venv = tmp_path / "v" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    got = buildenv.build_python(None, tmp_path, "v/bin/python", tmp_path)  # type: ignore[arg-type]
+    assert got == tmp_path / "v" / "bin" / "python" and got.is_symlink()

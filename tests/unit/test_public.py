@@ -1,7 +1,8 @@
 """examples/public, the workspace of the public DeepGEMM, DeepEP and FlashMLA (issue 12):
 its recipes hold only what is upstream-specific, its profiles choose FlashMLA's archs
-through the recipe's toggles, and its bundles become mirrors. The builds themselves run in
-.ci/run (`nox -s build_public`, then `nox -s verify`), not here: they take many minutes."""
+through the recipe's toggles, its bundles become mirrors, and `kiln verify` writes each
+recipe back as it was. The builds themselves run in .ci/run (`nox -s build_public`, then
+`manifest check` and `verify-wheel`), not here: they take many minutes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
+from kiln import reproduce
 from kiln.config.mirrors import Mirrors
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError
@@ -46,6 +48,18 @@ def test_release_recipes_dropped_what_kiln_now_provides() -> None:
     repo = Path(__file__).resolve().parents[2]
     for f in sorted((repo / "vendors").glob("*.toml")):
         assert toolchain_paths(f.read_text()) == [], f.name
+
+
+def test_verify_writes_every_public_recipe_back_as_it_was() -> None:
+    """The manifest records a recipe as JSON (unset options null, also inside
+    ``[[build.system]]``); verify's workspace writes it as TOML, which has no null."""
+    for name, vendor in Workspace(public.WORKSPACE, "sm100").vendors.items():
+        recorded = vendor.build.model_dump(mode="json")
+        with pytest.raises(tomlkit.exceptions.ConvertError):
+            tomlkit.dumps({"build": recorded})  # the control: nulls do not go into TOML
+        text = tomlkit.dumps({"build": reproduce._drop_none(recorded)})
+        again = type(vendor.build).model_validate(tomlkit.parse(text).unwrap()["build"])
+        assert again == vendor.build, name
 
 
 def test_profiles_choose_flashmlas_archs_through_its_toggles() -> None:
