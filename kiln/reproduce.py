@@ -68,10 +68,7 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
                 _drop_none({"path": s.path, "license": s.license, "license_id": s.license_id})
                 for s in src.submodules
             ]
-        recipe = _drop_none(entry.recipe)
-        (dest / "vendors" / f"{name}.toml").write_text(
-            tomlkit.dumps({"source": source, "build": recipe})
-        )
+        (dest / "vendors" / f"{name}.toml").write_text(vendor_toml(source, entry.recipe))
         for p in entry.patches:
             patch = release_dir / "patches" / p.file
             if not patch.is_file() or sha256_file(patch) != p.sha256:
@@ -90,6 +87,11 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
         doc["tags"] = tags
     (dest / "patches" / SERIES_FILE).write_text(tomlkit.dumps(doc))
     return dest
+
+
+def vendor_toml(source: dict[str, Any], recipe: dict[str, Any]) -> str:
+    """A vendor TOML from the manifest's record of its source and recipe (JSON)."""
+    return tomlkit.dumps({"source": source, "build": _drop_none(recipe)})
 
 
 def _drop_none(value: Any) -> Any:
