@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from kiln.inside import memwatch  # noqa: E402
 from kiln.inside.kit import compilegate  # noqa: E402
 
-SHIPPED = ("objcache.py", "compilegate.py", "cudashim.py", "pipcuda.py")
+SHIPPED = ("objcache.py", "compileflags.py", "compilegate.py", "cudashim.py", "pipcuda.py")
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:

@@ -16,6 +16,7 @@ KIT = ".kiln"
 # The kit: stand-alone (stdlib only) modules that import each other by plain name there.
 KIT_FILES = (
     "objcache.py",
+    "compileflags.py",
     "compilegate.py",
     "cudashim.py",
     "pipcuda.py",
@@ -24,6 +25,15 @@ KIT_FILES = (
 )
 WRAPPERS = {"gcc": "KILN_REAL_CC", "g++": "KILN_REAL_CXX", "nvcc": "KILN_REAL_NVCC"}
 WRAPPER_DEFAULTS = {"gcc": "gcc", "g++": "g++", "nvcc": "nvcc"}
+# nvcc calls its host compiler (this wrapper again) several times per CUDA unit, inside a
+# compile the wrapper already runs (KILN_WRAPPED=1): those calls get the flags alone, from
+# the small compileflags.py, not the object cache's imports (about 0.1 CPU-s a call).
+# ``-S``: the kit is stdlib only; the build venv's .pth files cost each call more.
+WRAPPER = """#!/bin/sh
+# kiln: compile through the object cache (see ../objcache.py)
+if [ "${{KILN_WRAPPED:-}}" = 1 ]; then m=compileflags.py; else m=objcache.py; fi
+exec "${{KILN_OBJCACHE_PYTHON:-python3}}" -S "$(dirname "$0")/../$m" "${{{var}:-{default}}}" "$@"
+"""
 
 
 def install_kit(tree: Path) -> Path:
@@ -42,11 +52,7 @@ def install_kit(tree: Path) -> Path:
         (kit / name).write_text(shipped.joinpath(name).read_text())
     for name, var in WRAPPERS.items():
         wrapper = kit / "bin" / name
-        wrapper.write_text(
-            "#!/bin/sh\n# kiln: compile through the object cache (see ../objcache.py)\n"
-            f'exec "${{KILN_OBJCACHE_PYTHON:-python3}}" "$(dirname "$0")/../objcache.py" '
-            f'"${{{var}:-{WRAPPER_DEFAULTS[name]}}}" "$@"\n'
-        )
+        wrapper.write_text(WRAPPER.format(var=var, default=WRAPPER_DEFAULTS[name]))
         wrapper.chmod(0o755)
     return kit
 

@@ -167,3 +167,44 @@ def test_a_compile_is_the_same_bytes_with_ccache_and_without(tmp_path: Path) -> 
         )
     assert list((tmp_path / "ccache").rglob("*R"))  # ccache really stored a result
     assert (tree / "build" / "direct.o").read_bytes() == (tree / "build" / "ccache.o").read_bytes()
+
+
+def test_nvccs_host_compiles_get_the_wrappers_flags_without_the_object_cache(
+    tmp_path: Path,
+) -> None:
+    """Inside a compile (KILN_WRAPPED=1, nvcc's own host-compiler calls, several per CUDA
+    unit) the kit's wrapper runs compileflags.py alone: the same arguments objcache.py's
+    nested path gives, at a fraction of its start-up (it is not even read: broken here)."""
+    from kiln.build.kit import install_kit
+
+    tree = tmp_path / "tree"
+    (tree / "csrc").mkdir(parents=True)
+    (tree / "csrc" / "a.cpp").write_text("int a;\n")
+    kit = install_kit(tree)
+    echo = tmp_path / "echo-args"
+    echo.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    echo.chmod(0o755)
+    env = {
+        **os.environ,
+        "KILN_WRAPPED": "1",
+        "KILN_OBJCACHE_PYTHON": sys.executable,
+        "KILN_OBJCACHE_ROOTS": f"TREE={tree};CUDA=/usr/local/cuda",
+        "KILN_CXX_APPEND": "-std=c++20",
+        "KILN_REAL_CXX": str(echo),
+    }
+    args = ["-c", str(tree / "csrc" / "a.cpp"), "-o", "a.o", f"-I{tree}/csrc"]
+    whole = subprocess.run(
+        [sys.executable, str(kit / "objcache.py"), str(echo), *args],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "-Icsrc" in whole.split() and "-std=c++20" in whole.split()
+    (kit / "objcache.py").write_text("raise SystemExit('objcache.py was run')\n")
+    fast = subprocess.run(
+        [str(kit / "bin" / "g++"), *args], cwd=tree, env=env, capture_output=True, text=True
+    )
+    assert fast.returncode == 0, fast.stderr
+    assert fast.stdout == whole

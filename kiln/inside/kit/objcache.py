@@ -33,7 +33,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import resource
 import shlex
 import shutil
@@ -45,16 +44,29 @@ from pathlib import Path
 
 try:
     from kiln.inside.kit import compilegate, cudashim
+    from kiln.inside.kit.compileflags import (
+        NESTED,
+        SOURCE_SUFFIXES,
+        deterministic_args,
+        env_roots,
+        inside,
+        is_nvcc,
+    )
 except ImportError:  # run as .kiln/objcache.py of a shipped tree: the kit's copies beside it
     import compilegate  # type: ignore[no-redef]
     import cudashim  # type: ignore[no-redef]
+    from compileflags import (
+        NESTED,
+        SOURCE_SUFFIXES,
+        deterministic_args,
+        env_roots,
+        inside,
+        is_nvcc,
+    )  # type: ignore[no-redef]
 
-SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
-CXX_SUFFIXES = (".cc", ".cpp", ".cxx")
 # Where the CUDA home with the fixed-module-ID cudafe++ lies in a tree (cudashim.py);
 # machine-specific like everything under .kiln/host, never packed.
 SHIM_HOME = os.path.join(".kiln", "host", "cuda")
-NESTED = "KILN_WRAPPED"
 DEP_FLAGS_WITH_VALUE = ("-MF", "-MT", "-MQ", "--dependency-output", "-odir")
 DEP_FLAGS = (
     "-MD",
@@ -62,16 +74,6 @@ DEP_FLAGS = (
     "--generate-dependencies-with-compile",
     "--generate-nonsystem-dependencies-with-compile",
 )
-
-
-def _roots() -> list[tuple[str, str]]:
-    pairs = []
-    raw = os.environ.get("KILN_OBJCACHE_ROOTS", "")
-    for item in raw.split(";"):
-        name, _, path = item.partition("=")
-        if name and path:
-            pairs.append((name, os.path.realpath(path)))
-    return sorted(pairs, key=lambda p: -len(p[1]))
 
 
 def _names(roots: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -180,125 +182,6 @@ def compiler_identity(compiler: str) -> str:
     return hashlib.sha256((res.stdout + res.stderr).encode()).hexdigest()
 
 
-PREFIX_TARGETS = {"TREE": ".", "SITE": "/site-packages", "CUDA": "/cuda"}
-
-
-def is_nvcc(compiler: str) -> bool:
-    return os.path.basename(compiler).startswith("nvcc")
-
-
-PATH_FLAGS = ("-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-I")
-
-
-def _inside(path: str, tree: str) -> bool:
-    return path == tree or path.startswith(tree + os.sep)
-
-
-def relative_paths(args: list[str], tree: str | None) -> list[str]:
-    """Sources and include paths inside the tree, written relative to the working
-    directory, as ccache's ``base_dir`` would run them: a compile then reads the same
-    command with ccache or without (debug info names its source as given), and ccache
-    finds nothing left to rewrite. Only where the working directory is in the tree
-    (elsewhere the wrapper runs without ccache: :func:`_launcher`)."""
-    cwd = os.path.realpath(os.getcwd())
-    if not tree or not _inside(cwd, tree):
-        return args
-
-    def rel(path: str) -> str:
-        norm = os.path.normpath(path)
-        return os.path.relpath(norm, cwd) if path.startswith("/") and _inside(norm, tree) else path
-
-    out: list[str] = []
-    it = iter(args)
-    for a in it:
-        flag = next((f for f in PATH_FLAGS if a == f or a.startswith(f + "/")), None)
-        if flag is not None and a == flag:
-            out += [a, rel(next(it, ""))]
-        elif flag is not None:
-            out.append(flag + rel(a[len(flag) :]))
-        elif a.startswith("/") and a.endswith(SOURCE_SUFFIXES) and os.path.isfile(a):
-            out.append(rel(a))
-        else:
-            out.append(a)
-    return out
-
-
-_BUILD_LIB = re.compile(r"^lib\.[^/]+$")
-
-
-def installed_dir(output: str) -> str | None:
-    """Where a shared object setuptools links into ``build/lib.<platform>/`` lands,
-    relative to site-packages once the wheel is installed (None: not such a link)."""
-    parts = os.path.realpath(output).split(os.sep)
-    for i in range(len(parts) - 2, 0, -1):
-        if parts[i - 1] == "build" and _BUILD_LIB.match(parts[i]):
-            return os.path.join(*parts[i + 1 : -1]) if len(parts) > i + 2 else "."
-    return None
-
-
-def relocatable_rpaths(args: list[str], site: str | None) -> list[str]:
-    """An ``-Wl,-rpath,<build venv's site-packages>/x`` (NVSHMEM's, NCCL's folder) made
-    ``$ORIGIN``-relative: the wheel is installed into a site-packages beside the same
-    NVIDIA wheels, and the build venv's path would make every build folder's bytes
-    differ and point nowhere on the user's machine."""
-    out = args[args.index("-o") + 1] if "-o" in args[:-1] else None
-    where = installed_dir(out) if out else None
-    if not site or where is None:
-        return args
-
-    def rel(path: str) -> str:
-        real = os.path.realpath(path)
-        if not _inside(real, site):
-            return path
-        return "$ORIGIN/" + os.path.relpath(real, os.path.join(site, where))
-
-    fixed = []
-    for a in args:
-        for prefix in ("-Wl,-rpath,", "-Wl,-rpath="):
-            if a.startswith(prefix):
-                a = prefix + ":".join(rel(p) for p in a[len(prefix) :].split(":"))
-        fixed.append(a)
-    return fixed
-
-
-def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, str]]) -> list[str]:
-    if os.environ.get("KILN_DETERMINISTIC") == "0":
-        return args
-    nvcc = is_nvcc(compiler)
-    if nvcc:
-        drop = set(os.environ.get("KILN_NVCC_DROP", "").split())
-        args = [a for a in args if a not in drop]
-    if "-c" not in args and not (nvcc and "-dlink" in args):
-        return relocatable_rpaths(args, dict(roots).get("SITE"))
-    # A fixed order (not the paths' lengths, which vary with the build folder), the tree
-    # last so that it wins where it sits inside another root. (nvcc's shim CUDA home
-    # needs no map: its nvcc.profile spells every path as the real home's.)
-    order = {"CUDA": 0, "SITE": 1, "TREE": 2}
-    maps = [
-        f"-ffile-prefix-map={path}={PREFIX_TARGETS.get(name, '/' + name.lower())}"
-        for name, path in sorted(roots, key=lambda r: (order.get(r[0], -1), r[0]))
-    ]
-    args = relative_paths(args, dict(roots).get("TREE"))
-    if not nvcc:
-        cxx = "-c" in args and any(a.endswith(CXX_SUFFIXES) for a in args)
-        append = os.environ.get("KILN_CXX_APPEND", "").split() if cxx else []
-        return [*args, *append, *maps]
-    if "-c" in args:
-        args = [*args, *os.environ.get("KILN_NVCC_APPEND", "").split()]
-    extra = [x for m in maps for x in ("-Xcompiler", m)]
-    sources = [a for a in args if a.endswith(".cu") and os.path.isfile(a)]
-    if len(sources) == 1:
-        tree = dict(roots).get("TREE")
-        src = os.path.realpath(sources[0])
-        rel = (
-            os.path.relpath(src, tree)
-            if tree and src.startswith(tree + os.sep)
-            else os.path.basename(src)
-        )
-        extra += ["-Xcudafe", f"--orig_src_path_name={rel}"]
-    return [*args, *extra]
-
-
 def _launcher(call: Call) -> list[str]:
     """The compiler cache in front of the real compiler for compiles, when kiln configured
     one: sccache (``KILN_SCCACHE``) or ccache (``KILN_CCACHE``), each with its settings.
@@ -307,7 +190,7 @@ def _launcher(call: Call) -> list[str]:
     sccache = os.environ.get("KILN_SCCACHE")
     tool = sccache or os.environ.get("KILN_CCACHE")
     base = os.environ.get("SCCACHE_BASEDIRS" if sccache else "CCACHE_BASEDIR")
-    in_base = bool(base) and _inside(os.path.realpath(os.getcwd()), os.path.realpath(base or "/"))
+    in_base = bool(base) and inside(os.path.realpath(os.getcwd()), os.path.realpath(base or "/"))
     return [tool] if tool and call.cacheable and in_base else []
 
 
@@ -319,7 +202,7 @@ def with_specs_file(args: list[str], nvcc: bool) -> list[str]:
     compile names by a path relative to its working directory: sccache 0.16 hashes
     arguments as written, so the tree's absolute path in them would make every tree's
     compile a miss. The same options reach cc1 either way: the same object bytes."""
-    tree = dict(_roots()).get("TREE")
+    tree = dict(env_roots()).get("TREE")
     maps = [a for a in args if a.startswith("-ffile-prefix-map=")]
     if not tree or not maps:
         return args
@@ -351,9 +234,9 @@ def _tree_relative(path: str | None) -> str:
     """A source as the stats name it: its path in the tree where it is inside."""
     if not path:
         return ""
-    tree = dict(_roots()).get("TREE")
+    tree = dict(env_roots()).get("TREE")
     real = os.path.realpath(path)
-    return os.path.relpath(real, tree) if tree and _inside(real, tree) else os.path.basename(path)
+    return os.path.relpath(real, tree) if tree and inside(real, tree) else os.path.basename(path)
 
 
 def _record(
@@ -399,7 +282,7 @@ def _nvcc_from_shim(call: Call, seed: str) -> tuple[str, dict[str, str]]:
     """nvcc started from kiln's CUDA home (cudashim.py), so cudafe++ takes a module ID
     fixed by the source's path in the tree and the compile's normalized command (else
     it may end the ID with its process id). The real nvcc where there is no tree."""
-    roots = dict(_roots())
+    roots = dict(env_roots())
     tree, home = roots.get("TREE"), roots.get("CUDA")
     if os.environ.get("KILN_DETERMINISTIC") == "0" or not tree or not home:
         return call.compiler, {}
@@ -462,7 +345,7 @@ def run_real(call: Call, seed: str = "") -> int:
             # sccache hashes --keep-dir as written: a folder named by the compile, given
             # relative to the working directory, is the same in every tree.
             name = hashlib.sha256(f"{seed}\0{_tree_relative(call.out)}".encode()).hexdigest()
-            keep = os.path.join(dict(_roots())["TREE"], ".kiln", "host", "keep", name[:16])
+            keep = os.path.join(dict(env_roots())["TREE"], ".kiln", "host", "keep", name[:16])
             shutil.rmtree(keep, ignore_errors=True)
             os.makedirs(keep)
             try:
@@ -552,11 +435,11 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: objcache.py REAL_COMPILER ARGS...", file=sys.stderr)
         return 2
-    call = Call(argv[1], deterministic_args(argv[1], argv[2:], _roots()))
+    call = Call(argv[1], deterministic_args(argv[1], argv[2:], env_roots()))
     if os.environ.get(NESTED) == "1":  # inside a compile this wrapper already runs
         return subprocess.call([call.compiler, *call.args])
     call, own_depfile = with_own_depfile(call)
-    roots = _names(_roots())
+    roots = _names(env_roots())
     # The compile as it would read anywhere: what the object cache keys it by, and the
     # seed of its fixed module ID (the same with or without caches).
     named = [
