@@ -37,10 +37,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from kiln.build.kit import KIT_FILES  # noqa: E402
 from kiln.inside import memwatch  # noqa: E402
 from kiln.inside.kit import compilegate  # noqa: E402
-
-SHIPPED = ("objcache.py", "compileflags.py", "compilegate.py", "cudashim.py", "pipcuda.py")
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
@@ -66,7 +65,7 @@ def _kit_path(rev: str) -> str:
 def kit(dest: Path, rev: str | None) -> Path:
     """The wrapper's files as of ``rev`` (None: the working tree) in ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in SHIPPED:
+    for name in KIT_FILES:
         if rev is None:
             shutil.copy(REPO / "kiln" / "inside" / "kit" / name, dest / name)
             continue

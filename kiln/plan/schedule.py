@@ -23,7 +23,7 @@ from typing import Any
 
 from kiln.config.models import Vendor
 from kiln.errors import ConfigError
-from kiln.inside.kit.objcache import SOURCE_SUFFIXES
+from kiln.inside.kit.compileflags import SOURCE_SUFFIXES
 from kiln.plan.cpus import cpu_slots
 
 GIB = 1024**3

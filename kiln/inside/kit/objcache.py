@@ -43,26 +43,11 @@ import time
 from pathlib import Path
 
 try:
-    from kiln.inside.kit import compilegate, cudashim
-    from kiln.inside.kit.compileflags import (
-        NESTED,
-        SOURCE_SUFFIXES,
-        deterministic_args,
-        env_roots,
-        inside,
-        is_nvcc,
-    )
+    from kiln.inside.kit import compileflags, compilegate, cudashim
 except ImportError:  # run as .kiln/objcache.py of a shipped tree: the kit's copies beside it
+    import compileflags  # type: ignore[no-redef]
     import compilegate  # type: ignore[no-redef]
     import cudashim  # type: ignore[no-redef]
-    from compileflags import (
-        NESTED,
-        SOURCE_SUFFIXES,
-        deterministic_args,
-        env_roots,
-        inside,
-        is_nvcc,
-    )  # type: ignore[no-redef]
 
 # Where the CUDA home with the fixed-module-ID cudafe++ lies in a tree (cudashim.py);
 # machine-specific like everything under .kiln/host, never packed.
@@ -146,7 +131,7 @@ class Call:
         a = self.args
         if "-c" not in a or any(x in a for x in ("-E", "-M", "-MM", "-")):
             return
-        sources = [x for x in a if x.endswith(SOURCE_SUFFIXES) and os.path.isfile(x)]
+        sources = [x for x in a if x.endswith(compileflags.SOURCE_SUFFIXES) and os.path.isfile(x)]
         if "-o" not in a or len(sources) != 1:
             return
         self.out = a[a.index("-o") + 1]
@@ -190,7 +175,9 @@ def _launcher(call: Call) -> list[str]:
     sccache = os.environ.get("KILN_SCCACHE")
     tool = sccache or os.environ.get("KILN_CCACHE")
     base = os.environ.get("SCCACHE_BASEDIRS" if sccache else "CCACHE_BASEDIR")
-    in_base = bool(base) and inside(os.path.realpath(os.getcwd()), os.path.realpath(base or "/"))
+    in_base = bool(base) and compileflags.inside(
+        os.path.realpath(os.getcwd()), os.path.realpath(base or "/")
+    )
     return [tool] if tool and call.cacheable and in_base else []
 
 
@@ -202,7 +189,7 @@ def with_specs_file(args: list[str], nvcc: bool) -> list[str]:
     compile names by a path relative to its working directory: sccache 0.16 hashes
     arguments as written, so the tree's absolute path in them would make every tree's
     compile a miss. The same options reach cc1 either way: the same object bytes."""
-    tree = dict(env_roots()).get("TREE")
+    tree = dict(compileflags.env_roots()).get("TREE")
     maps = [a for a in args if a.startswith("-ffile-prefix-map=")]
     if not tree or not maps:
         return args
@@ -234,9 +221,13 @@ def _tree_relative(path: str | None) -> str:
     """A source as the stats name it: its path in the tree where it is inside."""
     if not path:
         return ""
-    tree = dict(env_roots()).get("TREE")
+    tree = dict(compileflags.env_roots()).get("TREE")
     real = os.path.realpath(path)
-    return os.path.relpath(real, tree) if tree and inside(real, tree) else os.path.basename(path)
+    return (
+        os.path.relpath(real, tree)
+        if tree and compileflags.inside(real, tree)
+        else os.path.basename(path)
+    )
 
 
 def _record(
@@ -282,7 +273,7 @@ def _nvcc_from_shim(call: Call, seed: str) -> tuple[str, dict[str, str]]:
     """nvcc started from kiln's CUDA home (cudashim.py), so cudafe++ takes a module ID
     fixed by the source's path in the tree and the compile's normalized command (else
     it may end the ID with its process id). The real nvcc where there is no tree."""
-    roots = dict(env_roots())
+    roots = dict(compileflags.env_roots())
     tree, home = roots.get("TREE"), roots.get("CUDA")
     if os.environ.get("KILN_DETERMINISTIC") == "0" or not tree or not home:
         return call.compiler, {}
@@ -311,31 +302,31 @@ def run_real(call: Call, seed: str = "") -> int:
     step's sccache server that sends compiles to the sccache-dist scheduler)."""
     requested = time.monotonic()
     compiler, extra_env = (
-        _nvcc_from_shim(call, seed) if is_nvcc(call.compiler) else (call.compiler, {})
+        _nvcc_from_shim(call, seed) if compileflags.is_nvcc(call.compiler) else (call.compiler, {})
     )
     launcher = _launcher(call)
     # What the real compiler runs through this wrapper again (nvcc's -ccbin host
     # compiler) is part of this compile: it must not wait for a gate slot this compile
     # holds (a deadlock), nor be cached or counted twice.
-    env = {**os.environ, NESTED: "1", **extra_env}
+    env = {**os.environ, compileflags.NESTED: "1", **extra_env}
     source = _tree_relative(call.source) if call.cacheable else None
     # Only nvcc's compiles go to build servers: sccache-dist sends them cicc's and ptxas's
     # work (the device code, the bulk of a CUDA unit), which comes back the same bytes; a
     # g++ compile it runs from the preprocessed source, whose debug info then differs
     # (line tables, file indices: measured on a -g unit) from the local compile's.
-    remote_ok = bool(launcher and os.environ.get("KILN_SCCACHE_DIST_PORT")) and is_nvcc(
-        call.compiler
-    )
+    remote_ok = bool(
+        launcher and os.environ.get("KILN_SCCACHE_DIST_PORT")
+    ) and compileflags.is_nvcc(call.compiler)
     with compilegate.from_environment(source, _priority(call), remote_ok) as where:
         args = call.args
         if where == "remote":
             env["SCCACHE_SERVER_PORT"] = os.environ["KILN_SCCACHE_DIST_PORT"]
         elif launcher and os.environ.get("KILN_SCCACHE"):
-            args = with_specs_file(args, is_nvcc(call.compiler))
+            args = with_specs_file(args, compileflags.is_nvcc(call.compiler))
         argv = [*launcher, compiler, *args]
         started = time.monotonic()
         if (
-            not is_nvcc(call.compiler)
+            not compileflags.is_nvcc(call.compiler)
             or os.environ.get("KILN_DETERMINISTIC") == "0"
             or "--keep" in call.args
             or "-o" not in call.args
@@ -345,7 +336,9 @@ def run_real(call: Call, seed: str = "") -> int:
             # sccache hashes --keep-dir as written: a folder named by the compile, given
             # relative to the working directory, is the same in every tree.
             name = hashlib.sha256(f"{seed}\0{_tree_relative(call.out)}".encode()).hexdigest()
-            keep = os.path.join(dict(env_roots())["TREE"], ".kiln", "host", "keep", name[:16])
+            keep = os.path.join(
+                dict(compileflags.env_roots())["TREE"], ".kiln", "host", "keep", name[:16]
+            )
             shutil.rmtree(keep, ignore_errors=True)
             os.makedirs(keep)
             try:
@@ -426,7 +419,7 @@ def _deps_after_compile(call: Call) -> list[str] | None:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, NESTED: "1"},
+        env={**os.environ, compileflags.NESTED: "1"},
     )
     return parse_depfile(res.stdout) if res.returncode == 0 else None
 
@@ -435,11 +428,13 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: objcache.py REAL_COMPILER ARGS...", file=sys.stderr)
         return 2
-    call = Call(argv[1], deterministic_args(argv[1], argv[2:], env_roots()))
-    if os.environ.get(NESTED) == "1":  # inside a compile this wrapper already runs
-        return subprocess.call([call.compiler, *call.args])
+    if os.environ.get(compileflags.NESTED) == "1":  # inside a compile this wrapper already runs
+        return compileflags.nested_main(argv)
+    call = Call(
+        argv[1], compileflags.deterministic_args(argv[1], argv[2:], compileflags.env_roots())
+    )
     call, own_depfile = with_own_depfile(call)
-    roots = _names(env_roots())
+    roots = _names(compileflags.env_roots())
     # The compile as it would read anywhere: what the object cache keys it by, and the
     # seed of its fixed module ID (the same with or without caches).
     named = [
