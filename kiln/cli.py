@@ -672,16 +672,15 @@ def _fail(err: KilnError) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    level = logging.INFO
-    if getattr(args, "verbose", False):
-        level = logging.DEBUG
-    elif getattr(args, "quiet", False):
-        level = logging.WARNING
+    verbose = getattr(args, "verbose", False)
+    # -v is kiln's own debug output (every command it runs), not its libraries': they
+    # stay at INFO (cyclonedx alone logs some 800 DEBUG lines while it is imported).
     logging.basicConfig(
-        level=level,
+        level=logging.WARNING if getattr(args, "quiet", False) and not verbose else logging.INFO,
         format="kiln: %(message)s",
         stream=sys.stderr,
     )
+    log.setLevel(logging.DEBUG if verbose else logging.NOTSET)
     os.umask(0o022)  # zip member modes follow the umask
     signal.signal(signal.SIGTERM, _sigterm)
     try:
