@@ -1,11 +1,13 @@
 """Everything checkable before any fetch or compile, every problem at once: patches, build
-kinds, CUDA, sources, the build Python and its torch, the recipes' system files. A wrong
-machine fails in seconds, not an hour into a compile."""
+kinds, CUDA, the recipes' system files, sources, then (only when all that passed, as it
+may provision a build venv and the pip CUDA) the build Python and its torch, and the
+system headers NVIDIA's pip wheels may provide. A wrong machine fails in seconds, not an
+hour into a compile."""
 
 from __future__ import annotations
 
 from kiln.build.kinds import KINDS
-from kiln.config.models import Vendor
+from kiln.config.models import SystemRequirement, Vendor
 from kiln.config.workspace import Workspace
 from kiln.errors import PatchError, PreflightError, ToolchainError
 from kiln.runners.protocol import Runner
@@ -25,24 +27,83 @@ def offline_advice(ws: Workspace) -> str:
     )
 
 
-def system_problems(selected: list[Vendor], runner: Runner, tc: toolchain.Toolchain) -> list[str]:
-    """The recipes' ``build.system`` files (a header, a library) that are missing where
-    builds run, each with the package that provides it."""
-    asked = {(v.name, i): r for v in selected for i, r in enumerate(v.build.system)}
+# The headers NVIDIA's pip wheels may provide: the first part of a header's path (its
+# folder, or its name) starting with one of these, in any case. They are what torch's
+# ``nvidia/*/include`` folders hold (the CUDA runtime and its libraries: cuda*.h, cublas*,
+# cusparse*, cufft*, curand*, cusolver*, cupti*, cufile.h, nvrtc.h, nvJitLink.h, nvtx3/;
+# cuDNN, NCCL, NVSHMEM) and the CUDA home (crt/, and its CCCL: cuda/, cub/, thrust/, nv/),
+# folders the build compiles with that only exist once the toolchain is provisioned (the
+# build venv; --toolchain pypi's CUDA home). The one list: a ``build.system`` header
+# named here that the system lacks is checked again after provisioning, with those
+# folders; every other need is the system's alone, checked before anything is
+# provisioned or fetched. (Generic names of the CUDA runtime's folder,
+# vector_types.h and the like, are reached through cuda_runtime.h: name that one.)
+PIP_CUDA_HEADERS = (
+    "cuda",
+    "cub",
+    "cucomplex",
+    "cudnn",
+    "cufft",
+    "cufile",
+    "cupti",
+    "curand",
+    "cusolver",
+    "cusparse",
+    "cutensor",
+    "thrust",
+    "nv",
+    "nccl",
+    "crt",
+    "cooperative_groups",
+)
+
+Need = tuple[str, int]  # (vendor, index in its build.system)
+
+
+def pip_cuda_may_provide(req: SystemRequirement) -> bool:
+    """Whether NVIDIA's pip wheels may provide ``req`` (a header of
+    :data:`PIP_CUDA_HEADERS`). Never a library: the linker check looks only where the
+    system's linker does, before provisioning as after."""
+    if req.header is None:
+        return False
+    return req.header.split("/", 1)[0].lower().startswith(PIP_CUDA_HEADERS)
+
+
+def system_needs(selected: list[Vendor]) -> dict[Need, SystemRequirement]:
+    return {(v.name, i): r for v in selected for i, r in enumerate(v.build.system)}
+
+
+def missing_system(
+    asked: dict[Need, SystemRequirement], runner: Runner, include_dirs: list[str]
+) -> dict[Need, SystemRequirement]:
+    """Those of ``asked`` missing where builds run, with ``include_dirs`` added to the
+    compiler's include path."""
     if not asked:
-        return []
-    wanted = [r.model_dump(exclude_none=True) for r in asked.values()]
-    include_dirs = list(tc.pip_cuda.get("include_dirs", []))
-    missing = runner.missing_system(wanted, include_dirs)
+        return {}
+    missing = runner.missing_system(
+        [r.model_dump(exclude_none=True) for r in asked.values()], include_dirs
+    )
+    return {k: r for k, r in asked.items() if r.model_dump(exclude_none=True) in missing}
+
+
+def system_problems(missing: dict[Need, SystemRequirement], runner: Runner) -> list[str]:
+    """One line per missing ``build.system`` file (a header, a library), with the package
+    that provides it."""
     where = "in the builder image" if runner.kind == "docker" else "on this machine"
-    out = []
-    for (name, i), req in asked.items():
-        if req.model_dump(exclude_none=True) in missing:
-            out.append(
-                f"vendors/{name}.toml: build.system.{i}: {req.what} not found {where}: "
-                f"install it (apt-get install {req.package})"
-            )
-    return out
+    return [
+        f"vendors/{name}.toml: build.system.{i}: {req.what} not found {where}: "
+        f"install it (apt-get install {req.package})"
+        for (name, i), req in missing.items()
+    ]
+
+
+def cuda_include_dirs(tc: toolchain.Toolchain) -> list[str]:
+    """The CUDA include folders a build compiles with, in their order: the CUDA home's
+    (torch's CUDA extensions pass it with -I; --toolchain pypi provisions it), then its
+    CCCL and the pip CUDA's (pipcuda.environment)."""
+    cccl = tc.pip_cuda.get("cccl")
+    pip = [*([cccl] if cccl else []), *tc.pip_cuda.get("include_dirs", [])]
+    return [f"{tc.cuda_home}/include", *pip]
 
 
 def preflight(
@@ -69,6 +130,7 @@ def preflight(
                 f"vendors/{vendor.name}.toml: build.kind {vendor.build.kind!r} is not "
                 f"supported by this kiln (it knows {', '.join(KINDS)})"
             )
+    deferred: dict[Need, SystemRequirement] = {}
     if runner is None:
         found.append(runner_problem or "no runner")
     else:
@@ -77,6 +139,12 @@ def preflight(
         except ToolchainError as exc:
             found.append(str(exc))
             offline = True
+        # The recipes' system files before anything is provisioned or fetched: a missing
+        # -dev package is known in seconds, not after a 5 GB build venv. Only a header
+        # NVIDIA's pip wheels may provide waits for their folders (after provisioning).
+        missing = missing_system(system_needs(selected), runner, [])
+        deferred = {k: r for k, r in missing.items() if pip_cuda_may_provide(r)}
+        found += system_problems({k: r for k, r in missing.items() if k not in deferred}, runner)
     for vendor in selected:
         problem = sources.availability(cache, vendor.source.url, vendor.source.commit, vendor.name)
         if problem:
@@ -86,7 +154,8 @@ def preflight(
         tc = runner.toolchain(ws.profile)
         wrong = toolchain.problems(tc, ws.profile)
         offline = offline or bool(wrong)
-        found += wrong + system_problems(selected, runner, tc)
+        still = missing_system(deferred, runner, cuda_include_dirs(tc))
+        found += wrong + system_problems(still, runner)
     if found:
         raise PreflightError(
             f"cannot build {ws.release.name} here ({len(found)} "

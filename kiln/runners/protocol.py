@@ -62,7 +62,9 @@ class Runner(Protocol):
     def missing_system(
         self, requirements: list[dict[str, str]], include_dirs: list[str]
     ) -> list[dict[str, str]]:
-        """Which of the recipes' ``build.system`` files are missing where builds run."""
+        """Which of the recipes' ``build.system`` files are missing where builds run.
+        Needs nothing provisioned (preflight asks before :meth:`toolchain`, with no
+        ``include_dirs``, and again after it for headers the pip CUDA may provide)."""
         ...
 
     def cancel(self) -> None:
