@@ -73,6 +73,8 @@ class BuildError(KilnError):
     """A build command failed."""
 
     exit_code = 6
+    output = ""  # the failed command's whole output (kiln.inside.proc sets it)
+    oom = False  # the kernel killed it for memory (the runners set it)
 
 
 class VerifyError(KilnError):

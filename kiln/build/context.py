@@ -1,11 +1,10 @@
 """What the stages of one build share: the workspace, the options, the runner and its
 toolchain, the budget, the caches; the step a vendor runs; and the small rules every
-build kind follows (timings, one file name per vendor, a failed link explained)."""
+build kind follows (timings, one file name per vendor, a failed step explained)."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import threading
 import time
@@ -14,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln.build import progress
+from kiln.build import failure, progress
 from kiln.build.options import Options
 from kiln.config.workspace import Workspace
 from kiln.errors import BuildError
@@ -84,26 +83,6 @@ def timed(timings: dict[str, float], step: str) -> Iterator[None]:
         timings[step] = round(time.monotonic() - start, 3)
 
 
-_MISSING_LIB = re.compile(r"cannot find (-l\S+)")
-
-
-def link_hint(log_file: Path, env: dict[str, str]) -> str | None:
-    """For a link that failed on a library: which one, and where kiln looked."""
-    try:
-        text = log_file.read_text(errors="replace")
-    except OSError:
-        return None
-    missing = sorted(set(_MISSING_LIB.findall(text)))
-    if not missing:
-        return None
-    looked = [p for p in env.get("LIBRARY_PATH", "").split(os.pathsep) if p]
-    return (
-        f"the linker found no {', '.join(missing)}; kiln looked in LIBRARY_PATH "
-        f"{', '.join(looked) or '(empty)'} and the compiler's own folders: install the "
-        f"library or add its folder to build.env LIBRARY_PATH in the vendor TOML"
-    )
-
-
 def run_step(ctx: Context, step: Step) -> None:
     """``python -m kiln.inside step SPEC`` through the runner (here, or in the container)."""
     spec_file = step.log_file.with_suffix(".step.json")
@@ -131,7 +110,4 @@ def run_step(ctx: Context, step: Step) -> None:
             )
         )
     except BuildError as exc:
-        hint = link_hint(step.log_file, step.env)
-        if hint is None:
-            raise
-        raise BuildError(f"building {step.spec.vendor}: {hint}\n{exc}") from exc
+        raise failure.explain(exc, step.spec.vendor, ctx.logs, step.log_file) from None

@@ -22,14 +22,28 @@ def _escape_property(text: str) -> str:
     return _escape(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotate_error(message: str, title: str = "kiln") -> None:
-    if in_actions():
-        sys.stdout.write(f"::error title={_escape_property(title)}::{_escape(message)}\n")
-        sys.stdout.flush()
+def annotate_error(
+    message: str, title: str = "kiln", file: str | None = None, line: int | None = None
+) -> None:
+    """An ``::error::`` annotation; with ``file`` (and ``line``) GitHub puts it on that
+    line of that file."""
+    if not in_actions():
+        return
+    props = [f"file={_escape_property(file)}"] if file else []
+    props += [f"line={line}"] if file and line else []
+    props.append(f"title={_escape_property(title)}")
+    sys.stdout.write(f"::error {','.join(props)}::{_escape(message)}\n")
+    sys.stdout.flush()
 
 
-def write_step_summary(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Append a Markdown table to the step summary (one per build; a job may run several)."""
+def write_step_summary(
+    title: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    details: Sequence[str] = (),
+) -> None:
+    """Append a Markdown table to the step summary (one per build; a job may run several),
+    then each of ``details`` (a failed step's explanation) as a code block."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
@@ -37,5 +51,7 @@ def write_step_summary(title: str, header: Sequence[str], rows: Sequence[Sequenc
     lines = [f"### {title}", "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "---|" * len(header))
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    for text in details:
+        lines += ["", "```text", text.replace("```", "` ` `"), "```"]
     with open(path, "a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n\n")

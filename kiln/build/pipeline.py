@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln import __version__, fsutil, source_commit
-from kiln.build import progress
+from kiln.build import failure, progress
 from kiln.build import runlock as buildlock
 from kiln.build.context import Context
 from kiln.build.options import Options
@@ -39,7 +39,7 @@ from kiln.config import inputs
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import ConfigError
+from kiln.errors import ConfigError, KilnError
 from kiln.inside import memwatch
 from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
@@ -238,9 +238,10 @@ def stage_release(run: Run) -> None:
 
 def build_vendors(run: Run) -> None:
     """Every vendor, each as soon as the ones it comes ``after`` are done, all others at
-    once (the compile gate shares the machine between them). After a failure nothing new
-    starts; steps already running finish (and are cached, so a rerun does not redo
-    them); then the first error is raised."""
+    once (the compile gate shares the machine between them). A failed vendor does not
+    stop the others: every vendor that does not come after it still builds, is verified
+    and kept in the artifact cache, so the rerun after the fix rebuilds only the failed
+    one. Then the first error is raised, naming the others and what was kept."""
     assert run.ctx is not None and run.stage is not None
     ctx, stage = run.ctx, run.stage
     watch = memwatch.Watcher(os.getpid(), interval=2.0)
@@ -249,14 +250,19 @@ def build_vendors(run: Run) -> None:
     pending = list(run.selected)
     running: dict[Future[VendorEntry], str] = {}
     results: dict[str, VendorEntry] = {}
-    errors: list[BaseException] = []
+    errors: dict[str, BaseException] = {}
     with watch, ctx.display:
         pool = ThreadPoolExecutor(max_workers=max(len(pending), 1), thread_name_prefix="step")
         with pool:
             try:
                 while pending or running:
+                    for v in [v for v in pending if any(a in errors for a in after[v.name])]:
+                        pending.remove(v)
+                        failed = ", ".join(a for a in after[v.name] if a in errors)
+                        errors.setdefault(v.name, _Skipped(f"{v.name}: not built: {failed} failed"))
+                        ctx.display.update(v.name, "skipped", f"comes after {failed}")
                     ready = [v for v in pending if all(a in results for a in after[v.name])]
-                    for v in ready if not errors else []:
+                    for v in ready:
                         pending.remove(v)
                         running[pool.submit(build_vendor, ctx, v, stage)] = v.name
                     if not running:
@@ -268,9 +274,8 @@ def build_vendors(run: Run) -> None:
                         try:
                             results[name] = fut.result()
                         except Exception as exc:
-                            errors.append(exc)
-                            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                            ctx.display.update(name, "failed", first[:80])
+                            errors[name] = exc
+                            ctx.display.update(name, "failed", _failed_detail(exc), error=exc)
             except BaseException:
                 ctx.runner.cancel()
                 raise
@@ -279,12 +284,44 @@ def build_vendors(run: Run) -> None:
             f"build.after of {', '.join(v.name for v in pending)} forms a cycle: "
             f"fix build.after in their vendors/*.toml"
         )
-    for extra in errors[1:]:
-        log.error("%s", str(extra).splitlines()[0] if str(extra) else type(extra).__name__)
     if errors:
-        raise errors[0]
+        raise _first_error(errors, results, ctx)
     run.built = results
     run.peak_kib = watch.peak_kib
+
+
+class _Skipped(Exception):
+    """A vendor not built because one it comes after failed."""
+
+
+def _failed_detail(exc: BaseException) -> str:
+    """The summary's cell for a failed step: its first error, else its message's first line."""
+    detail = failure.summary_line(getattr(exc, "record", None))
+    return detail or (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def _first_error(
+    errors: dict[str, BaseException], results: dict[str, VendorEntry], ctx: Context
+) -> BaseException:
+    """The first failure, its message followed by every other failure's (each explained:
+    its first errors, cause and fix) and what this run kept for the rerun."""
+    failed = [n for n, e in errors.items() if not isinstance(e, _Skipped)]
+    first = errors[failed[0]] if failed else next(iter(errors.values()))
+    extra = [str(exc) for exc in errors.values() if exc is not first]
+    built = sorted(results)
+    if built and ctx.acache is not None:
+        extra.append(
+            f"kept, verified, in the artifact cache: {', '.join(built)}; the rerun after the "
+            f"fix rebuilds only {', '.join(failed) or 'the failed ones'}"
+        )
+    elif built:
+        extra.append(
+            f"built but not kept (no artifact cache): {', '.join(built)}; the rerun builds "
+            "them again"
+        )
+    if extra and isinstance(first, KilnError):
+        first.args = (f"{first}\n" + "\n".join(extra),)
+    return first
 
 
 def _carry_over(previous: Path, stage: Path, head: Manifest, rebuilt: set[str]) -> dict:

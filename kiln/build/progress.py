@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from kiln.build import github
 from kiln.inside import memwatch
@@ -38,6 +39,7 @@ class StepView:
     peak_kib: int = 0
     runner: str = ""
     cache: str = ""
+    error: BaseException | None = None  # a failed step's error (its explained message)
 
     def elapsed(self) -> float:
         if self.started is None:
@@ -101,28 +103,44 @@ class Display:
             for s in self.steps.values():
                 current, peak = s.memory()
                 table.add_row(
-                    s.name, s.state, f"{s.elapsed():.0f} s", _gib(current or peak), s.detail
+                    s.name, s.state, f"{s.elapsed():.0f} s", _gib(current or peak), Text(s.detail)
                 )
         return table
 
-    SUMMARY_COLUMNS = ("step", "runner", "cache", "state", "time", "peak memory")
+    SUMMARY_COLUMNS = ("step", "runner", "cache", "state", "time", "peak memory", "result")
 
     def summary_rows(self) -> list[tuple[str, ...]]:
         with self._lock:
             return [
-                (s.name, s.runner, s.cache, s.state, f"{s.elapsed():.1f} s", _gib(s.memory()[1]))
+                (
+                    s.name,
+                    s.runner,
+                    s.cache,
+                    s.state,
+                    f"{s.elapsed():.1f} s",
+                    _gib(s.memory()[1]),
+                    s.detail,
+                )
                 for s in self.steps.values()
             ]
+
+    def failures(self) -> list[str]:
+        """Each failed step's whole explanation (first errors, cause, fix, full log)."""
+        with self._lock:
+            return [str(s.error) for s in self.steps.values() if s.error is not None]
 
     def summary(self) -> Table:
         table = Table(title="kiln build summary")
         for col in self.SUMMARY_COLUMNS:
-            table.add_column(col)
+            # nothing cut: a failed step's first error and paths wrap, whole
+            table.add_column(col, overflow="fold")
         for row in self.summary_rows():
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))  # text, not rich markup
         return table
 
     def print_summary(self) -> None:
         console = self.console if self.live else Console(file=sys.stderr, width=100)
         console.print(self.summary())
-        github.write_step_summary("kiln build summary", self.SUMMARY_COLUMNS, self.summary_rows())
+        github.write_step_summary(
+            "kiln build summary", self.SUMMARY_COLUMNS, self.summary_rows(), self.failures()
+        )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln import fsutil
-from kiln.build import kit
+from kiln.build import failure, kit
 from kiln.build.context import Context, Step, timed
 from kiln.build.kinds import KINDS, Job
 from kiln.config.models import Vendor
@@ -183,6 +183,7 @@ def _environment(
     kit.install_kit(tree)
     env.update(kit.kit_environment(tree, ctx.tc, env))
     logs = {k: ctx.logs / f"{vendor.name}.{k}" for k in ("jobs", "mem", "ccache")}
+    logs["failure"] = failure.record_path(ctx.logs, vendor.name)
     for f in logs.values():
         f.unlink(missing_ok=True)
     env.update(compilercache.environment(ctx.ccache, tree, logs["ccache"]))
@@ -199,6 +200,7 @@ def _environment(
             "KILN_GATE_CPUS": str(choice.nvcc_threads or 1),
             "KILN_JOB_STATS": str(logs["jobs"]),
             "KILN_STEP_MEM": str(logs["mem"]),
+            "KILN_STEP_FAILURE": str(logs["failure"]),
         }
     )
     return env, recorded, fixes, logs
@@ -296,5 +298,10 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
     )
     if ctx.acache is not None:
         ctx.acache.store(key, material, entry, stage)
-    ctx.display.update(what, "done", f"{detail}, peak {measured['peak_rss_gib']:g} GiB")
+    ctx.display.update(
+        what,
+        "done",
+        f"{detail}, peak {measured['peak_rss_gib']:g} GiB",
+        cache="miss, kept" if ctx.acache is not None else "off",
+    )
     return entry

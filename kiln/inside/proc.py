@@ -205,7 +205,9 @@ def run(
     finally:
         out.close()
     if check and rc != 0:
-        raise error(out.failure(what or line, rc, log_file))
+        failed = error(out.failure(what or line, rc, log_file))
+        failed.output = out.output  # type: ignore[attr-defined]  (read: inside.diagnose)
+        raise failed
     return Result(rc, out.output)
 
 

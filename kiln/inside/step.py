@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kiln.errors import BuildError
-from kiln.inside import memwatch, pep517, proc, sccache
+from kiln.inside import diagnose, memwatch, pep517, proc, sccache
 from kiln.inside.kit import pipcuda
 
 
@@ -100,7 +100,27 @@ def run(spec: StepSpec, env: Mapping[str, str] | None = None) -> None:
             stack.enter_context(memwatch.Watcher(os.getpid(), Path(mem_file)))
         # The step's own sccache servers (the compiler cache's sccache backend).
         stack.enter_context(sccache.served(step_env))
-        _run(spec, step_env)
+        try:
+            _run(spec, step_env)
+        except BuildError as exc:
+            _record_failure(spec, step_env, exc)
+            raise
+
+
+def _record_failure(spec: StepSpec, env: Mapping[str, str], exc: BuildError) -> None:
+    """The failed build's first errors, cause and fix (kiln.inside.diagnose), written to
+    ``KILN_STEP_FAILURE`` for the host to show. Read here, where the build ran: the
+    headers and libraries it names are the ones the build saw. A diagnosis that itself
+    fails must never hide the build's own error."""
+    record = env.get("KILN_STEP_FAILURE")
+    if not record or not exc.output:
+        return
+    try:
+        found = diagnose.diagnose(exc.output, Path(spec.tree), env, spec.vendor)
+        what = str(exc).splitlines()[0] if str(exc) else "the build"
+        diagnose.write_record(Path(record), spec.vendor, what, found)
+    except Exception as problem:  # reported; the build's own error stays the error
+        print(f"kiln: could not read the failure's first errors: {problem!r}", flush=True)
 
 
 def _run(spec: StepSpec, env: Mapping[str, str] | None) -> None:

@@ -438,3 +438,22 @@ def test_build_all_with_a_daemon_reports_the_unpinned_image(tmp_path: Path, clie
         in res.stderr
     )
     assert "deepinfer-prefix-cache.patch" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_failed_compile_in_the_container_is_explained(
+    tmp_path: Path, upstreams: Upstreams, docker_options
+) -> None:
+    """Issue 21 in the builder container, for an in-place step: the first error, its cause
+    and fix are read where the build ran (the image lacks hwloc.h) and shown first."""
+    script = "printf '#include <hwloc.h>\\nint x;\\n' > topo.cpp && g++ -c topo.cpp -o topo.o"
+    msg = str(_failing_build(tmp_path, upstreams, docker_options, script))
+    lines = msg.splitlines()
+    assert (
+        lines[0]
+        == "building plain failed with exit code 6 (in the builder container), in topo.cpp:"
+    )
+    assert lines[1] == "    topo.cpp:1: fatal error: hwloc.h: No such file or directory"
+    assert "  fix: apt-get install libhwloc-dev" in msg
+    assert any(ln.startswith("  full log: ") and ln.endswith("plain-build.log") for ln in lines)
+    record = json.loads((tmp_path / "artifacts/logs/test-release/plain.failure.json").read_text())
+    assert record["cause"]["row"] == "missing-header" and record["unit"] == "topo.cpp"

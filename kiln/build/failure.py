@@ -1,0 +1,115 @@
+"""A failed step, explained on the first screen: the unit, its first errors, the cause and
+the fix that the step found where it ran (:mod:`kiln.inside.diagnose`), and the step's
+whole log path, never cut. The same goes into the failure record beside the logs
+(``<vendor>.failure.json``) and into a GitHub Actions annotation on the unit's line.
+
+Out of memory keeps the runner's own message (its cgroup counted the kill): the record
+then names that as the cause."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from kiln.build import github
+from kiln.errors import BuildError
+
+log = logging.getLogger("kiln.build")
+
+SHOWN_ERRORS = 5
+
+
+def record_path(logs: Path, vendor: str) -> Path:
+    return logs / f"{vendor}.failure.json"
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _exit_line(exc: BuildError) -> str:
+    """The runner's first line (``building X failed with exit code 1; full log: ...``)
+    without its log path (shown on a line of its own)."""
+    first = str(exc).splitlines()[0] if str(exc) else "the build failed"
+    return first.split("; full log: ")[0]
+
+
+def render(record: dict[str, Any], log_file: Path, headline: str) -> str:
+    """The message for people: what failed and where, the first errors, cause, fix, log."""
+    unit = record.get("unit")
+    lines = [f"{headline}" + (f", in {unit}:" if unit else ":")]
+    errors = [e["text"] for e in record.get("errors", [])][:SHOWN_ERRORS]
+    lines += [f"    {text}" for text in errors] or ["    (no compiler or linker error found)"]
+    cause = record.get("cause")
+    if cause:
+        lines.append(f"  cause: {cause['cause']}")
+        lines.append(f"  fix: {cause['fix']}")
+    lines.append(f"  full log: {log_file}")
+    return "\n".join(lines)
+
+
+def summary_line(record: dict[str, Any] | None) -> str:
+    """One cell for the summary table: the unit and its first error (whole)."""
+    if not record:
+        return ""
+    errors = record.get("errors") or []
+    first = errors[0]["text"] if errors else ""
+    cause = record.get("cause") or {}
+    row = f" [{cause['row']}]" if cause.get("row") else ""
+    return f"{first}{row}" if first else (cause.get("cause", "") + row)
+
+
+def explain(exc: BuildError, vendor: str, logs: Path, log_file: Path) -> BuildError:
+    """The error to raise for ``vendor``'s failed step: explained from its failure record
+    when the step wrote one (else ``exc`` as it is); the record gets the log's path."""
+    path = record_path(logs, vendor)
+    record = read(path)
+    if getattr(exc, "oom", False):
+        record = {**(record or {}), "vendor": vendor}
+        record["cause"] = {
+            "row": "out-of-memory",
+            "cause": str(exc).splitlines()[0],
+            "fix": "lower --jobs or raise the limit (build.mem_per_job_gib or --mem-limit)",
+        }
+        _write(path, record, log_file)
+        return exc
+    if record is None or not (record.get("errors") or record.get("cause")):
+        return exc
+    _write(path, record, log_file)
+    message = render(record, log_file, _exit_line(exc))
+    explained = BuildError(message)
+    explained.output = exc.output
+    explained.record = record  # type: ignore[attr-defined]  (the summary table reads it)
+    _annotate(vendor, record)
+    return explained
+
+
+def _write(path: Path, record: dict[str, Any], log_file: Path) -> None:
+    record["log"] = str(log_file)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def _annotate(vendor: str, record: dict[str, Any]) -> None:
+    """One ``::error file=,line=::`` annotation for the first error (GitHub Actions)."""
+    errors = record.get("errors") or []
+    first = errors[0] if errors else {}
+    cause = record.get("cause") or {}
+    text = "\n".join(
+        [e["text"] for e in errors[:SHOWN_ERRORS]]
+        + ([f"cause: {cause['cause']}", f"fix: {cause['fix']}"] if cause else [])
+        + [f"full log: {record.get('log', '')}"]
+    )
+    github.annotate_error(
+        text,
+        f"kiln: building {vendor} failed",
+        file=first.get("file") or record.get("unit"),
+        line=first.get("line"),
+    )

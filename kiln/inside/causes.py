@@ -1,0 +1,616 @@
+"""The one table of build-failure causes kiln knows: each row reads a failed step's first
+errors and, when they are its kind, says the cause and the fix, with what the build really
+saw (the header the include path resolved, the package and version it came from, the
+folders the linker searched). Standard library only: it runs where the build ran.
+
+Rows, in the order they are tried (the first that matches wins), each a function below:
+``disk_full``, ``killed`` (signal 9: most likely out of memory; the runner's own OOM
+message wins where its cgroup counted the kill), ``unknown_arch`` (the CUDA release that
+has it), ``missing_header`` (the Debian/Ubuntu package or NVIDIA's pip wheel, and the
+``[[build.system]]`` entry that makes preflight check it), ``cxx_standard`` (the
+``cxx_append_flags`` fix), ``missing_identifier`` (NCCL, NVSHMEM, CCCL, torch, the CUDA
+runtime or driver: the header resolved, its package and version; pin a newer one),
+``missing_library`` (``cannot find -lX``: the package, where the linker looked) and
+``undefined_symbol`` (the library that defines it, what the link named, where it looked).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sysconfig
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kiln.inside import proc
+
+if TYPE_CHECKING:
+    from kiln.inside.diagnose import Diagnosis
+
+
+@dataclass(frozen=True)
+class Cause:
+    row: str
+    cause: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a row reads: the diagnosis, the whole output, the step's environment, tree."""
+
+    d: Diagnosis
+    output: str
+    env: Mapping[str, str]
+    tree: Path
+    vendor: str
+
+    @property
+    def messages(self) -> list[str]:
+        return [e.message for e in self.d.errors]
+
+
+# --------------------------------------------------------------------------- packages
+
+# Header (exact name, or a folder prefix ending in "/") -> (Debian/Ubuntu package, NVIDIA's
+# pip wheel). The pip names are CUDA 13's; the Debian ones are bookworm's and noble's.
+HEADER_PACKAGES: tuple[tuple[str, str | None, str | None], ...] = (
+    ("infiniband/", "libibverbs-dev", None),
+    ("rdma/", "librdmacm-dev", None),
+    ("numa.h", "libnuma-dev", None),
+    ("numaif.h", "libnuma-dev", None),
+    ("mpi.h", "libopenmpi-dev", None),
+    ("hwloc.h", "libhwloc-dev", None),
+    ("zlib.h", "zlib1g-dev", None),
+    ("Python.h", "python3-dev", None),
+    ("fmt/", "libfmt-dev", None),
+    ("pybind11/", "pybind11-dev", "pybind11"),
+    ("nccl.h", None, "nvidia-nccl-cu13"),
+    ("nccl_net.h", None, "nvidia-nccl-cu13"),
+    ("nvshmem", None, "nvidia-nvshmem-cu13"),
+    ("host/nvshmem", None, "nvidia-nvshmem-cu13"),
+    ("device/nvshmem", None, "nvidia-nvshmem-cu13"),
+    ("cudnn", None, "nvidia-cudnn-cu13"),
+    ("cublas", None, "nvidia-cublas"),
+    ("cusparse", None, "nvidia-cusparse"),
+    ("cufft", None, "nvidia-cufft"),
+    ("curand", None, "nvidia-curand"),
+    ("cusolver", None, "nvidia-cusolver"),
+    ("cupti", None, "nvidia-cuda-cupti"),
+    ("nvrtc.h", None, "nvidia-cuda-nvrtc"),
+    ("cuda_runtime", None, "nvidia-cuda-runtime"),
+    ("cuda.h", None, "nvidia-cuda-runtime"),
+    ("cub/", None, "nvidia-cuda-cccl"),
+    ("thrust/", None, "nvidia-cuda-cccl"),
+    ("cuda/", None, "nvidia-cuda-cccl"),
+)
+
+# Library (the X of -lX) -> (Debian/Ubuntu package, pip wheel).
+LIBRARY_PACKAGES: dict[str, tuple[str | None, str | None]] = {
+    "ibverbs": ("libibverbs-dev", None),
+    "mlx5": ("libibverbs-dev", None),
+    "rdmacm": ("librdmacm-dev", None),
+    "numa": ("libnuma-dev", None),
+    "nccl": (None, "nvidia-nccl-cu13"),
+    "nvshmem": (None, "nvidia-nvshmem-cu13"),
+    "nvshmem_host": (None, "nvidia-nvshmem-cu13"),
+    "nvshmem_device": (None, "nvidia-nvshmem-cu13"),
+    "cublas": (None, "nvidia-cublas"),
+    "cublasLt": (None, "nvidia-cublas"),
+    "cudnn": (None, "nvidia-cudnn-cu13"),
+    "cudart": (None, "nvidia-cuda-runtime"),
+    "cuda": (None, "the CUDA driver's stub (libcuda.so in CUDA's lib64/stubs)"),
+}
+
+
+# Where a dependency's identifiers are declared: its name, the prefixes or namespaces of
+# its identifiers, the header that declares them, and the macros that hold its version.
+@dataclass(frozen=True)
+class Dependency:
+    name: str
+    matches: Callable[[str], bool]
+    header: str
+    version_file: str  # relative to the header's include folder
+    version_macros: tuple[str, ...]
+    pin: str  # how to get a newer one
+
+
+DEPENDENCIES: tuple[Dependency, ...] = (
+    Dependency(
+        "NCCL",
+        lambda s: s.startswith(("nccl", "NCCL_")),
+        "nccl.h",
+        "nccl.h",
+        ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"),
+        "pin a newer {dist} in the profile's build_tools (kiln.toml: "
+        'build_tools = [..., "{dist}>{version}"]) or use a builder image with a newer NCCL',
+    ),
+    Dependency(
+        "NVSHMEM",
+        lambda s: s.startswith(("nvshmem", "NVSHMEM")),
+        "nvshmem.h",
+        "non_abi/nvshmem_version.h",
+        (
+            "NVSHMEM_VENDOR_MAJOR_VERSION",
+            "NVSHMEM_VENDOR_MINOR_VERSION",
+            "NVSHMEM_VENDOR_PATCH_VERSION",
+        ),
+        "pin a newer {dist} in the profile's build_tools (kiln.toml: "
+        'build_tools = [..., "{dist}>{version}"]) or use a builder image with a newer NVSHMEM',
+    ),
+    Dependency(
+        "CCCL",
+        lambda s: s.startswith(("cub::", "thrust::", "cuda::")) or s in ("cub", "thrust"),
+        "cuda/version",
+        "cuda/std/__cccl/version.h",
+        ("CCCL_MAJOR_VERSION", "CCCL_MINOR_VERSION", "CCCL_PATCH_VERSION"),
+        "use a newer CUDA (the profile's cuda and builder image; CCCL comes with it) "
+        'or pin a newer nvidia-cuda-cccl in the profile\'s build_tools ("{dist}>{version}")',
+    ),
+    Dependency(
+        "torch",
+        lambda s: s.startswith(("at::", "torch::", "c10::")) or s in ("at", "torch", "c10"),
+        "torch/version.h",
+        "torch/version.h",
+        ("TORCH_VERSION_MAJOR", "TORCH_VERSION_MINOR", "TORCH_VERSION_PATCH"),
+        "set a newer torch in the profile (kiln.toml: torch = ...); this one is {version}",
+    ),
+    Dependency(
+        "the CUDA driver API",
+        lambda s: bool(re.match(r"^(cu[A-Z]|CU_)", s)),
+        "cuda.h",
+        "cuda.h",
+        ("CUDA_VERSION",),
+        "use a newer CUDA (the profile's cuda and builder image); this one is {version}",
+    ),
+    Dependency(
+        "the CUDA runtime",
+        lambda s: bool(re.match(r"^(cuda[A-Z]|CUDA|__nv|__cuda)", s)),
+        "cuda_runtime_api.h",
+        "cuda_runtime_api.h",
+        ("CUDART_VERSION",),
+        "use a newer CUDA (the profile's cuda and builder image); this one is {version}",
+    ),
+)
+
+# The first CUDA release whose nvcc knows each arch (and, for the few renamed or dropped,
+# the last one that did). From NVIDIA's release notes.
+ARCH_SINCE: dict[str, str] = {
+    "70": "9.0",
+    "72": "10.0",
+    "75": "10.0",
+    "80": "11.0",
+    "86": "11.1",
+    "87": "11.4",
+    "89": "11.8",
+    "90": "11.8",
+    "90a": "12.0",
+    "100": "12.8",
+    "100a": "12.8",
+    "100f": "12.9",
+    "101": "12.8",
+    "101a": "12.8",
+    "103": "12.9",
+    "103a": "12.9",
+    "103f": "12.9",
+    "110": "13.0",
+    "110a": "13.0",
+    "110f": "13.0",
+    "120": "12.8",
+    "120a": "12.8",
+    "120f": "12.9",
+    "121": "12.9",
+    "121a": "12.9",
+    "121f": "12.9",
+}
+ARCH_UNTIL: dict[str, str] = {
+    "70": "12.9 (CUDA 13 dropped Volta)",
+    "72": "12.9 (CUDA 13 dropped Volta)",
+    "101": "12.9 (CUDA 13.0 renamed it sm_110)",
+    "101a": "12.9 (CUDA 13.0 renamed it sm_110a)",
+}
+
+
+def _packages(
+    name: str, table: Sequence[tuple[str, str | None, str | None]]
+) -> tuple[str | None, str | None]:
+    for key, deb, pip in table:
+        if name == key or (key.endswith("/") and name.startswith(key)):
+            return deb, pip
+        if not key.endswith("/") and not key.endswith(".h") and name.startswith(key):
+            return deb, pip
+    return None, None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
+
+
+# --------------------------------------------------------------------------- where things are
+
+
+def site_packages() -> list[Path]:
+    """The build Python's site-packages (the step runs under the build's Python)."""
+    paths = sysconfig.get_paths()
+    return [Path(p) for p in dict.fromkeys((paths["purelib"], paths["platlib"]))]
+
+
+def _flag_dirs(command: str | None, flags: tuple[str, ...]) -> list[str]:
+    if not command:
+        return []
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = command.split()
+    out = []
+    for i, arg in enumerate(argv):
+        for flag in flags:
+            if arg == flag and i + 1 < len(argv):
+                out.append(argv[i + 1])
+            elif arg.startswith(flag) and len(arg) > len(flag):
+                out.append(arg[len(flag) :])
+    return out
+
+
+def include_dirs(f: Failure) -> list[str]:
+    """The folders the failed compile searched, in the compiler's order as far as kiln
+    can know it: the command's ``-I``/``-isystem``, the environment's include paths,
+    CUDA's, then torch's and NVIDIA's pip wheels' in the build Python."""
+    dirs = _flag_dirs(f.d.command, ("-I", "-isystem"))
+    for var in ("CPLUS_INCLUDE_PATH", "CPATH", "C_INCLUDE_PATH"):
+        dirs += [p for p in f.env.get(var, "").split(os.pathsep) if p]
+    cuda = f.env.get("CUDA_HOME") or f.env.get("CUDA_PATH")
+    if cuda:
+        dirs += [f"{cuda}/include", f"{cuda}/include/cccl"]
+    for sp in site_packages():
+        dirs += [str(sp / "torch" / "include"), str(sp / "torch/include/torch/csrc/api/include")]
+        dirs += sorted(str(p) for p in sp.glob("nvidia/*/include"))
+    dirs += ["/usr/local/include", "/usr/include"]
+    return [str(f.tree / d) if not os.path.isabs(d) else d for d in dict.fromkeys(dirs)]
+
+
+def library_dirs(f: Failure) -> list[str]:
+    dirs = _flag_dirs(f.d.command, ("-L",))
+    dirs += [p for p in f.env.get("LIBRARY_PATH", "").split(os.pathsep) if p]
+    return list(dict.fromkeys(dirs))
+
+
+def resolve(header: str, dirs: Sequence[str]) -> Path | None:
+    for d in dirs:
+        p = Path(d) / header
+        if p.is_file():
+            return p
+    return None
+
+
+def owner(path: Path) -> tuple[str, str] | None:
+    """(distribution, version) of the pip wheel that installed ``path``, from the RECORD
+    files of the site-packages above it; else the Debian package (``dpkg -S``)."""
+    for sp in path.parents:
+        if sp.name not in ("site-packages", "dist-packages"):
+            continue
+        rel = str(path.relative_to(sp))
+        for record in sp.glob("*.dist-info/RECORD"):
+            try:
+                if any(ln.split(",", 1)[0] == rel for ln in record.read_text().splitlines()):
+                    name, _, version = record.parent.name.removesuffix(".dist-info").partition("-")
+                    return name.replace("_", "-").lower(), version
+            except OSError:
+                continue
+    if shutil.which("dpkg"):
+        res = proc.run(["dpkg", "-S", str(path)], check=False)
+        if res.returncode == 0 and ":" in res.output:
+            pkg = res.output.split(":", 1)[0].strip()
+            ver = proc.run(["dpkg-query", "-W", "-f=${Version}", pkg], check=False).output
+            return pkg, ver.strip()
+    return None
+
+
+def header_version(include_dir: Path, dep: Dependency) -> str | None:
+    try:
+        text = (include_dir / dep.version_file).read_text(errors="replace")
+    except OSError:
+        return None
+    parts = []
+    for macro in dep.version_macros:
+        m = re.search(rf"#\s*define\s+{macro}\s+\(?(\d+)", text)
+        if not m:
+            break
+        parts.append(m[1])
+    if not parts:
+        return None
+    if dep.version_macros in (("CUDA_VERSION",), ("CUDART_VERSION",)):  # 13020 -> 13.2
+        n = int(parts[0])
+        return f"{n // 1000}.{n % 1000 // 10}"
+    return ".".join(parts)
+
+
+def nvcc_version(env: Mapping[str, str]) -> str | None:
+    cuda = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    nvcc = f"{cuda}/bin/nvcc" if cuda else shutil.which("nvcc")
+    if not nvcc or not os.path.exists(nvcc):
+        return None
+    m = re.search(r"release (\d+\.\d+)", proc.run([nvcc, "--version"], check=False).output)
+    return m[1] if m else None
+
+
+def _system_entry(vendor: str, key: str, value: str, package: str) -> str:
+    return (
+        f"declare it in vendors/{vendor}.toml so preflight checks it before the next build: "
+        f'[[build.system]] {key} = "{value}", package = "{package}"'
+    )
+
+
+# --------------------------------------------------------------------------- the rows
+
+_MISSING_HEADER = re.compile(
+    r"(?:fatal error: (?P<a>[^\s:]+): No such file or directory)"
+    r"|(?:cannot open source file \"(?P<b>[^\"]+)\")"
+)
+
+
+def missing_header(f: Failure) -> Cause | None:
+    for err in f.d.errors:
+        m = _MISSING_HEADER.search(err.message)
+        if not m:
+            continue
+        header = m["a"] or m["b"]
+        deb, pip = _packages(header, HEADER_PACKAGES)
+        where = f" (included from {err.file}:{err.line})" if err.file and err.line else ""
+        cause = f"the header {header} is not installed where the build ran{where}"
+        if header.startswith(("cutlass/", "cute/")):
+            return Cause(
+                "missing-header",
+                cause,
+                "it comes from the upstream's CUTLASS submodule: list it in "
+                f"vendors/{f.vendor}.toml source.submodules",
+            )
+        if header.startswith(("torch/", "ATen/", "c10/")):
+            return Cause(
+                "missing-header",
+                cause,
+                "torch's headers: set the profile's torch (the build Python must have it)",
+            )
+        fixes = []
+        if deb:
+            fixes.append(f"apt-get install {deb} (Debian/Ubuntu, or in the builder image)")
+        if pip:
+            fixes.append(f"pip install {pip} (add it to the profile's build_tools)")
+        if not fixes:
+            fixes.append(
+                f"install the package that provides {header} (Debian/Ubuntu: "
+                f"apt-file search {header})"
+            )
+            deb = "PACKAGE"
+        fix = "; or ".join(fixes)
+        if deb:
+            fix += "; " + _system_entry(f.vendor, "header", header, deb)
+        return Cause("missing-header", cause, fix)
+    return None
+
+
+_IDENTIFIER = (
+    re.compile(r'identifier "(?P<id>[\w:]+)" is undefined'),
+    re.compile(r"[‘'`](?P<id>[\w:]+)[’'] (?:was not declared in this scope|does not name a type)"),
+    re.compile(r"use of undeclared identifier [‘'](?P<id>[\w:]+)[’']"),
+    re.compile(r'namespace "(?P<id>[\w:]+)" has no member "(?P<member>\w+)"'),
+    re.compile(r"[‘'](?P<member>\w+)[’'] is not a member of [‘'](?P<id>[\w:]+)[’']"),
+    re.compile(r"no member named [‘'](?P<member>\w+)[’'] in namespace [‘'](?P<id>[\w:]+)[’']"),
+)
+
+
+def missing_identifier(f: Failure) -> Cause | None:
+    found: dict[str, tuple[Dependency, list[str]]] = {}
+    for message in f.messages:
+        for rx in _IDENTIFIER:
+            m = rx.search(message)
+            if not m:
+                continue
+            ident = m["id"]
+            member = m.groupdict().get("member")
+            shown = f"{ident}::{member}" if member else ident
+            for dep in DEPENDENCIES:
+                if dep.matches(ident):
+                    found.setdefault(dep.name, (dep, []))[1].append(shown)
+                    break
+            break
+    if not found:
+        return None
+    dep, idents = next(iter(found.values()))
+    idents = list(dict.fromkeys(idents))
+    dirs = include_dirs(f)
+    header = resolve(dep.header, dirs)
+    names = ", ".join(idents[:4]) + (" ..." if len(idents) > 4 else "")
+    if header is None:
+        return Cause(
+            "missing-identifier",
+            f"{names} should come from {dep.name}'s {dep.header}, which is not on the "
+            f"include path ({len(dirs)} folders searched)",
+            f"install {dep.name}'s headers where the build runs (a pip wheel: the profile's "
+            f"build_tools; else the builder image)",
+        )
+    include_dir = Path(str(header)[: -len(dep.header)])
+    version = header_version(include_dir, dep) or "an unknown version"
+    who = owner(header)
+    dist = who[0] if who else dep.name
+    came = f", from {who[0]} {who[1]}" if who else ""
+    cause = (
+        f"{dep.name}'s headers here do not declare {names}: {dep.header} resolved to "
+        f"{header} ({dep.name} {version}{came}); this revision likely needs a newer {dep.name}"
+    )
+    return Cause("missing-identifier", cause, dep.pin.format(dist=dist, version=version))
+
+
+_CXX_STD = re.compile(r"C\+\+\s?(?P<std>\d\d)\b")
+
+
+def cxx_standard(f: Failure) -> Cause | None:
+    for err in f.d.errors:
+        text = err.message
+        if "#error" not in text and "requires compiler and library support" not in text:
+            continue
+        if "C++" not in text or not re.search(r"or later|or newer|too old|requires|support", text):
+            continue
+        m = _CXX_STD.search(text)
+        std = f"c++{m['std']}" if m else "c++20"
+        where = f" ({err.file}:{err.line})" if err.file else ""
+        return Cause(
+            "cxx-standard",
+            f"a header refuses the C++ standard this unit was compiled with{where}: it needs "
+            f"C++{std[3:]} or later (the upstream hard-codes an older -std)",
+            f'add build.cxx_append_flags = ["-std={std}"] (C++ units) and, for CUDA units, '
+            f'build.nvcc_append_flags = ["-std={std}"] to vendors/{f.vendor}.toml: kiln\'s '
+            f"compiler wrapper appends them, so they win over the upstream's -std",
+        )
+    return None
+
+
+_ARCH = re.compile(r"(?:Unsupported gpu architecture|Value) '(?:compute_|sm_)(?P<arch>\d+[af]?)'")
+
+
+def unknown_arch(f: Failure) -> Cause | None:
+    for message in f.messages:
+        m = _ARCH.search(message)
+        if not m or ("Unsupported" not in message and "is not defined" not in message):
+            continue
+        arch = m["arch"]
+        nvcc = nvcc_version(f.env) or "unknown"
+        since, until = ARCH_SINCE.get(arch), ARCH_UNTIL.get(arch)
+        if since and until:
+            has = f"sm_{arch} is known to CUDA {since} to {until}"
+        elif since:
+            has = f"sm_{arch} needs CUDA {since} or newer"
+        else:
+            has = f"no CUDA release kiln knows of has sm_{arch}"
+        cause = f"this build's nvcc (CUDA {nvcc}) does not know sm_{arch}: {has}"
+        fix = (
+            f"set the profile's cuda (and builder image) to a CUDA that has sm_{arch}, or drop "
+            f"sm_{arch} from the archs (build.archs / the profile's archs; an arch the "
+            f"upstream hard-codes: build.nvcc_drop_flags)"
+        )
+        if since and nvcc != "unknown" and _version_tuple(nvcc) >= _version_tuple(since):
+            fix = f"sm_{arch} was renamed or dropped: {fix}"
+        return Cause("unknown-arch", cause, fix)
+    return None
+
+
+_CANNOT_FIND = re.compile(r"cannot find -l(?P<lib>\S+?)(?::|$)")
+
+
+def missing_library(f: Failure) -> Cause | None:
+    libs = []
+    for message in f.messages:
+        m = _CANNOT_FIND.search(message)
+        if m:
+            libs.append(m["lib"])
+    if not libs:
+        return None
+    libs = list(dict.fromkeys(libs))
+    looked = library_dirs(f)
+    lib = libs[0]
+    deb, pip = LIBRARY_PACKAGES.get(lib, (None, None))
+    fixes = [f"apt-get install {deb}"] if deb else []
+    fixes += [f"pip install {pip} (the profile's build_tools)"] if pip else []
+    if not fixes:
+        fixes = [f"install the package that provides lib{lib}.so"]
+    fix = "; or ".join(fixes) + (
+        "; or add its folder to build.env LIBRARY_PATH in the vendor TOML; "
+        + _system_entry(f.vendor, "library", lib, deb or "PACKAGE")
+    )
+    return Cause(
+        "missing-library",
+        f"the linker found no {', '.join('-l' + x for x in libs)}: it looked in LIBRARY_PATH "
+        f"and -L {', '.join(looked) or '(none)'} and the compiler's own folders",
+        fix,
+    )
+
+
+_UNDEFINED = re.compile(r"undefined (?:reference to|symbol:?) [`‘']?(?P<sym>[\w:]+)")
+# Symbol prefix -> the library that defines it.
+SYMBOL_LIBRARIES: tuple[tuple[str, str], ...] = (
+    ("nccl", "nccl"),
+    ("nvshmemx", "nvshmem_host"),
+    ("nvshmem", "nvshmem_host"),
+    ("cublasLt", "cublasLt"),
+    ("cublas", "cublas"),
+    ("cudnn", "cudnn"),
+    ("cuda", "cudart"),
+    ("__cuda", "cudart"),
+    ("cu", "cuda"),
+    ("ibv_", "ibverbs"),
+    ("mlx5dv_", "mlx5"),
+)
+
+
+def undefined_symbol(f: Failure) -> Cause | None:
+    syms = []
+    for message in f.messages:
+        m = _UNDEFINED.search(message)
+        if m:
+            syms.append(m["sym"])
+    if not syms:
+        return None
+    syms = list(dict.fromkeys(syms))
+    lib = next((lib for p, lib in SYMBOL_LIBRARIES if syms[0].startswith(p)), None)
+    linked = [f"-l{x}" for x in _flag_dirs(f.d.command, ("-l",))]
+    looked = library_dirs(f)
+    needs = f"lib{lib} (-l{lib})" if lib else "the library that defines them"
+    return Cause(
+        "undefined-symbol",
+        f"the link left {', '.join(syms[:4])} undefined: they are defined in {needs}; the "
+        f"link named {' '.join(linked) or 'no -l libraries kiln could see'}, looked in "
+        f"LIBRARY_PATH and -L {', '.join(looked) or '(none)'}",
+        f"link {needs}: add it to the upstream's libraries (a patch), or its folder to "
+        f"build.env LIBRARY_PATH when it is present but not found",
+    )
+
+
+def killed(f: Failure) -> Cause | None:
+    text = f.output
+    if re.search(r"died due to signal 9|signal 9 \(Kill|\bKilled\b", text):
+        return Cause(
+            "killed",
+            "a compiler was killed (signal 9): most likely out of memory",
+            "lower --jobs or raise build.mem_per_job_gib / --mem-limit",
+        )
+    return None
+
+
+def disk_full(f: Failure) -> Cause | None:
+    if "No space left on device" not in f.output:
+        return None
+    usage = shutil.disk_usage(f.tree)
+    return Cause(
+        "disk-full",
+        f"the disk filled while building: the file system of {f.tree} has "
+        f"{usage.free // 2**20} MiB free",
+        "free space there (or point --work/--cache at a larger disk) and rerun",
+    )
+
+
+ROWS: tuple[Callable[[Failure], Cause | None], ...] = (
+    disk_full,
+    killed,
+    unknown_arch,
+    missing_header,
+    cxx_standard,
+    missing_identifier,
+    missing_library,
+    undefined_symbol,
+)
+
+
+def explain(
+    d: Diagnosis, output: str, env: Mapping[str, str], tree: Path, vendor: str
+) -> Cause | None:
+    """The first row that knows these errors, or None (the errors alone are shown)."""
+    f = Failure(d, output, env, tree, vendor)
+    for row in ROWS:
+        cause = row(f)
+        if cause is not None:
+            return cause
+    return None

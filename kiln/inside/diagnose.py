@@ -1,0 +1,230 @@
+"""A failed build step's output, read for its first errors: the unit whose compile or link
+failed (ninja's ``FAILED:`` target, nvcc's or g++'s include chain), the first error lines
+(``file:line: message``, deduplicated, a handful at most) and, from :mod:`causes`, what
+most likely caused them and the fix. Standard library only: it runs inside the step,
+where the build ran (the builder container for the Docker runner), so the headers and
+libraries it names are the ones that build saw.
+
+The step writes the result as JSON (``KILN_STEP_FAILURE``) beside the logs; the host
+shows it on the first screen (:mod:`kiln.build.failure`). A build backend's Python
+traceback is never the summary: it is read only when no compiler or linker said anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kiln.inside import causes
+
+MAX_ERRORS = 5
+SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c", ".C", ".c++")
+
+
+@dataclass(frozen=True)
+class ErrorLine:
+    """One error as a compiler or linker printed it (``file`` relative to the tree)."""
+
+    message: str
+    file: str | None = None
+    line: int | None = None
+    tool: str = ""  # gcc, nvcc, ptxas, ld, python, ...
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}: " if self.file and self.line else ""
+        where = where or (f"{self.file}: " if self.file else "")
+        return f"{where}{self.message}"
+
+
+@dataclass
+class Diagnosis:
+    """What a failed step's output says: the unit, its first errors, the cause and fix."""
+
+    unit: str | None = None
+    errors: list[ErrorLine] = field(default_factory=list)
+    command: str | None = None  # the failed unit's command line, when ninja printed it
+    cause: causes.Cause | None = None
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["errors"] = [asdict(e) | {"text": e.render()} for e in self.errors]
+        return data
+
+
+# g++/gcc/clang: "file:12:3: fatal error: x.h: No such file or directory", "file:4: error: ..."
+_GCC = re.compile(
+    r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+):(?:\d+:)? (?P<kind>fatal error|error): (?P<msg>.*)$"
+)
+# nvcc's front end (EDG, cudafe++): 'file(85): error: identifier "x" is undefined'
+_EDG = re.compile(
+    r"^(?P<file>\S[^(]*?)\((?P<line>\d+)\): (?P<kind>catastrophic error|error): (?P<msg>.*)$"
+)
+_TOOL_FATAL = re.compile(
+    r"^(?P<tool>nvcc|ptxas|nvlink|cicc|cudafe\+\+|fatbinary)\s*(?:fatal|error)\s*:\s*(?P<msg>.*)$"
+)
+_PTXAS_LINE = re.compile(r"^ptxas (?P<file>\S+), line (?P<line>\d+); error\s*: (?P<msg>.*)$")
+_LD = re.compile(r"^(?:\S*/)?(?:ld|ld\.\w+|collect2|lld)(?::| error:) (?P<msg>.*)$")
+_LD_UNDEFINED = re.compile(
+    r"^(?:\S*/)?(?:ld(?:\.\w+)?: )?(?P<file>[^:\s][^:]*?):\([^)]*\): "
+    r"(?P<msg>undefined reference to .*)$"
+)
+_INCLUDED = re.compile(r"^(?:In file included|\s+) from (?P<file>[^:]+):(?P<line>\d+)[:,]$")
+_NINJA_FAILED = re.compile(r"^FAILED: (?P<target>.+?)\s*$")
+_PYTHON_EXC = re.compile(r"^(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit)): (?P<msg>.+)$")
+# A tool's summary of errors already shown, or a wrapper's restatement: never a first error.
+_NOISE = (
+    "ld returned 1 exit status",
+    "compilation terminated",
+    "Error compiling objects for extension",
+    "errors detected in the compilation",
+    "error detected in the compilation",
+)
+
+
+def _relative(path: str, tree: Path | None) -> str:
+    """``path`` as the user finds it: relative to the tree when inside it (ninja prints
+    paths relative to its build folder, ``../../csrc/x.cu``: the part that exists in the
+    tree is taken), else with the build Python's site-packages shortened."""
+    if tree is None:
+        return path
+    p = Path(os.path.normpath(path))
+    if p.is_absolute():
+        try:
+            return str(p.relative_to(tree))
+        except ValueError:
+            _, sep, rest = path.partition("/site-packages/")
+            return f"<site-packages>/{rest}" if sep else path
+    parts = p.parts
+    while parts and parts[0] == "..":
+        parts = parts[1:]
+        if (tree.joinpath(*parts)).exists():
+            return str(Path(*parts))
+    return path
+
+
+_LINK_CMD = re.compile(r"(?:^|\s)-shared(?:\s|$)")
+
+
+def _link_target(command: str) -> str | None:
+    argv = command.split()
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-o":
+            return argv[i + 1]
+    return None
+
+
+def _unit_of(command: str) -> str | None:
+    """The source file a compile command compiles (the argument after ``-c``, else the
+    last one with a source suffix)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = command.split()
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-c" and argv[i + 1].endswith(SOURCE_SUFFIXES):
+            return argv[i + 1]
+    sources = [a for a in argv if a.endswith(SOURCE_SUFFIXES)]
+    return sources[-1] if sources else None
+
+
+def _match(text: str) -> tuple[ErrorLine, bool] | None:
+    """(the error on this line, whether it names a file), or None."""
+    for rx, tool in ((_GCC, "gcc"), (_EDG, "nvcc")):
+        m = rx.match(text)
+        if m:
+            msg = m["msg"].strip()
+            kind = m["kind"]
+            message = f"{kind}: {msg}"
+            return ErrorLine(message, m["file"], int(m["line"]), tool), True
+    m = _PTXAS_LINE.match(text)
+    if m:
+        return ErrorLine(f"error: {m['msg'].strip()}", m["file"], int(m["line"]), "ptxas"), True
+    m = _TOOL_FATAL.match(text)
+    if m:
+        return ErrorLine(f"{m['tool']} fatal: {m['msg'].strip()}", tool=m["tool"]), False
+    m = _LD_UNDEFINED.match(text)
+    if m:
+        return ErrorLine(m["msg"].strip(), m["file"], None, "ld"), True
+    m = _LD.match(text)
+    if m and ("cannot find" in m["msg"] or "undefined" in m["msg"] or "error" in m["msg"]):
+        return ErrorLine(m["msg"].strip(), tool="ld"), False
+    return None
+
+
+def first_errors(output: str, tree: Path | None = None) -> Diagnosis:
+    """The unit and first errors of a failed step's ``output`` (no cause yet)."""
+    d = Diagnosis()
+    seen: set[tuple[str | None, int | None, str]] = set()
+    include_top: str | None = None  # the outermost file of the current include chain
+    pending_failed = False
+    python_errors: list[ErrorLine] = []
+    link: str | None = None  # the last link command line seen (setuptools prints it)
+    for raw in output.splitlines():
+        text = raw.rstrip()
+        if _LINK_CMD.search(text):
+            link = text
+        if pending_failed:  # the line after ninja's FAILED: is the failed command
+            pending_failed = False
+            if d.command is None:
+                d.command = text
+                unit = _unit_of(text)
+                if unit and d.unit is None:
+                    d.unit = _relative(unit, tree)
+            continue
+        m = _NINJA_FAILED.match(text)
+        if m:
+            pending_failed = d.command is None
+            continue
+        m = _INCLUDED.match(text)
+        if m:
+            include_top = m["file"]  # each "from" line goes one level further out
+            continue
+        if any(n in text for n in _NOISE):
+            continue
+        found = _match(text)
+        if found is None:
+            pm = _PYTHON_EXC.match(text)
+            if pm and not pm["exc"].endswith(("CalledProcessError",)):
+                python_errors.append(ErrorLine(text, tool="python"))
+            continue
+        err, _ = found
+        if err.tool == "ld" and d.unit is None and link is not None:
+            target = _link_target(link)
+            d.unit = f"the link of {_relative(target, tree)}" if target else "the link"
+            d.command = d.command or link
+        if err.file:
+            err = ErrorLine(err.message, _relative(err.file, tree), err.line, err.tool)
+        if d.unit is None:
+            top = include_top or err.file
+            if top and top.endswith(SOURCE_SUFFIXES):
+                d.unit = _relative(top, tree)
+        include_top = None
+        key = (err.file, err.line, err.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        if len(d.errors) < MAX_ERRORS:
+            d.errors.append(err)
+    if not d.errors and python_errors:
+        d.errors.append(python_errors[-1])  # the exception the backend ended with
+    return d
+
+
+def diagnose(output: str, tree: Path, env: Mapping[str, str], vendor: str) -> Diagnosis:
+    """:func:`first_errors`, then the cause table's first row that knows them."""
+    d = first_errors(output, tree)
+    d.cause = causes.explain(d, output, env, tree, vendor)
+    return d
+
+
+def write_record(path: Path, vendor: str, what: str, d: Diagnosis) -> None:
+    """The failure record beside the logs (the host adds the log's path when it reads it)."""
+    record = {"vendor": vendor, "failed": what, **d.to_json()}
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    os.replace(tmp, path)

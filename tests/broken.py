@@ -1,0 +1,135 @@
+"""Fixture upstreams that fail to build, one way each: real torch extensions (ninja, nvcc,
+g++, ld) whose first error is a row of kiln's cause table (kiln/inside/causes.py).
+
+``broken.git`` holds one commit per fault; each vendor of the test workspace pins one.
+Every fault fails at its first compile or link, so a build of all of them takes seconds
+past torch's import."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln.sources.gitrepo import CommitSpec, make_repo
+
+BASE_URL = "https://broken.invalid/"
+
+SETUP_PY = """\
+import json
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+
+spec = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit.json")))
+make = CUDAExtension if spec["cuda"] else CppExtension
+setup(
+    name="broken",
+    version="0.1.0",
+    packages=["broken"],
+    ext_modules=[
+        make(
+            "broken._C",
+            spec["sources"],
+            extra_compile_args={"cxx": spec.get("cxx", []), "nvcc": spec.get("nvcc", [])},
+            libraries=spec.get("libraries", []),
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension},
+)
+"""
+
+BINDING = """\
+#include <Python.h>
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mod); }
+"""
+
+# fault -> (unit.json, files): each one's first error is the row of the same name.
+FAULTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
+    # a header no package here provides (hwloc's; libhwloc-dev is not installed)
+    "missing-header": (
+        {"cuda": True, "sources": ["csrc/binding.cpp", "csrc/topo.cu"]},
+        {
+            "csrc/topo.cu": '#include "topo.h"\n__global__ void k() {}\n',
+            "csrc/topo.h": "#pragma once\n#include <hwloc.h>\n",
+        },
+    ),
+    # an identifier the NCCL of torch's wheels (nvidia-nccl-cu13) does not declare
+    "missing-identifier": (
+        {"cuda": True, "sources": ["csrc/binding.cpp", "csrc/comm.cu"]},
+        {
+            "csrc/comm.cu": (
+                "#include <nccl.h>\n"
+                "int props(ncclComm_t c) {\n"
+                "  ncclKilnFutureProperties p;\n"
+                "  return ncclKilnFutureQuery(c, &p);\n"
+                "}\n"
+            )
+        },
+    ),
+    # torch's headers refuse -std=c++17
+    "cxx-standard": (
+        {"cuda": False, "sources": ["csrc/binding.cpp", "csrc/ops.cpp"], "cxx": ["-std=c++17"]},
+        {"csrc/ops.cpp": "#include <torch/extension.h>\nint ops() { return 1; }\n"},
+    ),
+    # an arch this CUDA does not know, hard-coded by the upstream (CUDA 13 renamed sm_101a)
+    "unknown-arch": (
+        {
+            "cuda": True,
+            "sources": ["csrc/binding.cpp", "csrc/k.cu"],
+            "nvcc": ["-gencode=arch=compute_101a,code=sm_101a"],
+        },
+        {"csrc/k.cu": "__global__ void k() {}\n"},
+    ),
+    # a library that is not installed
+    "missing-library": (
+        {"cuda": False, "sources": ["csrc/binding.cpp"], "libraries": ["kilnabsent"]},
+        {},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Broken:
+    root: Path
+    commits: dict[str, str]  # fault -> commit
+
+    @property
+    def mirrors(self) -> Path:
+        return self.root / "mirrors.toml"
+
+
+def make(root: Path) -> Broken:
+    """``broken.git`` (one commit per fault, each on top of a common skeleton) and a
+    mirrors file mapping ``https://broken.invalid/`` to it."""
+    base = {
+        "setup.py": SETUP_PY,
+        "broken/__init__.py": "",
+        "csrc/binding.cpp": BINDING,
+        "LICENSE": "MIT License\n\nCopyright (c) 2026 kiln test fixtures\n",
+    }
+    commits: dict[str, str] = {}
+    for fault, (unit, files) in FAULTS.items():
+        content = {**base, **files, "unit.json": json.dumps(unit)}
+        sha = make_repo(root / f"{fault}.git", [CommitSpec(f"broken: {fault}", content)])[0]
+        commits[fault] = sha
+    (root / "mirrors.toml").write_text(f'[mirrors]\n"{BASE_URL}" = "{root}/"\n')
+    return Broken(root, commits)
+
+
+def vendor(fault: str, commit: str) -> dict[str, Any]:
+    unit = FAULTS[fault][0]
+    cuda = unit["cuda"] and not unit.get("nvcc")
+    return {
+        "source": {"url": f"{BASE_URL}{fault}.git", "commit": commit},
+        "build": {
+            "kind": "wheel",
+            "archs": ["sm_100a"] if unit["cuda"] else [],
+            "arch_control": "torch-arch-list"
+            if cuda
+            else ("hardcoded" if unit["cuda"] else "none"),
+        },
+    }

@@ -1,0 +1,237 @@
+"""Failed builds explain themselves on the first screen (issue 21): every row of kiln's
+cause table (kiln/inside/causes.py) produced for real through ``kiln build``, from
+fixture upstreams that fail one way each (tests/broken.py), and the public DeepEP built
+without its ``[[build.system]]`` entry where ``infiniband/mlx5dv.h`` is absent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from tests import broken, public
+from tests.conftest import REPO, artifacts_files, run_kiln
+from tests.upstreams import Upstreams
+from tests.workspace import plain_vendor, write
+
+# fault -> the lines the user must see for it: the unit, its first error, cause and fix.
+SEEN: dict[str, list[str]] = {
+    "missing-header": [
+        "building missing-header failed with exit code 6, in csrc/topo.cu:",
+        "    csrc/topo.h:2: fatal error: hwloc.h: No such file or directory",
+        "  cause: the header hwloc.h is not installed where the build ran "
+        "(included from csrc/topo.h:2)",
+        "  fix: apt-get install libhwloc-dev (Debian/Ubuntu, or in the builder image); declare "
+        "it in vendors/missing-header.toml so preflight checks it before the next build: "
+        '[[build.system]] header = "hwloc.h", package = "libhwloc-dev"',
+    ],
+    "missing-identifier": [
+        "building missing-identifier failed with exit code 6, in csrc/comm.cu:",
+        '    csrc/comm.cu:3: error: identifier "ncclKilnFutureProperties" is undefined',
+        "  cause: NCCL's headers here do not declare ncclKilnFutureProperties, "
+        "ncclKilnFutureQuery: nccl.h resolved to ",
+        "/site-packages/nvidia/nccl/include/nccl.h (NCCL 2.30.7, from nvidia-nccl-cu13 "
+        "2.30.7); this revision likely needs a newer NCCL",
+        "  fix: pin a newer nvidia-nccl-cu13 in the profile's build_tools (kiln.toml: "
+        'build_tools = [..., "nvidia-nccl-cu13>2.30.7"]) or use a builder image with a '
+        "newer NCCL",
+    ],
+    "cxx-standard": [
+        "building cxx-standard failed with exit code 6, in csrc/ops.cpp:",
+        "    <site-packages>/torch/include/torch/csrc/api/include/torch/all.h:5: error: #error "
+        "C++20 or later compatible compiler is required to use PyTorch.",
+        "it needs C++20 or later (the upstream hard-codes an older -std)",
+        '  fix: add build.cxx_append_flags = ["-std=c++20"] (C++ units)',
+    ],
+    "unknown-arch": [
+        "building unknown-arch failed with exit code 6, in csrc/k.cu:",
+        "    nvcc fatal: Unsupported gpu architecture 'compute_101a'",
+        "  cause: this build's nvcc (CUDA 13.2) does not know sm_101a: sm_101a is known to "
+        "CUDA 12.8 to 12.9 (CUDA 13.0 renamed it sm_110a)",
+        "set the profile's cuda (and builder image) to a CUDA that has sm_101a, or drop "
+        "sm_101a from the archs",
+    ],
+    "missing-library": [
+        "building missing-library failed with exit code 6, in the link of build/lib.",
+        "    cannot find -lkilnabsent: No such file or directory",
+        "  cause: the linker found no -lkilnabsent: it looked in LIBRARY_PATH and -L ",
+        "or add its folder to build.env LIBRARY_PATH in the vendor TOML; declare it in "
+        "vendors/missing-library.toml so preflight checks it before the next build: "
+        '[[build.system]] library = "kilnabsent"',
+    ],
+}
+
+
+def _kiln_build(
+    ws: Path, tmp: Path, mirrors: Path, python: Path, *extra: str, env: dict | None = None
+):
+    return run_kiln(
+        *("build", "--workspace", ws, "--runner", "local", "--python", python),
+        *("--artifacts", tmp / "artifacts", "--cache", tmp / "cache", "--work", tmp / "work"),
+        *("--mirrors", mirrors, "--offline", "--toolchain", "pypi", *extra),
+        env=env,
+    )
+
+
+def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
+    tmp_path: Path, upstreams: Upstreams, build_python: Path, pypi_cuda: Path
+) -> None:
+    """Five fixture upstreams, each failing one way, and one that builds, in one run: the
+    failures do not stop each other or the good one; each is shown with its unit, first
+    error, cause and fix; the good one is kept and the rerun reuses it."""
+    fixtures = broken.make(tmp_path / "broken")
+    mirrors = tmp_path / "mirrors.toml"
+    mirrors.write_text(
+        f'[mirrors]\n"{broken.BASE_URL}" = "{fixtures.root}/"\n'
+        f'"https://fixtures.invalid/" = "{upstreams.root}/"\n'
+    )
+    vendors = {f: broken.vendor(f, c) for f, c in fixtures.commits.items()}
+    vendors["plain"] = plain_vendor(upstreams.plain[0], archs=[])
+    ws = write(tmp_path / "ws", vendors)
+    # the cache's CUDA 13.2 is the session's (provisioned once)
+    (tmp_path / "cache" / "toolchains").mkdir(parents=True)
+    for made in pypi_cuda.parents[1].iterdir():
+        (tmp_path / "cache" / "toolchains" / made.name).symlink_to(made)
+
+    summary = tmp_path / "step-summary.md"
+    actions = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    res = _kiln_build(ws, tmp_path, mirrors, build_python, env=actions)
+    assert res.returncode == 6, res.stderr[-3000:]
+    error = res.stderr[res.stderr.rindex("kiln: error: ") :]
+    for fault, lines in SEEN.items():
+        for line in lines:
+            assert line in error, f"{fault}: {line!r} not on screen:\n{error}"
+        record = json.loads(
+            (tmp_path / f"artifacts/logs/test-release/{fault}.failure.json").read_text()
+        )
+        assert record["cause"]["row"] == fault, record
+        assert record["log"].endswith(f"{fault}-build.log") and Path(record["log"]).is_file()
+        assert f"  full log: {record['log']}" in error  # whole, never cut
+    # the summary table names each failure's first error, with its row
+    table = res.stderr[res.stderr.index("kiln build summary") : res.stderr.index("kiln: error:")]
+    for fault in SEEN:
+        assert f"[{fault}]" in table.replace("\n", "").replace("│", ""), table
+    # never the build backend's traceback as the summary
+    assert "Error compiling objects for extension" not in error
+    assert "Traceback" not in error
+    assert (
+        "kept, verified, in the artifact cache: plain; the rerun after the fix rebuilds only"
+        in (error)
+    )
+    assert artifacts_files(tmp_path / "artifacts") == []
+    # GitHub Actions: an annotation on the first error's line, the explanation in the summary
+    assert (
+        "::error file=csrc/topo.h,line=2,title=kiln%3A building missing-header failed::"
+        "csrc/topo.h:2: fatal error: hwloc.h: No such file or directory%0Acause: the header"
+    ) in res.stdout, res.stdout
+    assert (
+        "::error file=csrc/comm.cu,line=3,title=kiln%3A building missing-identifier" in res.stdout
+    )
+    markdown = summary.read_text()
+    assert "| step | runner | cache | state | time | peak memory | result |" in markdown
+    assert "  fix: apt-get install libhwloc-dev" in markdown
+
+    again = _kiln_build(ws, tmp_path, mirrors, build_python, "plain")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "plain: cached (artifact cache" in again.stderr
+
+
+def test_an_undefined_symbol_names_its_library(tmp_path: Path) -> None:
+    """The link row for a symbol no library on the link defines, read from g++'s own output
+    (a real link of a program calling NCCL without -lnccl)."""
+    from kiln.inside import diagnose
+
+    src = tmp_path / "main.cpp"
+    src.write_text(
+        'extern "C" int ncclGetVersion(int*);\nint main() { int v; return ncclGetVersion(&v); }\n'
+    )
+    cmd = [
+        "g++",
+        "-shared",
+        "-Wl,--no-undefined",
+        "-fPIC",
+        str(src),
+        "-o",
+        str(tmp_path / "m.so"),
+        "-lm",
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode != 0
+    d = diagnose.diagnose(" ".join(cmd) + "\n" + res.stderr, tmp_path, {}, "v")
+    assert d.unit == "the link of m.so"
+    assert d.errors[0].message == "undefined reference to `ncclGetVersion'"
+    assert d.cause is not None and d.cause.row == "undefined-symbol"
+    assert "defined in libnccl (-lnccl); the link named -lm" in d.cause.cause
+
+
+def test_a_compile_into_a_full_disk_is_named(tmp_path: Path) -> None:
+    """The disk-full row, from nvcc's host compiler writing into a 64 KiB tmpfs (root)."""
+    from kiln.inside import diagnose
+
+    full = tmp_path / "full"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)]).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        (full / "filler").write_bytes(b"\0" * 60 * 1024)
+        src = tmp_path / "big.cpp"
+        src.write_text("".join(f"int f{i}() {{ return {i}; }}\n" for i in range(4000)))
+        res = subprocess.run(
+            ["g++", "-c", str(src), "-o", str(full / "big.o")], capture_output=True, text=True
+        )
+        assert res.returncode != 0
+        d = diagnose.diagnose(res.stderr, full, {}, "v")
+        assert d.cause is not None and d.cause.row == "disk-full", (res.stderr, d)
+        assert "MiB free" in d.cause.cause
+    finally:
+        subprocess.run(["umount", str(full)])
+
+
+def test_public_deepep_without_its_system_entry_shows_the_header_and_package(
+    tmp_path: Path, public_python: Path
+) -> None:
+    """The public DeepEP from its bundle, its ``[[build.system]]`` entry removed, on a
+    machine without ``infiniband/mlx5dv.h`` (bubblewrap hides /usr/include/infiniband
+    from the whole build): the first screen names the header, the package and the
+    entry to add."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        if os.environ.get("KILN_REQUIRE_FLEET") == "1":
+            pytest.fail("bubblewrap is missing: apt-get install bubblewrap")
+        pytest.skip("bubblewrap is missing")
+    mirrors = public.mirrors(tmp_path / "mirrors")
+    ws = public.copy_workspace(tmp_path / "ws")
+    doc = tomlkit.parse((ws / "vendors" / "deepep.toml").read_text())
+    del doc["build"]["system"]
+    (ws / "vendors" / "deepep.toml").write_text(tomlkit.dumps(doc))
+    hidden = [bwrap, "--dev-bind", "/", "/", "--tmpfs", "/usr/include/infiniband", "--"]
+    res = subprocess.run(
+        [
+            *hidden,
+            sys.executable,
+            *("-m", "kiln", "build", "--workspace", ws, "--runner", "local"),
+            *("--python", public_python, "--artifacts", tmp_path / "artifacts"),
+            *("--cache", tmp_path / "cache", "--work", tmp_path / "work"),
+            *("--mirrors", mirrors, "--offline", "--profile", "sm100", "deepep"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 6, res.stderr[-3000:]
+    # one vendor: its build streams to the console; the last screen is the summary + error
+    screen = res.stderr[res.stderr.rindex("kiln build summary") :]
+    assert "fatal error: infiniband/mlx5dv.h: No such file or directory" in screen, screen
+    assert "cause: the header infiniband/mlx5dv.h is not installed where the build ran" in screen
+    assert "fix: apt-get install libibverbs-dev" in screen
+    assert '[[build.system]] header = "infiniband/mlx5dv.h", package = "libibverbs-dev"' in screen
+    assert "building deepep failed with exit code 6, in csrc/" in screen
+    assert len(screen.splitlines()) <= 24, screen  # the first screen
+    assert artifacts_files(tmp_path / "artifacts") == []
