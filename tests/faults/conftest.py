@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from kiln.sources.gitrepo import CommitSpec, make_repo
+from tests import require
 from tests.conftest import run_kiln
 from tests.upstreams import BASE_URL, MIT
 from tests.workspace import PROFILE, write
@@ -105,7 +106,7 @@ def error_lines(stderr: str) -> list[str]:
 def small_fs() -> Iterator[Callable[[str], Path]]:
     """Mount tmpfs file systems of a given size (``"2m"``); all unmounted at the end."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a size-limited tmpfs needs root")
+        require.missing("ROOT", "mounting a size-limited tmpfs needs root")
     mounted: list[Path] = []
 
     def mount(size: str) -> Path:

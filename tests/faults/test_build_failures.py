@@ -6,16 +6,13 @@ without its ``[[build.system]]`` entry where ``infiniband/mlx5dv.h`` is absent."
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import tomlkit
 
-from tests import broken, public
+from tests import broken, fleet, public, require
 from tests.conftest import REPO, artifacts_files, run_kiln
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
@@ -177,7 +174,7 @@ def test_a_compile_into_a_full_disk_is_named(tmp_path: Path) -> None:
     full = tmp_path / "full"
     full.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)]).returncode:
-        pytest.skip("cannot mount a tmpfs here (not root)")
+        require.missing("ROOT", "cannot mount a tmpfs here (not root)")
     try:
         (full / "filler").write_bytes(b"\0" * 60 * 1024)
         src = tmp_path / "big.cpp"
@@ -200,11 +197,7 @@ def test_public_deepep_without_its_system_entry_shows_the_header_and_package(
     machine without ``infiniband/mlx5dv.h`` (bubblewrap hides /usr/include/infiniband
     from the whole build): the first screen names the header, the package and the
     entry to add."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        if os.environ.get("KILN_REQUIRE_FLEET") == "1":
-            pytest.fail("bubblewrap is missing: apt-get install bubblewrap")
-        pytest.skip("bubblewrap is missing")
+    bwrap = fleet.need("bwrap")
     mirrors = public.mirrors(tmp_path / "mirrors")
     ws = public.copy_workspace(tmp_path / "ws")
     doc = tomlkit.parse((ws / "vendors" / "deepep.toml").read_text())

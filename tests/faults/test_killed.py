@@ -45,7 +45,9 @@ def test_sigkill_mid_build_then_a_rerun_cleans_up_and_reuses_what_finished(
     ws = write(tmp_path / "ws", {"fast": tiny_vendor(commit), "slow": slow}, profile=FAULT_PROFILE)
 
     kiln = start_kiln_until(marker, *build_args(ws, tmp_path, mirrors, "--offline"))
-    while not marker.read_text():
+    deadline = time.monotonic() + 60
+    while not marker.read_text():  # the command writes its pid just after creating it
+        assert time.monotonic() < deadline, "the step never wrote its pid"
         time.sleep(0.05)
     step_pid = int(marker.read_text())
     kiln.send_signal(signal.SIGKILL)  # no handler, no cleanup

@@ -15,6 +15,7 @@ import pytest
 
 from kiln.errors import BuildError
 from kiln.runners import memlimit
+from tests import require
 from tests.conftest import artifacts_files, run_kiln
 from tests.faults.conftest import build_args, make_tiny, mirrors_file, tiny_workspace
 from tests.integration.test_docker import DOCKER_DIR, NO_TORCH, docker_args
@@ -37,7 +38,7 @@ def cgroups() -> None:
             if group is None:
                 raise OSError("no cgroup")
     except OSError as exc:
-        pytest.skip(f"this machine cannot make a memory cgroup for a step: {exc}")
+        require.missing("CGROUP", f"this machine cannot make a memory cgroup for a step: {exc}")
 
 
 def _leftover_cgroups() -> list[Path]:

@@ -12,6 +12,7 @@ import pytest
 from kiln.build import pipeline
 from kiln.build.runlock import Busy
 from kiln.release import manifest
+from tests import require
 from tests.conftest import artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
@@ -114,9 +115,13 @@ def read_only_dir(tmp_path: Path):
     """A folder even root cannot write: a read-only tmpfs mount."""
     path = tmp_path / "ro-ccache"
     path.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)])
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
-        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+        require.missing("ROOT", f"cannot mount a read-only tmpfs here: {res.stderr.strip()}")
     try:
         yield path
     finally:

@@ -1,5 +1,6 @@
 """Same inputs, same bytes: fixture upstreams built twice, in different working and
-temporary directories, the second at least a second later, give identical wheels.
+temporary directories, the second at least a second later, give identical wheels; and
+built by two processes that differ in user, umask, TZ, locale, --jobs and folder depth.
 The controls show each fix matters: without kiln's compiler wrapper, or keeping
 -lineinfo, the two builds differ."""
 
@@ -7,7 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pwd
 import re
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -18,6 +25,8 @@ from kiln import reproduce as reverify
 from kiln.build import pipeline
 from kiln.config.models import Profile
 from kiln.release.wheelfix import local_label
+from tests import upstreams as fixture_upstreams
+from tests.conftest import REPO, run_kiln
 from tests.upstreams import Upstreams
 from tests.workspace import PROFILE, plain_vendor, write
 
@@ -129,3 +138,120 @@ def test_verify_names_the_arch_whose_sass_differs(
     text = "\n".join(lines)
     assert "member plainext/_kernels.cpython-311-x86_64-linux-gnu.so: sha256" in text
     assert "SASS sm_100a: " in text and "SASS sm_103a: differs" in text
+
+
+def _other_user() -> tuple[int, int] | None:
+    """A user that is not root (made once), or None where this process cannot make one."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pw = pwd.getpwnam("kilnrepro")
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "kilnrepro"], check=True)
+        pw = pwd.getpwnam("kilnrepro")
+    return pw.pw_uid, pw.pw_gid
+
+
+def test_builds_in_other_processes_users_and_environments_give_the_same_bytes(
+    tmp_path: Path,
+) -> None:
+    """The same release built by two `kiln build` processes that differ in everything a
+    build machine does: user (root, and another uid where root can make one), umask, TZ,
+    locale, --jobs and the depth of every folder. Every file of the release is the same
+    (`kiln verify --rebuilt`), and a difference planted in one wheel is explained member
+    by member, with the SASS of each arch compared."""
+    root = Path(tempfile.mkdtemp(prefix="kiln-repro-", dir="/tmp"))  # readable by both users
+    try:
+        shutil.copytree(REPO / "kiln", root / "src" / "kiln")
+        site_dir = Path(next(p for p in site.getsitepackages() if "site-packages" in p))
+        shutil.copytree(site_dir, root / "site", ignore=shutil.ignore_patterns("torch*"))
+        up = fixture_upstreams.make(root / "upstreams")
+        profile = {**{k: v for k, v in PROFILE.items() if k != "torch"}, "cuda": "13.0"}
+        ws = write(root / "ws", {"plain": plain_vendor(up.plain[2])}, profile=profile)
+        subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
+        other = _other_user()
+
+        def build(where: Path, jobs: str, env: dict[str, str], user: tuple[int, int] | None):
+            where.mkdir(parents=True)
+            # the upstreams as this build's user's own (git refuses repositories of others)
+            shutil.copytree(up.root, where / "upstreams", symlinks=True)
+            mirrors = where / "upstreams" / "mirrors.toml"
+            mirrors.write_text(up.mirrors.read_text().replace(str(up.root), str(mirrors.parent)))
+            if user:
+                subprocess.run(["chown", "-R", f"{user[0]}:{user[1]}", str(where)], check=True)
+            umask = env.pop("UMASK")
+            argv = [
+                "/usr/bin/python3",
+                *("-m", "kiln", "build", "--workspace", ws, "--runner", "local"),
+                *("--python", "/usr/bin/python3", "--cuda-home", "/usr/local/cuda"),
+                *("--artifacts", where / "artifacts", "--work", where / "work"),
+                *("--cache", where / "cache", "--mirrors", mirrors, "--offline"),
+                *("--jobs", jobs, "--no-compiler-cache", "--no-artifact-cache"),
+            ]
+            as_user = (
+                ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups"]
+                if user
+                else []
+            )
+            shell = ["sh", "-c", f'umask {umask} && exec "$@"', "sh"]
+            res = subprocess.run(
+                [*as_user, *shell, *map(str, argv)],
+                cwd=where,
+                env={
+                    "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "PYTHONPATH": f"{root / 'src'}:{root / 'site'}",
+                    **env,
+                },
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert res.returncode == 0, res.stderr[-3000:]
+            return where / "artifacts" / "test-release"
+
+        first = build(
+            root / "a",
+            "2",
+            {"UMASK": "022", "TZ": "UTC", "LANG": "C.UTF-8", "HOME": "/root"},
+            None,
+        )
+        second = build(
+            root / "b" / "much" / "deeper" / "down" / "here",
+            "1",
+            {
+                "UMASK": "077",
+                "TZ": "Pacific/Chatham",
+                "LANG": "fr_FR.UTF-8",
+                "LC_ALL": "fr_FR.UTF-8",
+                "HOME": "/home/kilnrepro" if other else "/tmp",
+            },
+            other,
+        )
+        if other:
+            assert (second / "manifest.json").stat().st_uid == other[0]
+        verify = run_kiln("verify", first / "manifest.json", "--rebuilt", second)
+        assert verify.returncode == 0, verify.stderr
+        assert "is reproduced bit for bit" in verify.stdout
+
+        # a planted difference: one member of the wheel changed, one .so with bytes added
+        planted = root / "planted"
+        shutil.copytree(second, planted)
+        (wheel,) = (planted / "wheels").glob("*.whl")
+        with zipfile.ZipFile(wheel) as zf:
+            members = {i.filename: zf.read(i) for i in zf.infolist()}
+        kernels = next(n for n in members if "_kernels" in n)
+        members["plainext/__init__.py"] += b"# planted\n"
+        members[kernels] += b"\0planted"
+        with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+        told = run_kiln("verify", first / "manifest.json", "--rebuilt", planted)
+        assert told.returncode == 1, told.stderr
+        assert f"wheels/{wheel.name}: sha256 " in told.stderr
+        assert "  member plainext/__init__.py: sha256 " in told.stderr
+        assert f"  member {kernels}: sha256 " in told.stderr
+        assert "    SASS sm_100a: identical" in told.stderr  # the device code is not what differs
+        assert "    SASS sm_103a: identical" in told.stderr
+        assert "is NOT reproduced by" in told.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

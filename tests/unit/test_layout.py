@@ -223,3 +223,12 @@ def test_nothing_of_deepinfer_or_its_upstreams_in_the_engine() -> None:
 def test_the_foreign_name_check_can_fail(tmp_path: Path) -> None:
     (tmp_path / "readme.py").write_text('EXPORT = "DG_JIT_CACHE_DIR=/workspace/x"\n')
     assert len(foreign_names(tmp_path)) == 1
+
+
+def test_every_test_has_a_time_limit(request: pytest.FixtureRequest) -> None:
+    """tests/conftest.py gives each test a pytest-timeout limit (a hang fails its own test
+    instead of CI's 90 minutes), tight in tests/unit/."""
+    items = request.session.items
+    limits = {item.nodeid: item.get_closest_marker("timeout") for item in items}
+    assert all(limits.values()), [n for n, m in limits.items() if m is None]
+    assert limits[request.node.nodeid].args[0] <= 120

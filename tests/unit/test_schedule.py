@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import textwrap
@@ -183,44 +184,60 @@ def test_bad_jobs_and_budget_values() -> None:
         schedule.make_budget(-1, None)
 
 
+# A compile stand-in: takes a gate slot, records "in" (with its entry number), holds the
+# slot until TARGET-1 later children have entered too (or all TOTAL did, or HOLD_S
+# passed), records "out". Concurrency is read from these records, never from a
+# wall-clock window: on a loaded machine a child may start late, and a child that holds
+# until its company arrives cannot leave early.
 GATE_CHILD = textwrap.dedent(
     """
-    import json, sys, time
+    import itertools, json, os, sys, time
     from pathlib import Path
     from kiln.inside.kit import compilegate
     gate, log, mem = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    target, total, hold_s = int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+    entered = log.parent / (log.name + ".entered")
+    entered.mkdir(exist_ok=True)
     with compilegate.slot(gate, mem, 1):
+        for number in itertools.count():  # a unique entry number: O_EXCL
+            try:
+                os.close(os.open(entered / str(number), os.O_CREAT | os.O_EXCL))
+                break
+            except FileExistsError:
+                continue
         with open(log, "a") as fh:
-            fh.write(json.dumps(["in", time.monotonic()]) + "\\n")
-        time.sleep(0.6)
+            fh.write(json.dumps(["in", number]) + "\\n")
+        deadline = time.monotonic() + hold_s
+        want = min(number + target, total)
+        while len(os.listdir(entered)) < want and time.monotonic() < deadline:
+            time.sleep(0.02)
         with open(log, "a") as fh:
-            fh.write(json.dumps(["out", time.monotonic()]) + "\\n")
+            fh.write(json.dumps(["out", number]) + "\\n")
     """
 )
 
 
 def _max_overlap(log: Path) -> int:
-    events = sorted((t, kind) for kind, t in map(json.loads, log.read_text().splitlines()))
+    """The most children inside at once, from the order of their records (appends to one
+    file: an "out" is written before its child lets go of its slot)."""
     level = peak = 0
-    for _, kind in events:
+    for kind, _ in map(json.loads, log.read_text().splitlines()):
         level += 1 if kind == "in" else -1
         peak = max(peak, level)
     return peak
 
 
-def _children(gate: Path, log: Path, n: int, mem: float) -> list[subprocess.Popen[bytes]]:
-    return [
-        subprocess.Popen(
-            [sys.executable, "-c", GATE_CHILD, str(gate), str(log), str(mem)], cwd=REPO
-        )
-        for _ in range(n)
-    ]
+def _children(
+    gate: Path, log: Path, n: int, mem: float, target: int, hold_s: float = 20.0
+) -> list[subprocess.Popen[bytes]]:
+    argv = [str(gate), str(log), str(mem), str(target), str(n), str(hold_s)]
+    return [subprocess.Popen([sys.executable, "-c", GATE_CHILD, *argv], cwd=REPO) for _ in range(n)]
 
 
 def test_gate_keeps_concurrent_compiles_under_the_memory_budget(tmp_path: Path) -> None:
     gate, log = tmp_path / "gate", tmp_path / "log"
     compilegate.write_budget(gate, mem_gib=2.0, cpus=8)
-    for p in _children(gate, log, 5, 1.0):
+    for p in _children(gate, log, 5, 1.0, target=2):
         assert p.wait(timeout=60) == 0
     assert _max_overlap(log) == 2  # 8 CPU slots, but memory for two
 
@@ -229,7 +246,7 @@ def test_gate_overcommits_when_its_budget_is_wrong(tmp_path: Path) -> None:
     """The check above can fail: with room for all, all run at once."""
     gate, log = tmp_path / "gate", tmp_path / "log"
     compilegate.write_budget(gate, mem_gib=100.0, cpus=8)
-    for p in _children(gate, log, 4, 1.0):
+    for p in _children(gate, log, 4, 1.0, target=4):
         assert p.wait(timeout=60) == 0
     assert _max_overlap(log) == 4
 
@@ -274,16 +291,17 @@ def test_a_waiter_wakes_when_the_holder_lets_go_not_at_its_next_look(
 def test_gate_slot_of_a_killed_compile_is_not_leaked(tmp_path: Path) -> None:
     gate, log = tmp_path / "gate", tmp_path / "log"
     compilegate.write_budget(gate, mem_gib=1.0, cpus=1)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", GATE_CHILD.replace("0.6", "600"), str(gate), str(log), "1"],
-        cwd=REPO,
-    )
+    # it holds its slot waiting for a second child that never comes
+    argv = [str(gate), str(log), "1", "2", "2", "600"]
+    holder = subprocess.Popen([sys.executable, "-c", GATE_CHILD, *argv], cwd=REPO)
+    deadline = time.monotonic() + 60
     while not log.exists():
+        assert holder.poll() is None and time.monotonic() < deadline, "it never took a slot"
         time.sleep(0.05)
     holder.kill()  # SIGKILL: no cleanup runs
     holder.wait()
     assert list((gate / "holders").iterdir())  # its file is still there
-    (p,) = _children(gate, log, 1, 1.0)
+    (p,) = _children(gate, log, 1, 1.0, target=1)
     assert p.wait(timeout=30) == 0
 
 
@@ -317,8 +335,14 @@ def test_second_build_on_the_same_folders_refuses_or_waits(tmp_path: Path) -> No
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1.5)
-        assert waiting.poll() is None  # still waiting while this process holds it
-    out, err = waiting.communicate(timeout=30)
+        # it says it waits (read with a deadline, not guessed from a sleep) ...
+        assert waiting.stderr is not None
+        ready, _, _ = select.select([waiting.stderr], [], [], 60)
+        assert ready, "the second build never said it waits"
+        said = waiting.stderr.readline()
+        assert "waiting for the build holding" in said, said
+        # ... and, while this process holds the lock, does not get it
+        time.sleep(0.5)
+        assert waiting.poll() is None
+    out, _ = waiting.communicate(timeout=30)
     assert waiting.returncode == 0 and "got the lock" in out
-    assert "waiting for the build holding" in err
