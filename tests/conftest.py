@@ -33,6 +33,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("timeout") is None:
             folder = item.path.relative_to(TESTS).parts[0]
             item.add_marker(pytest.mark.timeout(TIME_LIMITS_S.get(folder, 300)))
+
+
 # Shared across runs (and with `nox -s demo`): the provisioned torch venv lives here.
 CACHE = Path(os.environ.get("KILN_CACHE_DIR", REPO / ".kiln-cache"))
 
@@ -64,13 +66,34 @@ def upstreams(tmp_path_factory: pytest.TempPathFactory) -> fixture_upstreams.Ups
     return fixture_upstreams.make(tmp_path_factory.mktemp("upstreams"))
 
 
+def shared_cache(cache: Path) -> Path:
+    """A test's own kiln cache that reuses what the session provisioned once: the pinned
+    CUDA toolchains (each 13 s to install from PyPI) and the build Pythons' probed facts
+    (3 s of importing torch), linked in. kiln keys both by content (a toolchain by its
+    lock's hash, facts by the Python's install stamp), so a shared entry is the one the
+    test would make; git clones, the compiler and artifact caches stay the test's own.
+    Tests of provisioning itself use an empty cache instead."""
+    cudapypi.provision(PROFILE["cuda"], CACHE, CACHE / "logs")  # once: then a marker check
+    (cache / "toolchains").mkdir(parents=True, exist_ok=True)
+    for made in (CACHE / "toolchains").glob("*"):
+        link = cache / "toolchains" / made.name
+        if (made / cudapypi.MARKER).exists() and not link.exists():
+            link.symlink_to(made)
+    (CACHE / "facts").mkdir(parents=True, exist_ok=True)
+    if not (cache / "facts").exists():
+        (cache / "facts").symlink_to(CACHE / "facts")
+    return cache
+
+
 @pytest.fixture
-def options(tmp_path: Path, upstreams: fixture_upstreams.Upstreams, build_python: Path):
+def options(
+    tmp_path: Path, upstreams: fixture_upstreams.Upstreams, build_python: Path, pypi_cuda: Path
+):
     def make(workspace: Path, **overrides: object) -> Options:
         opts = Options(
             workspace=workspace,
             artifacts=tmp_path / "artifacts",
-            cache=tmp_path / "cache",
+            cache=shared_cache(tmp_path / "cache"),
             work=tmp_path / "work",
             mirrors=upstreams.mirrors,
             offline=True,
@@ -132,7 +155,7 @@ def start_kiln_until(
 @pytest.fixture(scope="session")
 def client():
     """A docker-py client of a running daemon (skip without one, unless
-    KILN_REQUIRE_DOCKER=1); at the end, no kiln container may be left."""
+    KILN_REQUIRE_DOCKER=1 or KILN_REQUIRE_ALL=1); at the end, no kiln container may be left."""
     docker = pytest.importorskip("docker")
     try:
         c = docker.from_env()

@@ -4,7 +4,8 @@ compiles in bubblewrap sandboxes (sccache-dist's overlay builder).
 
 Each test gets fresh ones (free ports, folders under its tmp_path) and they are stopped
 after it. Without ``redis-server``, ``bwrap`` or sccache the tests skip, unless
-``KILN_REQUIRE_FLEET=1`` (``.ci/run`` sets it after installing them): then they fail.
+``KILN_REQUIRE_FLEET=1`` or ``KILN_REQUIRE_ALL=1`` (``.ci/run`` sets it after installing
+them): then they fail.
 """
 
 from __future__ import annotations

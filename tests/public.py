@@ -3,7 +3,7 @@ turned into bare mirrors, and copies of the workspace to edit.
 
 The bundles are the upstreams' real histories (DeepGEMM, DeepEP, FlashMLA, CUTLASS, fmt).
 Where they are missing the tests that need them skip, unless ``KILN_REQUIRE_BUNDLES=1``
-(CI sets it), which makes that a failure.
+or ``KILN_REQUIRE_ALL=1`` (CI sets it), which makes that a failure.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from typing import Any
 
 from kiln.build import pipeline
 from kiln.build.pipeline import Options
+from tests.conftest import shared_cache
 from tests.upstreams import Upstreams
 from tests.workspace import PATCH, plain_vendor, write
 
@@ -32,7 +33,7 @@ def options(
     return Options(
         workspace=ws,
         artifacts=root / artifacts,
-        cache=root / "cache",
+        cache=shared_cache(root / "cache"),
         work=root / "work",
         mirrors=upstreams.mirrors,
         offline=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 import tomlkit
 
 from tests import broken, fleet, public, require
-from tests.conftest import REPO, artifacts_files, run_kiln
+from tests.conftest import REPO, artifacts_files, run_kiln, shared_cache
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
@@ -91,10 +91,7 @@ def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
     vendors = {f: broken.vendor(f, c) for f, c in fixtures.commits.items()}
     vendors["plain"] = plain_vendor(upstreams.plain[0], archs=[])
     ws = write(tmp_path / "ws", vendors)
-    # the cache's CUDA 13.2 is the session's (provisioned once)
-    (tmp_path / "cache" / "toolchains").mkdir(parents=True)
-    for made in pypi_cuda.parents[1].iterdir():
-        (tmp_path / "cache" / "toolchains" / made.name).symlink_to(made)
+    shared_cache(tmp_path / "cache")  # the session's CUDA 13.2 and probed facts
 
     summary = tmp_path / "step-summary.md"
     actions = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
@@ -210,7 +207,7 @@ def test_public_deepep_without_its_system_entry_shows_the_header_and_package(
             sys.executable,
             *("-m", "kiln", "build", "--workspace", ws, "--runner", "local"),
             *("--python", public_python, "--artifacts", tmp_path / "artifacts"),
-            *("--cache", tmp_path / "cache", "--work", tmp_path / "work"),
+            *("--cache", shared_cache(tmp_path / "cache"), "--work", tmp_path / "work"),
             *("--mirrors", mirrors, "--offline", "--profile", "sm100", "deepep"),
         ],
         cwd=REPO,

@@ -5,6 +5,7 @@ kiln writes. A build goes on in each case, here, with the bytes a local build ma
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import time
@@ -101,23 +102,50 @@ def test_a_damaged_remote_entry_is_never_used(
     assert wheels(b) == wheels(a)
 
 
+def _kill_at_a_started_job(scheduler_log: Path, kill) -> tuple[threading.Thread, list[str]]:
+    """Run ``kill`` the moment the scheduler records a job as Started at a build server
+    (polled every 10 ms: a remote compile takes about a second); returns the thread and
+    the list that gets the job's number."""
+    started: list[str] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            found = re.search(r"Job (\d+) updated state to Started", scheduler_log.read_text())
+            if found:
+                kill()
+                started.append(found[1])
+                return
+            time.sleep(0.01)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t, started
+
+
 def test_a_build_server_killed_mid_compile_leaves_the_compile_to_this_machine(
     tmp_path: Path, upstreams: Upstreams, options, dist_servers: fleet.Dist, monkeypatch
 ) -> None:
+    """The servers are killed while a compile runs at one of them (the scheduler saw the
+    job start and never saw it complete), not before any was sent: the build falls back
+    to this machine and makes the same wheel."""
     ws = _slow_plain(tmp_path, upstreams)
     local = pipeline.build(builder(options, ws, tmp_path, "local", cache_backend="sccache"))
-    marker = tmp_path / "compiling"
     monkeypatch.setenv("KILN_DIST_TOKEN", dist_servers.token)
-    monkeypatch.setenv("PLAIN_STARTED_MARKER", str(marker))
 
     def kill_servers() -> None:
         for s in dist_servers.servers:
             s.kill()
 
-    _kill_when(marker, kill_servers, after_s=3.0)  # nvcc is at a build server by then
+    scheduler_log = dist_servers.logs[0]
+    watcher, started = _kill_at_a_started_job(scheduler_log, kill_servers)
     release = pipeline.build(builder(options, ws, tmp_path, "remote", distribute=dist_servers.url))
+    watcher.join(timeout=5)
     info = compiler_info(release)
     fleet.report("build servers killed mid-compile", info)
+    assert started, "no compile ever started at a build server"
+    log = scheduler_log.read_text()
+    assert f"Job {started[0]} updated state to Complete" not in log, "killed too late"
     assert info["distributed"]["errors"] >= 1, info
     assert wheels(release) == wheels(local)
 

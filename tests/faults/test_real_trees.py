@@ -21,7 +21,7 @@ from kiln.config.workspace import Workspace
 from kiln.sources.checkout import GitCache, checkout
 from kiln.sources.git import git, git_out
 from tests import public
-from tests.conftest import artifacts_files, run_kiln
+from tests.conftest import artifacts_files, run_kiln, shared_cache
 from tests.faults.conftest import error_lines
 from tests.faults.test_network import GitDaemon
 
@@ -34,7 +34,8 @@ def mirrors(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _build(ws: Path, tmp: Path, mirrors: Path, python: Path, *vendors: str, offline: bool = True):
     args = [
         *("build", "--workspace", ws, "--runner", "local", "--python", python),
-        *("--artifacts", tmp / "artifacts", "--cache", tmp / "cache", "--work", tmp / "work"),
+        *("--artifacts", tmp / "artifacts", "--cache", shared_cache(tmp / "cache")),
+        *("--work", tmp / "work"),
         *("--mirrors", mirrors),
         *(("--offline",) if offline else ()),
         *vendors,

@@ -13,7 +13,7 @@ from kiln.build import pipeline
 from kiln.build.runlock import Busy
 from kiln.release import manifest
 from tests import require
-from tests.conftest import artifacts_files, run_kiln, start_kiln_until
+from tests.conftest import artifacts_files, run_kiln, shared_cache, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
@@ -105,7 +105,7 @@ def _cli_args(tmp: Path, ws: Path, upstreams: Upstreams, python: Path) -> list[s
     """``kiln build`` of ``ws`` on the local runner, everything under ``tmp``."""
     return [
         *("--workspace", ws, "--artifacts", tmp / "artifacts", "--work", tmp / "work"),
-        *("--cache", tmp / "cache", "--mirrors", upstreams.mirrors, "--offline"),
+        *("--cache", shared_cache(tmp / "cache"), "--mirrors", upstreams.mirrors, "--offline"),
         *("--python", python, "--toolchain", "pypi", "--runner", "local"),
     ]
 

@@ -5,7 +5,8 @@ and stands in for the runpod CUDA image, which cannot be pulled here; a CUDA too
 bind-mounted read-only: the profile's 13.2 from the hash-pinned PyPI wheels for the build
 compared byte for byte with a local one, the host's 13.0 for the tests of the runner's
 behaviour (failures, memory, interrupts, ownership, network). Where no daemon answers
-these tests are skipped, unless KILN_REQUIRE_DOCKER=1 (set by .ci/run): then they fail.
+these tests are skipped, unless KILN_REQUIRE_DOCKER=1 or KILN_REQUIRE_ALL=1 (set by
+.ci/run): then they fail.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kiln.build import pipeline
-from tests.conftest import run_kiln
+from tests.conftest import run_kiln, shared_cache
 from tests.releases import edit_manifest
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
@@ -43,7 +43,7 @@ def release(tmp_path_factory: pytest.TempPathFactory, upstreams: Upstreams, buil
     opts = pipeline.Options(
         workspace=ws,
         artifacts=root / "artifacts",
-        cache=root / "cache",
+        cache=shared_cache(root / "cache"),
         work=root / "work",
         mirrors=upstreams.mirrors,
         offline=True,

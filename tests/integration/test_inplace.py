@@ -27,7 +27,7 @@ from kiln.build.kinds.inplace import arch_family, pack_tree
 from kiln.config.workspace import Workspace
 from kiln.errors import ArchiveError, BuildError, VerifyError
 from kiln.release import archive, manifest
-from tests.conftest import REPO, run_kiln
+from tests.conftest import REPO, run_kiln, shared_cache
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
@@ -100,7 +100,7 @@ def tiny(
     opts = pipeline.Options(
         workspace=ws,
         artifacts=root / "artifacts",
-        cache=root / "cache",
+        cache=shared_cache(root / "cache"),
         work=root / "work",
         mirrors=mirrors,
         offline=True,
