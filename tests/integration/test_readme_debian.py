@@ -17,6 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests import dockerimage
 from tests.conftest import REPO
 
@@ -75,6 +77,7 @@ def _tracked_copy(dest: Path) -> None:
             target.chmod(src.stat().st_mode & 0o777)
 
 
+@pytest.mark.timeout(1800)  # the container's own limit is 1500 s
 def test_first_command_passes_in_a_debian_only_container(client, tmp_path: Path) -> None:
     apt, first = readme_lines()
     image = _image(client, apt)
