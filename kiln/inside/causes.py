@@ -274,9 +274,15 @@ def include_dirs(f: Failure) -> list[str]:
 
 
 def library_dirs(f: Failure) -> list[str]:
+    """The folders the link searched (``-L``, LIBRARY_PATH), the build Python's
+    site-packages shortened to ``<site-packages>`` for the screen."""
     dirs = _flag_dirs(f.d.command, ("-L",))
     dirs += [p for p in f.env.get("LIBRARY_PATH", "").split(os.pathsep) if p]
-    return list(dict.fromkeys(dirs))
+    shown = []
+    for d in dirs:
+        _, sep, rest = d.partition("/site-packages/")
+        shown.append(f"<site-packages>/{rest}" if sep else d)
+    return list(dict.fromkeys(shown))
 
 
 def resolve(header: str, dirs: Sequence[str]) -> Path | None:
