@@ -507,15 +507,16 @@ def unknown_arch(f: Failure) -> Cause | None:
 _CANNOT_FIND = re.compile(r"cannot find -l(?P<lib>\S+?)(?::|$)")
 
 
+def _matches(f: Failure, rx: re.Pattern[str], group: str) -> list[str]:
+    """``group`` of every error message ``rx`` matches, each once, in order."""
+    found = (rx.search(message) for message in f.messages)
+    return list(dict.fromkeys(m[group] for m in found if m))
+
+
 def missing_library(f: Failure) -> Cause | None:
-    libs = []
-    for message in f.messages:
-        m = _CANNOT_FIND.search(message)
-        if m:
-            libs.append(m["lib"])
+    libs = _matches(f, _CANNOT_FIND, "lib")
     if not libs:
         return None
-    libs = list(dict.fromkeys(libs))
     looked = library_dirs(f)
     lib = libs[0]
     deb, pip = LIBRARY_PACKAGES.get(lib, (None, None))
@@ -553,14 +554,9 @@ SYMBOL_LIBRARIES: tuple[tuple[str, str], ...] = (
 
 
 def undefined_symbol(f: Failure) -> Cause | None:
-    syms = []
-    for message in f.messages:
-        m = _UNDEFINED.search(message)
-        if m:
-            syms.append(m["sym"])
+    syms = _matches(f, _UNDEFINED, "sym")
     if not syms:
         return None
-    syms = list(dict.fromkeys(syms))
     lib = next((lib for p, lib in SYMBOL_LIBRARIES if syms[0].startswith(p)), None)
     linked = [f"-l{x}" for x in _flag_dirs(f.d.command, ("-l",))]
     looked = library_dirs(f)
