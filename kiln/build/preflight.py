@@ -9,7 +9,7 @@ from __future__ import annotations
 from kiln.build.kinds import KINDS
 from kiln.config.models import SystemRequirement, Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import PatchError, PreflightError, ToolchainError
+from kiln.errors import KilnError, PatchError, PreflightError, ToolchainError
 from kiln.runners.protocol import Runner
 from kiln.sources import checkout as sources
 from kiln.sources import patches
@@ -142,7 +142,11 @@ def preflight(
         # The recipes' system files before anything is provisioned or fetched: a missing
         # -dev package is known in seconds, not after a 5 GB build venv. Only a header
         # NVIDIA's pip wheels may provide waits for their folders (after provisioning).
-        missing = missing_system(system_needs(selected), runner, [])
+        try:
+            missing = missing_system(system_needs(selected), runner, [])
+        except KilnError as exc:  # where builds run cannot be asked: one more problem
+            missing = {}
+            found.append(str(exc))
         deferred = {k: r for k, r in missing.items() if pip_cuda_may_provide(r)}
         found += system_problems({k: r for k, r in missing.items() if k not in deferred}, runner)
     for vendor in selected:
