@@ -119,7 +119,7 @@ class Source(Strict):
     license_id: LicenseId | None = None
 
 
-ArchControl = Literal["torch-arch-list", "hardcoded", "toggles", "none"]
+ArchControl = Literal["torch-arch-list", "hardcoded", "toggles", "rewrite", "none"]
 
 
 class SystemRequirement(Strict):
