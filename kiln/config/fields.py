@@ -1,18 +1,27 @@
 """The value types of kiln's configuration: SHAs, archs, names, paths inside a tree,
-URLs git may be given; each a pydantic ``Annotated`` type with one validator, and the
-``Strict`` base every configuration model uses (frozen, unknown keys refused)."""
+URLs git may be given, SPDX license expressions; each a pydantic ``Annotated`` type with
+one validator (and, where a regular expression says it, the pattern the JSON Schemas of
+:mod:`kiln.config.schema` give editors), and the ``Strict`` base every configuration model
+uses (frozen, unknown keys refused)."""
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+
+from kiln.config.spdx import license_problem
 
 SHA_RE = re.compile(r"^[0-9a-f]{7,40}$")
 FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 WORKSPACE_FILE = "kiln.toml"
 SERIES_FILE = "series.toml"
@@ -87,8 +96,15 @@ def _name(value: str) -> str:
 
 
 def _sha256(value: str) -> str:
-    if not re.fullmatch(r"[0-9a-f]{64}", value):
+    if not SHA256_RE.fullmatch(value):
         raise ValueError(f"{value!r} is not a sha256 (64 lowercase hex digits)")
+    return value
+
+
+def _license_id(value: str) -> str:
+    problem = license_problem(value)
+    if problem:
+        raise ValueError(problem)
     return value
 
 
@@ -99,16 +115,38 @@ def _unique(values: list[str]) -> list[str]:
     return values
 
 
+@dataclass(frozen=True)
+class _Schema:
+    """Keywords added to a type's JSON Schema (for editors, :mod:`kiln.config.schema`):
+    the pattern a validator checks, which the validator, with its own message, enforces."""
+
+    keywords: dict[str, Any]
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {**handler(schema), **self.keywords}
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.keywords, sort_keys=True))
+
+
+def _pattern(regex: re.Pattern[str]) -> _Schema:
+    return _Schema({"pattern": regex.pattern})
+
+
 Url = Annotated[str, AfterValidator(_url)]
 InsidePath = Annotated[str, AfterValidator(_inside)]
-Module = Annotated[str, AfterValidator(_module)]
+Module = Annotated[str, AfterValidator(_module), _pattern(MODULE_RE)]
 Requirement = Annotated[str, AfterValidator(_requirement)]
-Sha = Annotated[str, AfterValidator(_sha)]
-FullSha = Annotated[str, AfterValidator(_full_sha)]
-Arch = Annotated[str, AfterValidator(_arch)]
-Name = Annotated[str, AfterValidator(_name)]
-Sha256 = Annotated[str, AfterValidator(_sha256)]
-ArchList = Annotated[list[Arch], AfterValidator(_unique)]
+Sha = Annotated[str, AfterValidator(_sha), _pattern(SHA_RE)]
+FullSha = Annotated[str, AfterValidator(_full_sha), _pattern(FULL_SHA_RE)]
+Arch = Annotated[str, AfterValidator(_arch), _pattern(ARCH_RE)]
+Name = Annotated[str, AfterValidator(_name), _pattern(NAME_RE)]
+Sha256 = Annotated[str, AfterValidator(_sha256), _pattern(SHA256_RE)]
+ArchList = Annotated[list[Arch], AfterValidator(_unique), _Schema({"uniqueItems": True})]
+# An SPDX license id or expression (MIT, BSD-2-Clause, MIT OR Apache-2.0), as SPDX writes it.
+LicenseId = Annotated[str, AfterValidator(_license_id)]
 
 
 class Strict(BaseModel):

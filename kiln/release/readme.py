@@ -99,6 +99,46 @@ def _jit_caches(release: ReleaseInfo, root: str) -> list[str]:
     ]
 
 
+# SPDX ids the Hub's model-card `license` field also accepts (lowercased; its list,
+# huggingface.co/docs/hub/repositories-licenses, names others its own way). Any other id or
+# an expression is written as `license: other` with `license_name`: the Hub refuses a
+# README whose `license` it does not know.
+HUB_LICENSES = frozenset(
+    {
+        "afl-3.0",
+        "agpl-3.0",
+        "apache-2.0",
+        "artistic-2.0",
+        "bsd-2-clause",
+        "bsd-3-clause",
+        "bsd-3-clause-clear",
+        "bsl-1.0",
+        "cc-by-4.0",
+        "cc-by-sa-4.0",
+        "cc0-1.0",
+        "ecl-2.0",
+        "epl-1.0",
+        "epl-2.0",
+        "eupl-1.2",
+        "gpl-2.0",
+        "gpl-3.0",
+        "isc",
+        "lgpl-2.1",
+        "lgpl-3.0",
+        "mit",
+        "mpl-2.0",
+        "ms-pl",
+        "ncsa",
+        "ofl-1.1",
+        "osl-3.0",
+        "postgresql",
+        "unlicense",
+        "wtfpl",
+        "zlib",
+    }
+)
+
+
 def _licenses_used(m: Manifest) -> list[str]:
     ids = [v.source.license_id for v in m.vendors.values()]
     ids += [sub.license_id for v in m.vendors.values() for sub in v.source.submodules]
@@ -110,11 +150,14 @@ def front_matter(m: Manifest) -> dict[str, Any]:
     p = m.profile
     used = _licenses_used(m)
     meta: dict[str, Any] = {"library_name": "kiln"}
-    if len(used) == 1 and all(v.source.license_id for v in m.vendors.values()):
-        meta["license"] = used[0].lower()
+    one = used[0].lower() if len(used) == 1 else None
+    if one in HUB_LICENSES and all(v.source.license_id for v in m.vendors.values()):
+        meta["license"] = one
     else:
         meta["license"] = "other"
-        meta["license_name"] = " AND ".join(used) if used else "see-licenses"
+        # An expression inside AND keeps its meaning in parentheses.
+        parts = [f"({u})" if " " in u and len(used) > 1 else u for u in used]
+        meta["license_name"] = " AND ".join(parts) if used else "see-licenses"
         meta["license_link"] = "licenses/"
     tags = ["kiln", "cuda", "kernels", "cu" + p.cuda.replace(".", "")]
     tags += list(p.archs)

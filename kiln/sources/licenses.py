@@ -4,7 +4,8 @@ in their own sources and shipped in ``licenses/``.
 
 A missing license is an error: a release may not ship code whose terms it cannot
 show. When the vendor TOML names the license (``source.license_id``, a submodule's
-``license_id``), the file must read like that license.
+``license_id``: any SPDX id or expression) and it is one whose wording kiln knows
+(:data:`MARKERS`), the file must read like that license.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pathlib import Path
 from kiln.config.models import LicenseId, Submodule, Vendor
 from kiln.errors import VerifyError
 
-# Phrases every copy of the license carries (case-insensitive).
+# Phrases every copy of the license carries (case-insensitive). Other SPDX ids and
+# expressions are recorded as declared, their files shipped unchecked.
 MARKERS = {
     "MIT": ("permission is hereby granted, free of charge",),
     "Apache-2.0": ("apache license", "version 2.0"),
+    "BSD-2-Clause": ("redistribution and use in source and binary forms",),
     "BSD-3-Clause": ("redistribution and use in source and binary forms", "neither the name of"),
 }
 
@@ -28,7 +31,7 @@ SUBMODULE_CANDIDATES = ("LICENSE", "LICENSE.txt", "LICENSE.md", "LICENSE.rst", "
 
 
 def _check_reads_like(what: str, src: Path, rel: str, expected: LicenseId | None, key: str) -> None:
-    if not expected:
+    if expected not in MARKERS:
         return
     text = " ".join(src.read_text(errors="replace").lower().split())
     missing = [m for m in MARKERS[expected] if m not in text]
