@@ -162,7 +162,10 @@ class Build(Strict):
     (kiln sets ``TORCH_CUDA_ARCH_LIST``), ``hardcoded`` (the upstream's setup.py
     fixes them; kiln only checks), ``toggles`` (setup.py builds ``archs`` unless told
     to leave some out: ``arch_toggles`` names, per arch, the variables that drop it; the
-    profile's archs choose which are built), ``none`` (no device code at build time;
+    profile's archs choose which are built), ``rewrite`` (kiln's compiler wrapper
+    replaces every nvcc call's own arch flags with the archs built: the profile's, or
+    those of ``archs`` in the profile where it lists some; a unit written only for
+    other archs is refused; docs/archs.md), ``none`` (no device code at build time;
     the wheel must hold none).
     """
 
@@ -220,7 +223,7 @@ class Vendor(Strict):
         b = self.build
         if b.arch_control == "none" and b.archs:
             raise ValueError("build.archs must be empty when build.arch_control is 'none'")
-        if b.arch_control != "none" and not b.archs:
+        if b.arch_control not in ("none", "rewrite") and not b.archs:
             raise ValueError("build.archs is empty: list the archs this upstream builds")
         if b.arch_control == "toggles":
             missing = sorted(set(b.archs) - set(b.arch_toggles))

@@ -176,7 +176,8 @@ def test_a_wrong_choice_lists_the_allowed_values(tmp_path: Path) -> None:
     build = 'arch_control = "hardcode"\narchs = ["sm_100a"]'
     assert deepep_error(tmp_path, build) == (
         'vendors/deepep.toml: build.arch_control: expected one of "torch-arch-list", '
-        '"hardcoded", "toggles", "none", got the string "hardcode"; did you mean "hardcoded"? '
+        '"hardcoded", "toggles", "rewrite", "none", got the string "hardcode"; did you mean '
+        '"hardcoded"? '
         "(line 7)"
     )
 
