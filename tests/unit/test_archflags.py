@@ -61,11 +61,11 @@ def test_every_arch_form_nvcc_accepts_is_rewritten(flags: list[str], expected) -
         with pytest.raises(archflags.Refused, match=r"^csrc/k\.cu: written for .* only, none"):
             archflags.rewrite(args, BUILT, "csrc/k.cu")
         return
-    out = archflags.rewrite(args, BUILT, "csrc/k.cu")
-    # the arch flags replaced where the first stood; nothing else moved (-t, --threads kept)
-    assert out == ["-c", "k.cu", "-o", "k.o", "-O2", *expected, "--threads", "4", "-t", "2"] or (
-        not flags and out == [*args, *expected]
-    )
+    # the arch flags replaced where the first stood (none: added at the end); nothing else
+    # moved, nvcc's --threads and -t kept
+    rest = ["--threads", "4", "-t", "2"]
+    want = ["-c", "k.cu", "-o", "k.o", "-O2", *expected, *rest] if flags else [*args, *expected]
+    assert archflags.rewrite(args, BUILT, "csrc/k.cu") == want
 
 
 def test_the_host_compilers_flags_are_not_nvccs() -> None:
@@ -205,9 +205,11 @@ def test_a_unit_for_other_archs_alone_is_refused_as_the_user_sees_it(tree: Path)
     assert 'arch_control = "toggles" with build.arch_toggles in vendors/v.toml' in d.cause.fix
 
 
-def test_nvccs_nested_calls_are_rewritten_too(tmp_path: Path) -> None:
-    """compileflags.py, which the kit runs inside a compile (KILN_WRAPPED=1), rewrites an
-    nvcc it is given as well: no path around the rule."""
+@pytest.mark.parametrize("nested", [False, True], ids=["objcache.py", "compileflags.py"])
+def test_a_shipped_trees_kit_rewrites_too(tmp_path: Path, nested: bool) -> None:
+    """The kit's own copies (``.kiln/``, as ``rebuild_c`` runs them, kiln not importable):
+    objcache.py for a build's nvcc calls, compileflags.py for those inside a compile
+    (KILN_WRAPPED=1): no path around the rule."""
     from kiln.build.kit import install_kit
 
     kit = install_kit(tmp_path)
@@ -216,28 +218,21 @@ def test_nvccs_nested_calls_are_rewritten_too(tmp_path: Path) -> None:
     echo.parent.mkdir()
     echo.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     echo.chmod(0o755)
-    env = {
-        **os.environ,
-        "KILN_WRAPPED": "1",
-        "KILN_NVCC_ARCHS": "sm_100a",
-        "KILN_REAL_NVCC": str(echo),
-    }
-    res = subprocess.run(
-        [str(kit / "bin" / "nvcc"), "-c", "k.cu", "-arch=sm_90"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert res.returncode == 0 and res.stdout.split()[:3] == ["-c", "k.cu", *ONLY_100A], res.stderr
-    res = subprocess.run(
-        [str(kit / "bin" / "nvcc"), "-c", "k.cu", "-arch=sm_90a"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert res.returncode == 1 and res.stderr.startswith("kiln arch rewrite: error: k.cu")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env |= {"KILN_NVCC_ARCHS": "sm_100a", "KILN_REAL_NVCC": str(echo), "KILN_DETERMINISTIC": "0"}
+    env |= {"KILN_OBJCACHE_PYTHON": sys.executable, **({"KILN_WRAPPED": "1"} if nested else {})}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        wrapper = str(kit / "bin" / "nvcc")
+        return subprocess.run(
+            [wrapper, *args], env=env, capture_output=True, text=True, cwd=tmp_path
+        )
+
+    res = run("-c", "k.cu", "-arch=sm_90")
+    assert res.returncode == 0 and res.stdout.split() == ["-c", "k.cu", *ONLY_100A], res.stderr
+    res = run("-c", "k.cu", "-arch=sm_90a")
+    assert res.returncode == 1 and not res.stdout
+    assert res.stderr.startswith("kiln arch rewrite: error: k.cu: written for sm_90a only, none")
 
 
 # --------------------------------------------------------------------------- the recipe
