@@ -84,6 +84,16 @@ FAULTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         },
         {"csrc/k.cu": "__global__ void k() {}\n"},
     ),
+    # a unit written for sm_90a alone, which kiln's arch rewrite will not build for sm_100a
+    "arch-refused": (
+        {
+            "cuda": True,
+            "sources": ["csrc/binding.cpp", "csrc/hopper.cu"],
+            "nvcc": ["-gencode=arch=compute_90a,code=sm_90a"],
+            "arch_control": "rewrite",
+        },
+        {"csrc/hopper.cu": "__global__ void k() {}\n"},
+    ),
     # a library that is not installed
     "missing-library": (
         {"cuda": False, "sources": ["csrc/binding.cpp"], "libraries": ["kilnabsent"]},
@@ -128,8 +138,7 @@ def vendor(fault: str, commit: str) -> dict[str, Any]:
         "build": {
             "kind": "wheel",
             "archs": ["sm_100a"] if unit["cuda"] else [],
-            "arch_control": "torch-arch-list"
-            if cuda
-            else ("hardcoded" if unit["cuda"] else "none"),
+            "arch_control": unit.get("arch_control")
+            or ("torch-arch-list" if cuda else ("hardcoded" if unit["cuda"] else "none")),
         },
     }

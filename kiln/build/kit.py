@@ -17,6 +17,7 @@ KIT = ".kiln"
 KIT_FILES = (
     "objcache.py",
     "compileflags.py",
+    "archflags.py",
     "compilegate.py",
     "cudashim.py",
     "pipcuda.py",

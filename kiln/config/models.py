@@ -323,9 +323,10 @@ class Build(Strict):
     )
     archs: ArchList = Field(
         default_factory=list,
-        description="The GPU architectures the upstream builds, each in the profile's "
-        "`archs`; empty when `arch_control` is `none`, else at least one. kiln verifies "
-        "the built files' SASS against them.",
+        description="The GPU architectures the upstream builds; the profile's archs "
+        "choose among them. Empty when `arch_control` is `none`; for `rewrite`, empty "
+        "means the profile's archs; else at least one. kiln verifies the built files' "
+        "SASS against the archs built.",
         examples=[["sm_100a", "sm_103a"]],
     )
     arch_control: ArchControl = Field(
@@ -334,9 +335,10 @@ class Build(Strict):
         "only checks. `toggles`: setup.py builds `archs` unless told to leave some out: "
         "`arch_toggles` names, per arch, the variables that drop it, and the profile's "
         "archs choose which are built. `rewrite`: kiln's nvcc wrapper rewrites each "
-        "compile's arch flags (`-gencode`, `-arch`) to the profile's archs the upstream "
-        "builds (`archs`): for an upstream whose build hard-codes archs that kiln must "
-        "change without a patch. "
+        "compile's arch flags (`-gencode`, `-arch`, ...) with the archs built (the "
+        "profile's, or those of `archs` in the profile where it lists some): for an "
+        "upstream that hard-codes its own list; a unit written only for other archs is "
+        "refused (docs/archs.md). "
         "`none`: no device code at build time; the built files must hold none.",
         examples=["torch-arch-list"],
     )
@@ -463,7 +465,7 @@ class Vendor(Strict):
         b = self.build
         if b.arch_control == "none" and b.archs:
             raise ValueError("build.archs must be empty when build.arch_control is 'none'")
-        if b.arch_control != "none" and not b.archs:
+        if b.arch_control not in ("none", "rewrite") and not b.archs:
             raise ValueError("build.archs is empty: list the archs this upstream builds")
         if b.arch_control == "toggles":
             missing = sorted(set(b.archs) - set(b.arch_toggles))

@@ -363,9 +363,13 @@ class Workspace:
 
     def _for_profile(self, vendor: Vendor, rel: Path) -> Vendor:
         """A ``toggles`` recipe builds the profile's share of its archs: the others are
-        left out through their toggle variables (set in build.env)."""
+        left out through their toggle variables (set in build.env). A ``rewrite`` recipe
+        builds the profile's archs, or their share of its own list where it has one."""
         b = vendor.build
-        if b.arch_control != "toggles":
+        if b.arch_control == "rewrite" and not b.archs:
+            archs = list(self.profile.archs)
+            return vendor.model_copy(update={"build": b.model_copy(update={"archs": archs})})
+        if b.arch_control not in ("toggles", "rewrite"):
             return vendor
         keep = [a for a in b.archs if a in self.profile.archs]
         if not keep:
@@ -373,6 +377,8 @@ class Workspace:
                 f"{rel}: build.archs: none of {', '.join(b.archs)} is in the profile's archs "
                 f"({', '.join(self.profile.archs)}) in {WORKSPACE_FILE}"
             )
+        if b.arch_control == "rewrite":
+            return vendor.model_copy(update={"build": b.model_copy(update={"archs": keep})})
         env = dict(b.env)
         for arch in b.archs:
             if arch not in keep:

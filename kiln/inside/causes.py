@@ -5,13 +5,15 @@ folders the linker searched). Standard library only: it runs where the build ran
 
 Rows, in the order they are tried (the first that matches wins), each a function below:
 ``disk_full``, ``killed`` (signal 9: most likely out of memory; the runner's own OOM
-message wins where its cgroup counted the kill), ``unknown_arch`` (the CUDA release that
-has it), ``missing_header`` (the Debian/Ubuntu package or NVIDIA's pip wheel, and the
-``[[build.system]]`` entry that makes preflight check it), ``cxx_standard`` (the
-``cxx_append_flags`` fix), ``missing_identifier`` (NCCL, NVSHMEM, CCCL, torch, the CUDA
-runtime or driver: the header resolved, its package and version; pin a newer one),
-``missing_library`` (``cannot find -lX``: the package, where the linker looked) and
-``undefined_symbol`` (the library that defines it, what the link named, where it looked).
+message wins where its cgroup counted the kill), ``arch_refused`` (a unit kiln's arch
+rewrite would not compile for the build's archs: how to leave it out), ``unknown_arch``
+(the CUDA release that has it), ``missing_header`` (the Debian/Ubuntu package or NVIDIA's
+pip wheel, and the ``[[build.system]]`` entry that makes preflight check it),
+``cxx_standard`` (the ``cxx_append_flags`` fix), ``missing_identifier`` (NCCL, NVSHMEM,
+CCCL, torch, the CUDA runtime or driver: the header resolved, its package and version;
+pin a newer one), ``missing_library`` (``cannot find -lX``: the package, where the linker
+looked) and ``undefined_symbol`` (the library that defines it, what the link named, where
+it looked).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kiln.inside import proc
+from kiln.inside.kit import archflags
 
 if TYPE_CHECKING:
     from kiln.inside.diagnose import Diagnosis
@@ -504,6 +507,24 @@ def unknown_arch(f: Failure) -> Cause | None:
     return None
 
 
+def arch_refused(f: Failure) -> Cause | None:
+    for err in f.d.errors:
+        m = archflags.REFUSED.match(err.render()) if err.tool == "kiln" else None
+        if not m:
+            continue
+        return Cause(
+            "arch-refused",
+            f'kiln\'s arch rewrite (arch_control = "rewrite") compiles a unit only for the '
+            f"archs its own flags cover, and {m['unit']}'s ({m['asked']}) cover none of "
+            f"{m['built']}: an arch-specific target covers only itself, a family one the later "
+            f"archs of its family, a generic one every later arch (docs/archs.md)",
+            f"leave {m['unit']} out of this build with the upstream's own switch "
+            f'(arch_control = "toggles" with build.arch_toggles in vendors/{f.vendor}.toml) '
+            f"or a patch; or build {m['asked']} too (the profile's archs)",
+        )
+    return None
+
+
 _CANNOT_FIND = re.compile(r"cannot find -l(?P<lib>\S+?)(?::|$)")
 
 
@@ -597,6 +618,7 @@ def disk_full(f: Failure) -> Cause | None:
 ROWS: tuple[Callable[[Failure], Cause | None], ...] = (
     disk_full,
     killed,
+    arch_refused,
     unknown_arch,
     missing_header,
     cxx_standard,

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kiln.inside import causes
+from kiln.inside.kit import archflags
 
 MAX_ERRORS = 5
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c", ".C", ".c++")
@@ -73,6 +74,8 @@ _LD_UNDEFINED = re.compile(
     r"^(?:\S*/)?(?:ld(?:\.\w+)?: )?(?P<file>[^:\s][^:]*?):\([^)]*\): "
     r"(?P<msg>undefined reference to .*)$"
 )
+# kiln's compiler wrapper refusing an nvcc call's archs (arch_control = "rewrite")
+_KILN_ARCH = re.compile("^" + re.escape(archflags.PREFIX) + r"(?:(?P<file>[^\s:]+): )?(?P<msg>.+)$")
 _INCLUDED = re.compile(r"^(?:In file included|\s+) from (?P<file>[^:]+):(?P<line>\d+)[:,]$")
 _NINJA_FAILED = re.compile(r"^FAILED: (?P<target>.+?)\s*$")
 _PYTHON_EXC = re.compile(r"^(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit)): (?P<msg>.+)$")
@@ -141,6 +144,9 @@ def _match(text: str) -> tuple[ErrorLine, bool] | None:
             kind = m["kind"]
             message = f"{kind}: {msg}"
             return ErrorLine(message, m["file"], int(m["line"]), tool), True
+    m = _KILN_ARCH.match(text)
+    if m:
+        return ErrorLine(m["msg"].strip(), m["file"], None, "kiln"), bool(m["file"])
     m = _PTXAS_LINE.match(text)
     if m:
         return ErrorLine(f"error: {m['msg'].strip()}", m["file"], int(m["line"]), "ptxas"), True

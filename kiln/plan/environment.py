@@ -59,6 +59,15 @@ def build_environment(
         own["KILN_NVCC_APPEND"] = " ".join(b.nvcc_append_flags)
     if b.arch_control == "torch-arch-list":
         own["TORCH_CUDA_ARCH_LIST"] = ";".join(arch_to_torch(a) for a in b.archs)
+    if b.arch_control == "rewrite":
+        # The wrapper rewrites every nvcc call's arch flags to these (kit/archflags.py).
+        # torch's list too, so that a torch extension without arch flags of its own does
+        # not ask a GPU-less machine for its GPU; torch refuses family targets ("10.0f"):
+        # their generic form covers them (docs/archs.md).
+        own["KILN_NVCC_ARCHS"] = " ".join(b.archs)
+        own["TORCH_CUDA_ARCH_LIST"] = ";".join(
+            dict.fromkeys(arch_to_torch(a.rstrip("f")) for a in b.archs)
+        )
     env.update(own)
     for key, value in b.env.items():
         own[key] = env[key] = Template(value).safe_substitute(env)

@@ -54,6 +54,16 @@ SEEN: dict[str, list[str]] = {
         "set the profile's cuda (and builder image) to a CUDA that has sm_101a, or drop "
         "sm_101a from the archs",
     ],
+    "arch-refused": [
+        "building arch-refused failed with exit code 6, in csrc/hopper.cu:",
+        "    csrc/hopper.cu: written for sm_90a only, none of the archs this build makes "
+        "(sm_100a): kiln compiles no unit for an arch it was not written for; leave it out",
+        '  cause: kiln\'s arch rewrite (arch_control = "rewrite") compiles a unit only for '
+        "the archs its own flags cover, and csrc/hopper.cu's (sm_90a) cover none of sm_100a",
+        "  fix: leave csrc/hopper.cu out of this build with the upstream's own switch "
+        '(arch_control = "toggles" with build.arch_toggles in vendors/arch-refused.toml) or a '
+        "patch; or build sm_90a too (the profile's archs)",
+    ],
     "missing-library": [
         "building missing-library failed with exit code 6, in the link of build/lib.",
         "    cannot find -lkilnabsent: No such file or directory",
@@ -79,7 +89,7 @@ def _kiln_build(
 def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
     tmp_path: Path, upstreams: Upstreams, build_python: Path, pypi_cuda: Path
 ) -> None:
-    """Five fixture upstreams, each failing one way, and one that builds, in one run: the
+    """Six fixture upstreams, each failing one way, and one that builds, in one run: the
     failures do not stop each other or the good one; each is shown with its unit, first
     error, cause and fix; the good one is kept and the rerun reuses it."""
     fixtures = broken.make(tmp_path / "broken")

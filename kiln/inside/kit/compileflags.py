@@ -9,11 +9,24 @@ from __future__ import annotations
 import os
 import re
 import sys
+from types import ModuleType
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
 CXX_SUFFIXES = (".cc", ".cpp", ".cxx")
 # Set for everything a compile run through the wrapper starts (nvcc's -ccbin host compiler).
 NESTED = "KILN_WRAPPED"
+# The archs every nvcc call is rewritten to (arch_control = "rewrite"; archflags.ENV).
+ARCHS = "KILN_NVCC_ARCHS"
+
+
+def archflags() -> ModuleType:
+    """The arch rewrite (``archflags.py``), imported only when it is asked for: most
+    compiles never need it, and every compile would pay for its import."""
+    try:
+        from kiln.inside.kit import archflags as module
+    except ImportError:  # a shipped tree's .kiln/: the kit's copy beside this one
+        import archflags as module  # type: ignore[no-redef]
+    return module
 
 
 def env_roots() -> list[tuple[str, str]]:
@@ -151,6 +164,13 @@ def nested_main(argv: list[str]) -> int:
     no gate, and the real compiler in this process's place (``exec``)."""
     compiler = argv[1]
     args = deterministic_args(compiler, argv[2:], env_roots())
+    if is_nvcc(compiler) and os.environ.get(ARCHS):
+        rewrite = archflags()
+        try:
+            args = rewrite.from_environment(args, rewrite.unit_of(args) or "nvcc")
+        except rewrite.ArchFlagError as exc:
+            print(f"{rewrite.PREFIX}{exc}", file=sys.stderr)
+            return 1
     try:
         os.execvp(compiler, [compiler, *args])
     except OSError as exc:

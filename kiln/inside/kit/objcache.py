@@ -9,7 +9,9 @@ strings; nvcc compiles also get ``-Xcudafe --orig_src_path_name=<path in the tre
 (the module id hashed into device code) and run with ``--keep --keep-dir <temp>``
 (intermediate files named after the source, not ``tmpxft_<pid>``); flags named in
 ``KILN_NVCC_DROP`` (e.g. ``-lineinfo``, which records source mtimes and the build
-directory) are dropped.
+directory) are dropped. With ``KILN_NVCC_ARCHS`` (``arch_control = "rewrite"``) every nvcc
+call's own arch flags are replaced by the archs the build makes, or the call refused
+(``archflags.py``, ``docs/archs.md``).
 
 Object cache:
 Used as ``objcache.py REAL_COMPILER ARGS...`` through small wrappers that kiln puts
@@ -430,9 +432,16 @@ def main(argv: list[str]) -> int:
         return 2
     if os.environ.get(compileflags.NESTED) == "1":  # inside a compile this wrapper already runs
         return compileflags.nested_main(argv)
-    call = Call(
-        argv[1], compileflags.deterministic_args(argv[1], argv[2:], compileflags.env_roots())
-    )
+    args = compileflags.deterministic_args(argv[1], argv[2:], compileflags.env_roots())
+    if compileflags.is_nvcc(argv[1]) and os.environ.get(compileflags.ARCHS):
+        archflags = compileflags.archflags()
+        unit = archflags.unit_of(args)
+        try:
+            args = archflags.from_environment(args, _tree_relative(unit) if unit else "nvcc")
+        except archflags.ArchFlagError as exc:
+            sys.stderr.write(f"{archflags.PREFIX}{exc}\n")
+            return 1
+    call = Call(argv[1], args)
     call, own_depfile = with_own_depfile(call)
     roots = _names(compileflags.env_roots())
     # The compile as it would read anywhere: what the object cache keys it by, and the
