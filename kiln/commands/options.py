@@ -190,7 +190,7 @@ WORKSPACE = Option(
 )
 PROFILE = Option(
     "--profile",
-    "build the [profiles.NAME] variant of kiln.toml's profile ('default': [profile] itself)",
+    "which profile: a [profiles.NAME] variant of kiln.toml's [profile], or 'default' (itself)",
     group="folders",
     default=None,
     default_text="[profile]",

@@ -24,6 +24,7 @@ import yaml
 from kiln.config.workspace import Workspace
 from kiln.verify import cibw
 from tests.conftest import REPO, run_kiln
+from tests.releases import tiny_release
 
 WORKFLOW = REPO / "ci" / "release.yml"
 SCRIPTS = Path(sysconfig.get_path("scripts"))
@@ -180,6 +181,25 @@ def test_plan_covers_every_profile(tmp_path: Path) -> None:
         fh.write('\n[profiles.default]\ncuda = "13.2"\n')
     res = run_kiln("plan", "--workspace", ws)
     assert res.returncode == 2 and "[profiles.default]" in res.stderr and res.stdout == ""
+
+
+def test_merge_checks_the_partials_against_the_profile_it_is_named(tmp_path: Path) -> None:
+    """A release job merges one profile's partials: ``--profile sm100`` compares them with
+    [profiles.sm100], not with [profile] (partials made without a build: no vendors, so
+    the merge stops at the vendors it misses, after the profile matched)."""
+    public = REPO / "examples" / "public"
+    sm100 = Workspace(public, "sm100").profile.model_dump(mode="json")
+    partial = tiny_release(tmp_path / "partial", "public-upstreams", sm100)
+    merge = ["manifest", "merge", partial, "--workspace", public, "--out", tmp_path / "out"]
+    res = run_kiln(*merge)
+    assert res.returncode == 8 and "another profile than" in res.stderr, res.stderr
+    assert "default (profile.archs" in res.stderr
+    res = run_kiln(*merge, "--profile", "sm100")
+    assert res.returncode == 8 and "do not cover the workspace's vendors" in res.stderr
+    assert "another profile" not in res.stderr
+    res = run_kiln(*merge, env={"KILN_PROFILE": "sm100"})
+    assert "do not cover the workspace's vendors" in res.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_each_build_job_builds_its_profile_and_each_release_merges_one() -> None:

@@ -7,7 +7,6 @@ own (only 0 or an error's ``exit_code``)."""
 from __future__ import annotations
 
 import ast
-import hashlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -17,43 +16,9 @@ import pytest
 from kiln import errors
 from kiln.release import manifest
 from tests.conftest import REPO, run_kiln
+from tests.releases import tiny_release
 
 KILN = REPO / "kiln"
-
-
-def tiny_release(folder: Path) -> Path:
-    """A release folder of one file and its manifest (no build: what ``manifest check``,
-    ``publish`` and ``gpu-test`` read first)."""
-    folder.mkdir(parents=True)
-    readme = folder / "README.md"
-    readme.write_text("# tiny\n")
-    data = {
-        "schema": "kiln.manifest/1",
-        "kiln_version": "0",
-        "release": {"name": "tiny"},
-        "profile": {"cuda": "13.2", "python": "3.12", "torch": None, "archs": ["sm_100a"]},
-        "toolchain": {
-            "cuda_home": "/usr/local/cuda",
-            "nvcc_version": "13.2.86",
-            "gcc_version": "13",
-            "python_version": "3.12.0",
-            "torch_version": None,
-            "torch_cuda": None,
-            "torch_cxx11_abi": None,
-        },
-        "runner": {"kind": "local", "image": None},
-        "vendors": {},
-        "files": [
-            {
-                "path": "README.md",
-                "sha256": hashlib.sha256(readme.read_bytes()).hexdigest(),
-                "size": readme.stat().st_size,
-                "kind": "readme",
-            }
-        ],
-    }
-    manifest.write(folder / manifest.FILE_NAME, manifest.parse(data, "test"))
-    return folder
 
 
 def changed_release(tmp: Path) -> Path:
