@@ -7,14 +7,14 @@ containers raises these too.
 
 | code | error |
 | --- | --- |
-| 1 | KilnError: any other kiln error; `manifest check` found differences |
-| 2 | ConfigError: a TOML, vendor, key, SHA or arch that is malformed or unknown |
+| 1 | KilnError: any other kiln error (a wrong combination of options) |
+| 2 | ConfigError: a TOML, vendor, key, SHA, arch or `KILN_*` variable malformed or unknown |
 | 3 | SourceError: an unknown or ambiguous commit, a missing mirror, a failed or stalled fetch |
 | 4 | PatchError: a patch that is absent, conflicts, or escapes its tree |
 | 5 | ToolchainError: nvcc, the build Python or torch missing or of the wrong version |
 | 6 | BuildError: a build command failed (with the log's tail and path), or ran out of memory |
 | 7 | VerifyError: a built file is not what the recipe asked (archs, device code, tags, linkage) |
-| 8 | ManifestError: a manifest malformed; MergeError: partial releases that cannot be merged |
+| 8 | ManifestError: a manifest malformed, or files that differ (check, verify, merge) |
 | 9 | PreflightError: the machine cannot run this build (every reason listed) |
 | 10 | ArchiveError: an archive unreadable, or a member escaping its folder |
 | 11 | RebuildError: rebuild-c (not a kiln tree, a patch that does not apply, a failed rebuild) |
@@ -36,7 +36,7 @@ class KilnError(Exception):
 
 
 class ConfigError(KilnError):
-    """A lock, profile, series or mirror file is malformed."""
+    """A lock, profile, series or mirror file, or a KILN_* variable, is malformed."""
 
     exit_code = 2
 
@@ -87,6 +87,10 @@ class ManifestError(KilnError):
     """A manifest is malformed, or a file no longer matches it."""
 
     exit_code = 8
+
+
+class NotReproduced(ManifestError):
+    """``kiln verify``: a rebuilt file differs from what the release's manifest records."""
 
 
 class MergeError(ManifestError):

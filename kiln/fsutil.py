@@ -26,6 +26,14 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def user_cache_dir() -> Path:
+    """Where kiln caches when neither ``--cache`` nor ``$KILN_CACHE_DIR`` says: the XDG
+    base directory spec's ``$XDG_CACHE_HOME/kiln``, else ``~/.cache/kiln`` (a relative
+    ``$XDG_CACHE_HOME`` is ignored, as the spec says)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "kiln"
+
+
 def mount_point(path: Path) -> Path:
     """The mount point of the file system that holds ``path`` (or would hold it)."""
     path = Path(os.path.abspath(path))

@@ -195,8 +195,9 @@ def check_covers(ws: Workspace, m: Manifest, partials: list[Partial]) -> None:
     if m.profile.data() != ws.profile.model_dump(mode="json"):
         field = first_difference(m.profile.data(), ws.profile.model_dump(mode="json"), "profile")
         raise MergeError(
-            f"the partials were built with another profile than {ws.root}/kiln.toml "
-            f"({field}): rerun the jobs from this commit"
+            f"the partials were built with another profile than {ws.root}/kiln.toml's "
+            f"{ws.profile_name or 'default'} ({field}): merge one profile's partials "
+            f"(--profile NAME), or rerun the jobs from this commit"
         )
     missing = sorted(set(ws.vendors) - set(m.vendors))
     extra = sorted(set(m.vendors) - set(ws.vendors))
@@ -210,8 +211,11 @@ def check_covers(ws: Workspace, m: Manifest, partials: list[Partial]) -> None:
         )
 
 
-def merge(folders: list[Path], out: Path, workspace: Path | None = None) -> Path:
-    """Merge partial release folders into ``out``; return it."""
+def merge(
+    folders: list[Path], out: Path, workspace: Path | None = None, profile: str | None = None
+) -> Path:
+    """Merge partial release folders into ``out``; return it. With ``workspace``, they
+    must cover it with its ``profile`` (a ``[profiles.NAME]``; None: ``[profile]``)."""
     if not folders:
         raise MergeError("manifest merge: name at least one partial release folder")
     if out.exists() and any(out.iterdir()) and not (out / manifest.FILE_NAME).exists():
@@ -222,7 +226,7 @@ def merge(folders: list[Path], out: Path, workspace: Path | None = None) -> Path
     check_consistent(partials)
     merged, files = combine(partials)
     if workspace is not None:
-        check_covers(Workspace(workspace), merged, partials)
+        check_covers(Workspace(workspace, profile), merged, partials)
     jit = list(merged.files)
     with fsutil.staged_dir(out) as stage:
         for rel, src in sorted(files.items()):

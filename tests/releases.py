@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 
 from kiln.build import pipeline
 from kiln.build.pipeline import Options
+from kiln.release import manifest
 from tests.conftest import shared_cache
 from tests.upstreams import Upstreams
 from tests.workspace import PATCH, plain_vendor, write
@@ -65,3 +67,40 @@ def edit_manifest(folder: Path, change: Callable[[dict[str, Any]], None]) -> Non
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def tiny_release(folder: Path, name: str = "tiny", profile: dict[str, Any] | None = None) -> Path:
+    """A release folder of one file and its manifest, made without a build: what
+    ``manifest check``, ``publish``, ``gpu-test`` and ``manifest merge`` read first."""
+    folder.mkdir(parents=True)
+    readme = folder / "README.md"
+    readme.write_text("# tiny\n")
+    data = {
+        "schema": "kiln.manifest/1",
+        "kiln_version": "0",
+        "kiln_commit": None,
+        "release": {"name": name},
+        "profile": profile
+        or {"cuda": "13.2", "python": "3.12", "torch": None, "archs": ["sm_100a"]},
+        "toolchain": {
+            "cuda_home": "/usr/local/cuda",
+            "nvcc_version": "13.2.86",
+            "gcc_version": "13",
+            "python_version": "3.12.0",
+            "torch_version": None,
+            "torch_cuda": None,
+            "torch_cxx11_abi": None,
+        },
+        "runner": {"kind": "local", "image": None},
+        "vendors": {},
+        "files": [
+            {
+                "path": "README.md",
+                "sha256": hashlib.sha256(readme.read_bytes()).hexdigest(),
+                "size": readme.stat().st_size,
+                "kind": "readme",
+            }
+        ],
+    }
+    manifest.write(folder / manifest.FILE_NAME, manifest.parse(data, "test"))
+    return folder

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from kiln.fsutil import user_cache_dir
+
 
 @dataclass(frozen=True)
 class Options:
@@ -17,7 +19,7 @@ class Options:
     vendors: tuple[str, ...] | None = None
     profile: str | None = None  # a [profiles.NAME] variant of kiln.toml's profile
     artifacts: Path = Path("artifacts")
-    cache: Path = Path(".kiln-cache")
+    cache: Path = field(default_factory=user_cache_dir)  # $XDG_CACHE_HOME/kiln, ~/.cache/kiln
     work: Path = Path("build/work")
     mirrors: Path | None = None
     offline: bool = False

@@ -20,9 +20,10 @@ def offline_advice(ws: Workspace) -> str:
     image = ws.profile.image or "the profile's builder image"
     return (
         f"To build offline: on a machine with network run `kiln lock` and copy its "
-        f".kiln-cache/ here (or mirror each upstream and pass --mirrors FILE --offline), put "
-        f"the series' patches under patches/, and run inside {image} (or pass --cuda-home "
-        f"with CUDA {ws.profile.cuda} and --python with Python {ws.profile.python}"
+        f"cache (--cache, default ~/.cache/kiln) here (or mirror each upstream and pass "
+        f"--mirrors FILE --offline), put the series' patches under patches/, and run inside "
+        f"{image} (or pass --cuda-home with CUDA {ws.profile.cuda} and --python with "
+        f"Python {ws.profile.python}"
         + (f" + torch {ws.profile.torch})." if ws.profile.torch else ").")
     )
 

@@ -272,6 +272,8 @@ README_SECTIONS = (
     "licenses",
 )
 README_MARKER = re.compile(r"<!--\s*kiln:([A-Za-z0-9_-]+)\s*-->")
+# ``--profile default`` (and the plan's rows) name kiln.toml's ``[profile]`` itself.
+DEFAULT_PROFILE = "default"
 
 
 class Workspace:
@@ -284,16 +286,23 @@ class Workspace:
         meta = parse(WorkspaceFile, self.root / WORKSPACE_FILE, data, text=text)
         self.release = meta.release
         self.profile_name = profile
+        # every profile --profile can name: [profile] ("default"), then each [profiles.NAME]
+        self.profile_names = (DEFAULT_PROFILE, *meta.profiles)
         self.profile = self._pick_profile(meta, profile, text)
         self.vendors = self._load_vendors()
         self.series = self._load_series()
         self.readme_text = self.readme_template_text()
 
     def _pick_profile(self, meta: WorkspaceFile, name: str | None, text: str) -> Profile:
-        if name is None:
+        if DEFAULT_PROFILE in meta.profiles:
+            raise ConfigError(
+                f"{WORKSPACE_FILE}: [profiles.{DEFAULT_PROFILE}]: '{DEFAULT_PROFILE}' names "
+                f"[profile] itself (--profile {DEFAULT_PROFILE}): rename the variant"
+            )
+        if name is None or name == DEFAULT_PROFILE:
             return meta.profile
         if name not in meta.profiles:
-            known = ", ".join(meta.profiles) or "none"
+            known = ", ".join([DEFAULT_PROFILE, *meta.profiles])
             raise ConfigError(
                 f"{WORKSPACE_FILE}: --profile {name}: no [profiles.{name}] table (known: {known})"
             )

@@ -106,7 +106,7 @@ def test_manifest_check_passes_then_fails_after_one_byte(
     data[len(data) // 2] ^= 0x01
     wheel.write_bytes(bytes(data))
     res = run_kiln("manifest", "check", copy / "manifest.json")
-    assert res.returncode == 1
+    assert res.returncode == 8  # ManifestError, as the exit-code table says
     assert f"wheels/{wheel.name}: sha256" in res.stderr
     assert "1 file(s) differ from the manifest" in res.stderr
 
@@ -114,7 +114,7 @@ def test_manifest_check_passes_then_fails_after_one_byte(
 def test_manifest_check_reports_a_missing_file(demo_release: Path, tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_bytes((demo_release / "manifest.json").read_bytes())
     res = run_kiln("manifest", "check", tmp_path / "manifest.json")
-    assert res.returncode == 1 and ": missing" in res.stderr
+    assert res.returncode == 8 and ": missing" in res.stderr
 
 
 def test_manifest_check_rejects_a_malformed_manifest(demo_release: Path, tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ def test_verify_explains_a_difference_member_by_member(
     _rewrite_member(wheel, "vecadd/__init__.py", lambda d: d.replace(b"a + alpha", b"a - alpha"))
     _rewrite_member(wheel, so, lambda d: d[:-1] + bytes([d[-1] ^ 1]))
     res = run_kiln("verify", copy / "manifest.json", "--rebuilt", demo_rebuild)
-    assert res.returncode == 1
+    assert res.returncode == 8  # NotReproduced
     assert f"wheels/{wheel.name}: sha256" in res.stderr
     assert "member vecadd/__init__.py: sha256" in res.stderr
     assert f"member {so}: sha256" in res.stderr

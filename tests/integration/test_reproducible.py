@@ -246,7 +246,7 @@ def test_builds_in_other_processes_users_and_environments_give_the_same_bytes(
             for name, data in members.items():
                 zf.writestr(name, data)
         told = run_kiln("verify", first / "manifest.json", "--rebuilt", planted)
-        assert told.returncode == 1, told.stderr
+        assert told.returncode == 8, told.stderr  # NotReproduced
         assert f"wheels/{wheel.name}: sha256 " in told.stderr
         assert "  member plainext/__init__.py: sha256 " in told.stderr
         assert f"  member {kernels}: sha256 " in told.stderr

@@ -8,6 +8,7 @@ to cover every upstream in vendors/.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import yaml
 from kiln.config.workspace import Workspace
 from kiln.verify import cibw
 from tests.conftest import REPO, run_kiln
+from tests.releases import tiny_release
 
 WORKFLOW = REPO / "ci" / "release.yml"
 SCRIPTS = Path(sysconfig.get_path("scripts"))
@@ -102,12 +104,19 @@ def test_every_action_is_pinned_by_commit_sha() -> None:
         assert re.fullmatch(r"\s*# v\d+\.\d+\.\d+", comment), f"{ref}: name the tag in a comment"
 
 
+def _matrix_keys(job: dict[str, Any]) -> set[str]:
+    return set(re.findall(r"matrix\.(\w+)", yaml.safe_dump(job)))
+
+
 def test_matrix_comes_from_kiln_plan_and_covers_every_vendor() -> None:
     jobs = workflow()["jobs"]
     (step,) = [s for s in jobs["plan"]["steps"] if s.get("id") == "plan"]
     assert 'matrix="$(python -m kiln plan --json)"' in step["run"]
+    assert 'releases="$(python -m kiln plan --json --releases)"' in step["run"]
     assert jobs["plan"]["outputs"]["matrix"] == "${{ steps.plan.outputs.matrix }}"
     assert jobs["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    for job in ("release", "gpu-test"):
+        assert jobs[job]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.releases) }}"
 
     res = run_kiln("plan", "--json")  # what the plan step runs, at the repository root
     assert res.returncode == 0, res.stderr
@@ -116,13 +125,99 @@ def test_matrix_comes_from_kiln_plan_and_covers_every_vendor() -> None:
     vendors = sorted(p.stem for p in (REPO / "vendors").glob("*.toml"))
     assert sorted(j["vendor"] for j in include) == vendors
     profile = Workspace(REPO).profile
-    assert {j["profile"] for j in include} == {
-        f"{profile.cuda_tag}-{profile.python_tag}-sm100a-sm103a"
+    assert {(j["profile"], j["label"]) for j in include} == {
+        ("default", f"{profile.cuda_tag}-{profile.python_tag}-sm100a-sm103a")
     }
-    # every key the workflow reads from a matrix entry is in every entry
-    used = set(re.findall(r"matrix\.(\w+)", WORKFLOW.read_text()))
+    # every key a job reads from its matrix entry is in every entry
+    used = _matrix_keys(jobs["build"])
     assert used and all(used <= set(j) for j in include), used
     assert len({j["artifact"] for j in include}) == len(include)
+    releases = json.loads(run_kiln("plan", "--json", "--releases").stdout)["include"]
+    assert [r["folder"] for r in releases] == [Workspace(REPO).release.name]
+    for job in ("release", "gpu-test"):
+        used = _matrix_keys(jobs[job])
+        assert used and all(used <= set(r) for r in releases), (job, used)
+
+
+def test_plan_covers_every_profile(tmp_path: Path) -> None:
+    """examples/public: [profile] and its two [profiles.NAME] variants, each a job per
+    upstream, each a release of its own; --profile restricts the plan."""
+    public = REPO / "examples" / "public"
+    res = run_kiln("plan", "--json", "--workspace", public)
+    assert res.returncode == 0, res.stderr
+    include = json.loads(res.stdout)["include"]
+    vendors = sorted(p.stem for p in (public / "vendors").glob("*.toml"))
+    assert sorted((j["profile"], j["vendor"]) for j in include) == [
+        (p, v) for p in ("cu132", "default", "sm100") for v in vendors
+    ]
+    sm100 = {j["label"] for j in include if j["profile"] == "sm100"}
+    assert sm100 == {"cu130-cp311-sm100a-sm100f-sm103a"}  # the variant's archs
+    assert {j["label"] for j in include if j["profile"] == "cu132"} == {
+        "cu132-cp311-sm90a-sm100a-sm100f-sm103a"
+    }
+    releases = json.loads(run_kiln("plan", "--json", "--releases", "--workspace", public).stdout)
+    rows = {r["profile"]: r for r in releases["include"]}
+    assert rows["default"]["folder"] == "public-upstreams" and rows["default"]["suffix"] == ""
+    assert rows["sm100"]["folder"] == "public-upstreams-sm100"
+    # each release job downloads exactly its profile's partials
+    artifacts = [j["artifact"] for j in include]
+    for name, row in rows.items():
+        taken = [a for a in artifacts if fnmatch.fnmatchcase(a, row["partials"])]
+        assert taken == [j["artifact"] for j in include if j["profile"] == name]
+
+    only = run_kiln("plan", "--json", "--workspace", public, "--profile", "sm100")
+    assert {j["profile"] for j in json.loads(only.stdout)["include"]} == {"sm100"}
+    both = run_kiln("plan", "--workspace", public, "--profile", "default", "--profile", "sm100")
+    assert both.returncode == 0 and "cu132" not in both.stdout and "sm100" in both.stdout
+    env = run_kiln("plan", "--json", "--workspace", public, env={"KILN_PROFILE": "cu132"})
+    assert {j["profile"] for j in json.loads(env.stdout)["include"]} == {"cu132"}
+    bad = run_kiln("plan", "--workspace", public, "--profile", "sm90")
+    assert bad.returncode == 2 and "no [profiles.sm90] table" in bad.stderr
+    assert "known: default, cu132, sm100" in bad.stderr
+
+    ws = tmp_path / "ws"
+    shutil.copytree(public, ws)
+    with open(ws / "kiln.toml", "a") as fh:
+        fh.write('\n[profiles.default]\ncuda = "13.2"\n')
+    res = run_kiln("plan", "--workspace", ws)
+    assert res.returncode == 2 and "[profiles.default]" in res.stderr and res.stdout == ""
+
+
+def test_merge_checks_the_partials_against_the_profile_it_is_named(tmp_path: Path) -> None:
+    """A release job merges one profile's partials: ``--profile sm100`` compares them with
+    [profiles.sm100], not with [profile] (partials made without a build: no vendors, so
+    the merge stops at the vendors it misses, after the profile matched)."""
+    public = REPO / "examples" / "public"
+    sm100 = Workspace(public, "sm100").profile.model_dump(mode="json")
+    partial = tiny_release(tmp_path / "partial", "public-upstreams", sm100)
+    merge = ["manifest", "merge", partial, "--workspace", public, "--out", tmp_path / "out"]
+    res = run_kiln(*merge)
+    assert res.returncode == 8 and "another profile than" in res.stderr, res.stderr
+    assert "default (profile.archs" in res.stderr
+    res = run_kiln(*merge, "--profile", "sm100")
+    assert res.returncode == 8 and "do not cover the workspace's vendors" in res.stderr
+    assert "another profile" not in res.stderr
+    res = run_kiln(*merge, env={"KILN_PROFILE": "sm100"})
+    assert "do not cover the workspace's vendors" in res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_each_build_job_builds_its_profile_and_each_release_merges_one() -> None:
+    jobs = workflow()["jobs"]
+    build = jobs["build"]
+    assert build["env"]["KILN_PROFILE"] == "${{ matrix.profile }}"
+    (step,) = [s for s in build["steps"] if "python -m kiln build" in s.get("run", "")]
+    assert '--profile "$KILN_PROFILE"' in step["run"]
+    release = jobs["release"]
+    assert release["env"]["KILN_PROFILE"] == "${{ matrix.profile }}"
+    (download,) = [s for s in release["steps"] if "download-artifact@" in s.get("uses", "")]
+    assert download["with"]["pattern"] == "${{ matrix.partials }}"
+    (merge,) = [s for s in release["steps"] if "manifest merge" in s.get("run", "")]
+    assert '--profile "$KILN_PROFILE"' in merge["run"]
+    assert '--out "artifacts/$RELEASE"' in merge["run"]
+    assert release["env"]["RELEASE"] == "${{ matrix.folder }}"
+    (publish,) = [s for s in release["steps"] if "nox -s publish" in s.get("run", "")]
+    assert '--to "$KILN_TARGET$SUFFIX"' in publish["run"]
 
 
 def test_plan_follows_vendors_and_reports_a_broken_one(tmp_path: Path) -> None:

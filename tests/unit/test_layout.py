@@ -22,7 +22,8 @@ KILN = Path(__file__).resolve().parents[2] / "kiln"
 
 # Each stage and what it may import (besides itself, the standard library and the
 # third-party libraries it uses). Top-level modules: verbs (anything below them),
-# cli (everything), and the leaves errors and fsutil.
+# commands/ (a verb's command line: the verbs and below), cli (wires the commands), and
+# the leaves errors and fsutil.
 LAYERS = [
     {"errors"},
     {"fsutil"},
@@ -32,6 +33,7 @@ LAYERS = [
     {"plan", "verify", "runners", "release"},
     {"build"},
     {"verbs"},
+    {"commands"},
     {"cli"},
     {"__main__"},
 ]

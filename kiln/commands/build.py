@@ -1,0 +1,49 @@
+"""``kiln build``: vendors of a workspace into a release folder (or, with ``--dry-run``,
+what that would do)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from typing import Any
+
+from kiln.build.options import Options
+from kiln.commands import options as o
+from kiln.commands.common import out
+from kiln.errors import KilnError, PreflightError
+
+HELP = "build vendors of a workspace into a release folder"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("vendor", nargs="*", help="vendor names (default: every vendor)")
+    o.add(parser, *o.BUILD, o.DRY_RUN, o.JSON)
+
+
+def options(args: argparse.Namespace, **fields: Any) -> Options:
+    """The build's ``Options`` from the arguments; ``--bundles`` made into mirrors."""
+    opts = o.to_options(args, **fields)
+    if args.bundles is not None:
+        from kiln.sources.bundles import mirrors_from_bundles
+
+        mirrors = mirrors_from_bundles(
+            args.workspace, args.bundles, args.work / "mirrors-from-bundles"
+        )
+        opts = replace(opts, mirrors=mirrors, offline=True)
+    return opts
+
+
+def execute(args: argparse.Namespace) -> int:
+    from kiln.build import pipeline
+
+    if args.json and not args.dry_run:
+        raise KilnError("build --json: only with --dry-run (a build prints its release folder)")
+    vendors = tuple(args.vendor) if args.vendor else None
+    if args.dry_run:
+        from kiln.build import dryrun
+
+        plan = dryrun.plan(options(args, vendors=vendors))
+        out(dryrun.as_json(plan) if args.json else dryrun.render(plan))
+        return PreflightError.exit_code if plan["problems"] else 0
+    out(pipeline.build(options(args, vendors=vendors)))
+    return 0

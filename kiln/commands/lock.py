@@ -1,0 +1,27 @@
+"""``kiln lock``: short SHAs resolved, submodule and patch hashes recorded (network)."""
+
+from __future__ import annotations
+
+import argparse
+
+from kiln.commands import options as o
+from kiln.commands.common import out
+
+HELP = "resolve short SHAs, record submodule and patch hashes (network)"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    o.add(parser, o.WORKSPACE, o.CACHE, o.MIRRORS, o.OFFLINE)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from kiln import lock
+    from kiln.config.mirrors import Mirrors
+    from kiln.config.workspace import Workspace
+    from kiln.sources.checkout import GitCache
+
+    ws = Workspace(args.workspace)
+    cache = GitCache(args.cache, Mirrors.load(args.mirrors), args.offline)
+    for line in lock.lock(ws, cache):
+        out(line)
+    return 0
