@@ -216,14 +216,6 @@ def _add_build_args(p: argparse.ArgumentParser, workspace: str = ".") -> None:
 
 def _options(args: argparse.Namespace, vendors: list[str] | None) -> Options:
 
-    mirrors, offline = args.mirrors, args.offline
-    if args.bundles is not None:
-        from kiln.sources.bundles import mirrors_from_bundles
-
-        mirrors = mirrors_from_bundles(
-            args.workspace, args.bundles, args.work / "mirrors-from-bundles"
-        )
-        offline = True
     return Options(
         workspace=args.workspace,
         vendors=tuple(vendors) if vendors else None,
@@ -231,8 +223,9 @@ def _options(args: argparse.Namespace, vendors: list[str] | None) -> Options:
         artifacts=args.artifacts,
         cache=args.cache,
         work=args.work,
-        mirrors=mirrors,
-        offline=offline,
+        mirrors=args.mirrors,
+        offline=args.offline or args.bundles is not None,
+        bundles=args.bundles,  # made mirrors by the build's inputs stage, never by a dry run
         python=args.python,
         cuda_home=args.cuda_home,
         runner=args.runner,
@@ -263,11 +256,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise KilnError("build --json: only with --dry-run (a build prints its release folder)")
     if args.dry_run:
         from kiln.build import dryrun
-        from kiln.errors import PreflightError
 
         plan = dryrun.plan(_options(args, args.vendor or None))
         out(dryrun.as_json(plan) if args.json else dryrun.render(plan))
-        return PreflightError.exit_code if plan["problems"] else 0
+        return dryrun.exit_code(plan)
     release = pipeline.build(_options(args, args.vendor or None))
     out(release)
     return 0
@@ -279,7 +271,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     opts = _options(args, None)
     mirrors = demo.prepare(args.workspace, opts.work / "demo-upstreams")
-    release = pipeline.build(replace(opts, mirrors=mirrors, offline=True))
+    release = pipeline.build(replace(opts, mirrors=mirrors, offline=True, bundles=None))
     out(release)
     return 0
 
