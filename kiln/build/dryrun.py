@@ -177,6 +177,11 @@ def _preflight(
     error = report.error(ws)
     if error is not None:
         refusals.append(_refusal("preflight", error))
+        return runner, report
+    # Preflight passed: the build provisions next, and stops at what cannot be made.
+    failing = [p.error for p in report.provision if p.error is not None and not p.made]
+    if failing:
+        refusals.append(_refusal("preflight", failing[0]))
     return runner, report
 
 

@@ -105,7 +105,12 @@ def planned(profile: Profile, cache: Path, explicit: str | None) -> prov.Provisi
         return None
     if (venv / MARKER).exists():
         return prov.Provision(_what(profile), str(venv), "", made=True)
-    return prov.Provision(_what(profile), str(venv), _size(profile, cache))
+    try:
+        _base_python(profile)
+        error = None
+    except ToolchainError as exc:
+        error = exc
+    return prov.Provision(_what(profile), str(venv), _size(profile, cache), error=error)
 
 
 def _size(profile: Profile, cache: Path) -> str:
@@ -127,19 +132,25 @@ def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
     python = venv / "bin" / "python"
     if (venv / MARKER).exists():
         return python
+    base = _base_python(profile)
+    fsutil.made_once(
+        venv,
+        lambda: (venv / MARKER).exists(),
+        lambda: _make(profile, base, venv, log_dir),
+        f"the build venv (torch {profile.torch})",
+    )
+    return python
+
+
+def _base_python(profile: Profile) -> Path:
+    """The Python the venv is made from: the profile's, on PATH."""
     base = shutil.which(f"python{profile.python}")
     if base is None:
         raise ToolchainError(
             f"python{profile.python} not found on PATH: install Python {profile.python} or pass "
             f"--python with an interpreter that has torch {profile.torch}"
         )
-    fsutil.made_once(
-        venv,
-        lambda: (venv / MARKER).exists(),
-        lambda: _make(profile, Path(base), venv, log_dir),
-        f"the build venv (torch {profile.torch})",
-    )
-    return python
+    return Path(base)
 
 
 def _make(profile: Profile, base: Path, venv: Path, log_dir: Path) -> None:

@@ -14,9 +14,11 @@ the figures below, measured on Linux x86_64 and documented here:
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kiln.errors import KilnError
 
 GIB = 2**30
 VENV_TORCH_CUDA_GIB = 5.3
@@ -36,9 +38,14 @@ class Provision:
     # The checks where builds run need it first (the Docker runner's builder image):
     # until it exists, preflight cannot ask for nvcc or the recipes' system files.
     before_checks: bool = False
+    # What making it would raise, known without making it (no base Python to make a venv
+    # from): the build stops there, with this error.
+    error: KilnError | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["error"] = str(self.error) if self.error else None
+        return data
 
 
 def tree_bytes(root: Path) -> int:

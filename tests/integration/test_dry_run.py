@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kiln.build import runlock
 from kiln.config.workspace import Workspace
-from kiln.errors import Busy, ConfigError, PreflightError
+from kiln.errors import Busy, ConfigError, PreflightError, ToolchainError
 from kiln.sources.git import git
 from kiln.toolchain import buildenv, cudapypi
 from tests import public
@@ -183,3 +183,21 @@ def test_bundles_are_read_by_the_dry_run_and_unbundled_by_the_build(tmp_path: Pa
     again = run_kiln(*args, "--dry-run")
     assert f"reuses the mirrors of 1 git bundles at {work / 'mirrors-from-bundles'}" in again.stdout
     assert "artifact cache hit" in again.stdout, again.stdout
+
+
+def test_a_venv_that_cannot_be_made_is_the_builds_refusal(tmp_path: Path) -> None:
+    """No Python of the profile's version to make the build venv from: the build stops
+    when it would provision (ToolchainError, 5); the dry run says so, in its words."""
+    up = tmp_path / "up"
+    commit = make_tiny(up)
+    mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
+    profile = {**FAULT_PROFILE, "python": "3.99"}
+    ws = write(tmp_path / "ws", {"tiny": tiny_vendor(commit)}, profile=profile)
+    args = [a for a in build_args(ws, tmp_path, mirrors, "--offline") if a != sys.executable]
+    args.remove("--python")
+    env = {buildenv.ENV_VAR: ""}
+    dry = run_kiln(*args, "--dry-run", env=env)
+    real = run_kiln(*args, env=env)
+    assert dry.returncode == real.returncode == ToolchainError.exit_code == 5, real.stderr
+    (said,) = error_lines(real.stderr)
+    assert "python3.99 not found on PATH" in said and said in dry.stdout.splitlines()
