@@ -2,7 +2,8 @@
 kinds, CUDA, the recipes' system files, sources, then (only when all that passed, as it
 may provision a build venv and the pip CUDA) the build Python and its torch, and the
 system headers NVIDIA's pip wheels may provide. A wrong machine fails in seconds, not an
-hour into a compile."""
+hour into a compile. ``check(dry=True)`` (``kiln build --dry-run``) stops where the build
+would provision, listing what it would make and naming what only that can tell."""
 
 from __future__ import annotations
 
