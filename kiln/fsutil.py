@@ -1,13 +1,17 @@
-"""Hashing and all-or-nothing output: nothing half-written ever appears in ``artifacts/``."""
+"""Hashing and all-or-nothing output: nothing half-written ever appears in ``artifacts/``
+or in kiln's cache, which builds from several checkouts may share at once
+(:func:`making`)."""
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -122,3 +126,61 @@ def set_mtimes(root: Path, mtime: int) -> None:
             if not os.path.islink(path):
                 os.utime(path, (mtime, mtime))
         os.utime(dirpath, (mtime, mtime))
+
+
+def lock_path(entry: Path) -> Path:
+    """The lock file of a cache entry: ``.<name>.lock`` beside it (never removed: a lock
+    file removed while another process waits on it would let a third one in)."""
+    return entry.with_name(f".{entry.name}.lock")
+
+
+@contextmanager
+def making(entry: Path, what: str) -> Iterator[None]:
+    """Hold the exclusive lock of the cache entry ``entry`` (a folder or a file, made
+    or not) while it is made or changed. Every kiln sharing the cache (other checkouts,
+    other work and artifacts folders) takes the same lock for the same entry: a second
+    one waits, says so, and then finds the entry made. An ``flock``: the kernel drops it
+    when its process dies, however it dies, so it is never stale; each call opens the
+    file anew, so two threads of one process exclude each other too. Standard library
+    only (``kiln.inside.facts`` uses it). Not reentrant: never nest two for one entry."""
+    lock = lock_path(entry)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("waiting for another kiln making %s (%s)", what, entry)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor drops the lock
+
+
+def made_once(
+    entry: Path, is_made: Callable[[], bool], make: Callable[[], None], what: str
+) -> bool:
+    """Make ``entry`` unless ``is_made()``: under its lock (:func:`making`), asked again
+    once the lock is held, so of builds racing for it exactly one makes it and the others
+    reuse it. ``make`` must leave ``is_made()`` false until the entry is whole (a marker
+    written last, or a rename into place). Returns whether this call made it."""
+    if is_made():
+        return False
+    with making(entry, what):
+        if is_made():
+            return False
+        make()
+        return True
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """``path`` with ``text``, whole or not at all: written beside and renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(name, 0o644)
+        os.replace(name, path)
+    finally:
+        Path(name).unlink(missing_ok=True)

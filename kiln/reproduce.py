@@ -34,6 +34,7 @@ from kiln.fsutil import sha256_file
 from kiln.inside import proc
 from kiln.release import manifest
 from kiln.release.manifest import Manifest
+from kiln.sources import bundles
 from kiln.toolchain.checks import cuobjdump
 
 SKIPPED_KINDS = {"jit-cache"}  # packed from a GPU run, not built: nothing to rebuild
@@ -182,6 +183,11 @@ def rebuild(manifest_file: Path, opts: Options) -> Path:
     the same options, but the manifest's workspace, its toolchain and runner, no caches
     (cached outputs or objects would prove nothing)."""
     m = manifest.read(manifest_file)
+    mirrors = opts.mirrors
+    if opts.bundles is not None:  # the given workspace's bundles.toml names them
+        mirrors = bundles.mirrors_from_bundles(
+            opts.workspace, opts.bundles, opts.bundle_mirrors_dir
+        )
     workspace = workspace_from_manifest(m, manifest_file.parent, opts.work / "verify-workspace")
     runner = m.runner
     image, unpinned = opts.image, opts.allow_unpinned_image
@@ -191,6 +197,8 @@ def rebuild(manifest_file: Path, opts: Options) -> Path:
     again = replace(
         opts,
         workspace=workspace,
+        mirrors=mirrors,
+        bundles=None,
         profile=None,  # the manifest's profile, as built, is the workspace's [profile]
         vendors=None,
         artifacts=opts.work / "artifacts",

@@ -76,11 +76,12 @@ class Step:
 
 @contextmanager
 def timed(timings: dict[str, float], step: str) -> Iterator[None]:
+    """Add the time the block takes to ``timings[step]`` (a step timed in parts adds up)."""
     start = time.monotonic()
     try:
         yield
     finally:
-        timings[step] = round(time.monotonic() - start, 3)
+        timings[step] = round(timings.get(step, 0.0) + time.monotonic() - start, 3)
 
 
 def run_step(ctx: Context, step: Step) -> None:

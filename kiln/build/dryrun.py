@@ -1,64 +1,85 @@
-"""``kiln build --dry-run``: what a build would do, without doing it.
+"""``kiln build --dry-run``: what a build would do, without doing it, and every refusal
+it would make, in its own words and with its exit code.
 
-It runs the stages that only look (the workspace, the budget, the runner and preflight)
-and, per vendor, asks the caches instead of building: whether the git cache holds the
-pinned commits (else what would be fetched, and from where), whether the artifact cache
-holds the vendor's key (a hit: nothing to compile; a miss: what changed since the
-vendor's newest entry), and the schedule it would get (MAX_JOBS, nvcc threads, the
-memory per compile and where that figure comes from). Nothing is written to
-``artifacts/`` or the work folder; preflight may still provision the toolchain a real
-build would (the PyPI CUDA, the builder image), as it would before any compile.
+Dry means nothing is provisioned, fetched, cloned or written: not the cache, not the work
+folder, not ``artifacts/``, not the bundles' mirrors. It runs the build's own checks
+(``pipeline.load`` and ``pipeline.budget`` themselves; preflight's checks with a runner
+made for a dry run) and asks the caches instead of building: whether the git cache holds
+the pinned commits (else what would be fetched, from where, into which bare clone),
+whether the artifact cache holds the vendor's key, and the schedule it would get. What
+a build provisions first (the build venv, the pip CUDA, the builder image) is listed
+with its place and about its size; the checks that can only run once it is there (the
+build Python's torch, headers NVIDIA's pip wheels may provide) are named as unchecked,
+never as passed. ``--bundles`` are read where they are (their heads), not unbundled.
+
+:func:`exit_code` is the code the build would exit with: the first refusal's, in the
+order of the build's stages.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from kiln.build import pipeline, preflight
+from kiln.build import runlock as buildlock
 from kiln.build.options import Options
-from kiln.build.preflight import preflight
 from kiln.build.runner import make_runner
 from kiln.build.vendor import key_of
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import ConfigError, PreflightError
+from kiln.errors import ConfigError, KilnError
 from kiln.plan import cachekey, schedule
 from kiln.release.artifactcache import ArtifactCache
+from kiln.runners.protocol import Runner
+from kiln.sources import bundles
 from kiln.sources import checkout as sources
+from kiln.toolchain import provision as prov
+from kiln.toolchain.provision import Provision
+
+
+def _refusal(stage: str, exc: KilnError) -> dict[str, Any]:
+    """A refusal as the build reports it (``kiln: error: MESSAGE``, exit code)."""
+    return {
+        "stage": stage,
+        "error": type(exc).__name__,
+        "exit_code": exc.exit_code,
+        "message": str(exc),
+        "problems": list(getattr(exc, "problems", [])),
+    }
 
 
 def plan(opts: Options) -> dict[str, Any]:
-    """The plan as data (``--json`` prints it as is)."""
+    """The plan as data (``--json`` prints it as is). Raises what the build raises before
+    anything can be planned (an unreadable workspace: the same error, the same code)."""
     opts = opts.resolved()
-    ws = Workspace(opts.workspace, opts.profile)
-    selected = ws.select(list(opts.vendors) if opts.vendors else None)
-    budget = schedule.make_budget(opts.mem_budget_gib, opts.jobs)
-    peaks = schedule.PeakStore(opts.cache / "peaks.json")
-    git = sources.GitCache(opts.cache, Mirrors.load(opts.mirrors), opts.offline)
-    problems: list[str] = []
-    with contextlib.suppress(ConfigError):
-        schedule.check_fits(selected, peaks, budget)
-    with tempfile.TemporaryDirectory(prefix="kiln-dry-run-") as logs:
+    refusals: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        run = pipeline.Run(opts, stack)
+        pipeline.load(run)
         try:
-            runner = make_runner(ws, opts, Path(logs))
-            problem = None
-        except ConfigError as exc:
-            if opts.runner != "auto":
+            pipeline.budget(run)
+        except KilnError as exc:
+            if run.budget is None or run.peaks is None:
                 raise
-            runner, problem = None, str(exc)
-        try:
-            tc, _warnings = preflight(ws, selected, runner, git, problem)
-            toolchain = tc.to_json()
-        except PreflightError as exc:
-            problems += exc.problems
-            toolchain = None
+            refusals.append(_refusal("budget", exc))
+        assert run.ws is not None and run.budget is not None and run.peaks is not None
+        ws, selected, budget, peaks = run.ws, run.selected, run.budget, run.peaks
+        if not opts.wait:
+            refusals += _busy("lock", opts.artifacts)
+        git, bundle_files = _git_cache(opts, ws, refusals)
+        runner, report = _preflight(opts, ws, selected, git, refusals)
+        if not opts.wait:
+            refusals += _busy("stage", opts.work)
+        stack.pop_all()  # nothing to save or release: the budget stage held nothing
     runner_data = (
         {"kind": runner.kind, "image": runner.image, "builder": runner.builder} if runner else {}
     )
+    toolchain = report.tc.to_json() if report.tc else None
+    made = [*_bundle_mirrors(opts, bundle_files), *report.provision]
     acache = ArtifactCache(opts.artifact_cache_root) if opts.artifact_cache_root else None
     return {
         "release": ws.release.name,
@@ -66,12 +87,17 @@ def plan(opts: Options) -> dict[str, Any]:
         "archs": list(ws.profile.archs),
         "runner": runner_data,
         "budget": budget.to_json(),
-        "problems": problems,
+        "provision": [p.to_json() for p in made if not p.made],
+        "reused": [p.to_json() for p in made if p.made],
+        "unchecked": report.unchecked,
+        "problems": report.problems,
+        "refusals": refusals,
+        "exit_code": refusals[0]["exit_code"] if refusals else 0,
         "vendors": [
             {
                 "name": v.name,
-                **_sources(git, v),
-                **_cache(git, ws, toolchain, runner_data, acache, v),
+                **_sources(git, v, bundle_files),
+                **_cache(git, ws, toolchain, runner_data, acache, v, report),
                 **_schedule(v, opts.work / ws.release.name / v.name, peaks, budget),
             }
             for v in selected
@@ -79,25 +105,123 @@ def plan(opts: Options) -> dict[str, Any]:
     }
 
 
-def _sources(git: sources.GitCache, vendor: Vendor) -> dict[str, Any]:
+def exit_code(p: dict[str, Any]) -> int:
+    """The code the build would exit with: its first refusal's, else 0."""
+    return int(p["exit_code"])
+
+
+def _busy(stage: str, folder: Path) -> list[dict[str, Any]]:
+    """The build's refusal when another build holds ``folder`` now (without --wait)."""
+    holder = buildlock.holder_now(folder)
+    return [_refusal(stage, buildlock.busy_error(folder, holder))] if holder else []
+
+
+def _git_cache(
+    opts: Options, ws: Workspace, refusals: list[dict[str, Any]]
+) -> tuple[sources.GitCache, dict[str, Path]]:
+    """The git cache as the build reaches it: with ``--bundles``, each upstream mapped to
+    its bundle file itself (read, never unbundled); else the mirrors file."""
+    found: dict[str, Path] = {}
+    mirrors = Mirrors()
+    try:
+        if opts.bundles is not None:
+            found = bundles.bundle_files(ws.root, opts.bundles)
+            mirrors = Mirrors({url: str(b) for url, b in found.items()})
+        else:
+            mirrors = Mirrors.load(opts.mirrors)
+    except KilnError as exc:
+        refusals.append(_refusal("inputs", exc))
+    return sources.GitCache(opts.cache, mirrors, opts.offline), found
+
+
+def _bundle_mirrors(opts: Options, bundle_files: dict[str, Path]) -> list[Provision]:
+    """The mirrors the build's inputs stage unbundles ``--bundles`` into (in the work
+    folder), about the bundles' size."""
+    if not bundle_files:
+        return []
+    where = opts.bundle_mirrors_dir
+    what = f"the mirrors of {len(bundle_files)} git bundles"
+    if all(bundles.unbundled(b, where) for b in bundle_files.values()):
+        return [Provision(what, str(where), "", made=True)]
+    size = sum(b.stat().st_size for b in bundle_files.values()) / prov.GIB
+    return [Provision(what, str(where), prov.about(size, "the bundles' size"))]
+
+
+def _preflight(
+    opts: Options,
+    ws: Workspace,
+    selected: list[Vendor],
+    git: sources.GitCache,
+    refusals: list[dict[str, Any]],
+) -> tuple[Runner | None, preflight.Report]:
+    """The runner (made for a dry run) and preflight's checks, as the build runs them."""
+    # Where a build keeps its logs; a dry run's runner provisions nothing, so writes none.
+    logs = opts.artifacts / "logs" / ws.release.name
+    runner: Runner | None = None
+    problem = None
+    try:
+        runner = make_runner(ws, opts, logs, dry=True)
+    except ConfigError as exc:
+        if opts.runner != "auto":
+            refusals.append(_refusal("runner", exc))
+            return None, preflight.Report()
+        problem = str(exc)
+    except KilnError as exc:  # no Docker daemon for --runner docker
+        refusals.append(_refusal("runner", exc))
+        return None, preflight.Report()
+    try:
+        report = preflight.check(ws, selected, runner, git, problem, dry=True)
+    except KilnError as exc:  # e.g. a --python that is not there
+        refusals.append(_refusal("preflight", exc))
+        return runner, preflight.Report()
+    error = report.error(ws)
+    if error is not None:
+        refusals.append(_refusal("preflight", error))
+        return runner, report
+    # Preflight passed: the build provisions next, and stops at what cannot be made.
+    failing = [p.error for p in report.provision if p.error is not None and not p.made]
+    if failing:
+        refusals.append(_refusal("preflight", failing[0]))
+    return runner, report
+
+
+def _sources(
+    git: sources.GitCache, vendor: Vendor, bundle_files: dict[str, Path]
+) -> dict[str, Any]:
     """The pinned commit as the git cache knows it, and what a build would fetch."""
     src = vendor.source
     fetch: list[str] = []
     commit = git.lookup(src.url, src.commit, vendor.name)
     if commit is None:
-        fetch.append(f"{src.url} at {src.commit}{_via(git, src.url)}, then its submodules")
+        fetch.append(
+            f"{src.url} at {src.commit}{_via(git, src.url, src.commit, bundle_files)}"
+            f"{_new_clone(git, src.url)}, then its submodules"
+        )
     else:
         repo = git.cached(src.url)
         assert repo is not None
         for path, url, sha in sources.submodule_pins(repo, commit, src.url):
             if git.lookup(url, sha, f"{vendor.name}: submodule {path}") is None:
-                fetch.append(f"submodule {path}: {url} at {sha[:12]}{_via(git, url)}")
+                fetch.append(
+                    f"submodule {path}: {url} at {sha[:12]}{_via(git, url, sha, bundle_files)}"
+                    f"{_new_clone(git, url)}"
+                )
     return {"requested": src.commit, "commit": commit, "fetch": fetch}
 
 
-def _via(git: sources.GitCache, url: str) -> str:
+def _via(git: sources.GitCache, url: str, sha: str, bundle_files: dict[str, Path]) -> str:
+    bundle = bundle_files.get(url)
+    if bundle is not None:
+        held = any(c.startswith(sha) for c in bundles.heads(bundle).values())
+        where = "a head of it" if held else "not a head of it: known once unbundled"
+        return f" (from bundle {bundle}, unbundled first; {where})"
     mapped = git.mirrors.map(url)
     return f" (from mirror {mapped})" if mapped != url else ""
+
+
+def _new_clone(git: sources.GitCache, url: str) -> str:
+    path = git.clone_path(url)
+    return "" if (path / "HEAD").exists() else f" into a new bare clone {path}"
 
 
 def _cache(
@@ -107,12 +231,18 @@ def _cache(
     runner: dict[str, Any],
     acache: ArtifactCache | None,
     vendor: Vendor,
+    report: preflight.Report,
 ) -> dict[str, Any]:
     """Hit or miss in the artifact cache, and why."""
     if acache is None:
         return {"cache": "off", "key": None, "why": "--no-artifact-cache"}
     if toolchain is None:
-        return {"cache": "unknown", "key": None, "why": "preflight failed (see problems)"}
+        why = (
+            "the toolchain is known once provisioned"
+            if report.unchecked and not report.problems
+            else "preflight failed (see problems)"
+        )
+        return {"cache": "unknown", "key": None, "why": why}
     if git.lookup(vendor.source.url, vendor.source.commit, vendor.name) is None:
         return {"cache": "unknown", "key": None, "why": "the commit is not fetched yet"}
     key, material = key_of(git, ws, toolchain, runner, vendor)
@@ -145,6 +275,10 @@ def render(p: dict[str, Any]) -> str:
         f"runner: {r.get('kind', 'none')}" + (f", image {r['image']}" if r.get("image") else ""),
         f"budget: {b['mem_gib']:g} GiB ({b['source']}), {b['cpus']} CPU slots ({b['cpus_from']})",
     ]
+    if p["provision"]:
+        lines.append("would provision first (a dry run makes nothing):")
+        lines += [f"  {x['what']} at {x['where']}: {x['size']}" for x in p["provision"]]
+    lines += [f"reuses {x['what']} at {x['where']}" for x in p["reused"]]
     for v in p["vendors"]:
         s = v["schedule"]
         commit = (v["commit"] or v["requested"])[:12]
@@ -157,11 +291,18 @@ def render(p: dict[str, Any]) -> str:
             f"gate reserves {s['gate_mem_gib']:g} GiB",
         ]
         lines += [f"  would fetch {f}" for f in v["fetch"]] or ["  nothing to fetch"]
-    if p["problems"]:
-        lines.append(f"preflight: {len(p['problems'])} problem(s), the build would stop:")
-        lines += [f"  - {x}" for x in p["problems"]]
-    else:
+    preflight_refused = any(x["stage"] == "preflight" for x in p["refusals"])
+    if p["unchecked"] and not preflight_refused:
+        lines.append("preflight: no problem found so far; checked only once provisioned:")
+        lines += [f"  {x}" for x in p["unchecked"]]
+    elif not preflight_refused and not any(x["stage"] == "runner" for x in p["refusals"]):
         lines.append("preflight: passed")
+    for x in p["refusals"]:
+        lines.append(f"the build would stop at {x['stage']} (exit {x['exit_code']}):")
+        lines.append(f"kiln: error: {x['message']}")
+    if p["refusals"]:
+        first = p["refusals"][0]
+        lines.append(f"exit code: {first['exit_code']} (the build's: it stops at {first['stage']})")
     return "\n".join(lines)
 
 

@@ -23,6 +23,9 @@ class Options:
     work: Path = Path("build/work")
     mirrors: Path | None = None
     offline: bool = False
+    # --bundles DIR: upstreams from the git bundles there (the workspace's bundles.toml);
+    # the build makes them mirrors in its inputs stage (a dry run only reads them)
+    bundles: Path | None = None
     python: str | None = None
     cuda_home: str | None = None
     runner: str = "auto"  # "auto": docker when the profile names an image and a daemon answers
@@ -53,6 +56,7 @@ class Options:
             artifacts=self.artifacts.resolve(),
             work=self.work.resolve(),
             cache=self.cache.resolve(),
+            bundles=self.bundles.resolve() if self.bundles else None,
             vendors=tuple(self.vendors) if self.vendors else None,
             docker_mounts=tuple(self.docker_mounts),
         )
@@ -77,3 +81,8 @@ class Options:
         if not self.artifact_cache:
             return None
         return (self.artifact_cache_dir or self.cache / "artifacts").resolve()
+
+    @property
+    def bundle_mirrors_dir(self) -> Path:
+        """Where the build unbundles ``bundles`` (bare repositories and their mirrors file)."""
+        return self.work / "mirrors-from-bundles"

@@ -6,7 +6,8 @@ is released and nothing half-written reaches ``artifacts/``.
     load       the workspace and the vendors asked for, their ``build.after`` checked
     budget     the memory budget and CPU slots; one job of every step must fit
     lock       one build per artifacts/ folder (a second refuses, or waits)
-    inputs     a snapshot of the patches and TOMLs (edits mid-run never mix in)
+    inputs     --bundles made mirrors; a snapshot of the patches and TOMLs (edits
+               mid-run never mix in)
     runner     where the steps run, and preflight: every problem at once
     context    the compile gate, caches, display; the manifest's header
     vendors    every vendor at once (``build.after`` orders them), each in a thread
@@ -24,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kiln import __version__, fsutil, source_commit
@@ -55,6 +56,7 @@ from kiln.release.manifest import (
     VendorEntry,
 )
 from kiln.runners.protocol import Runner
+from kiln.sources import bundles
 from kiln.sources import checkout as sources
 from kiln.toolchain import compilercache
 
@@ -110,7 +112,13 @@ def lock(run: Run) -> None:
 
 
 def snapshot_inputs(run: Run) -> None:
+    """The bundles made mirrors (``--bundles``), then a snapshot of patches and TOMLs."""
     assert run.ws is not None
+    if run.opts.bundles is not None:
+        mirrors = bundles.mirrors_from_bundles(
+            run.opts.workspace, run.opts.bundles, run.opts.bundle_mirrors_dir
+        )
+        run.opts = replace(run.opts, mirrors=mirrors, offline=True)
     run.logs = run.opts.artifacts / "logs" / run.ws.release.name
     run.logs.mkdir(parents=True, exist_ok=True)
     run.snapshot = inputs.Snapshot(run.ws, run.logs / ".inputs" / "patches")

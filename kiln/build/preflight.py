@@ -2,9 +2,12 @@
 kinds, CUDA, the recipes' system files, sources, then (only when all that passed, as it
 may provision a build venv and the pip CUDA) the build Python and its torch, and the
 system headers NVIDIA's pip wheels may provide. A wrong machine fails in seconds, not an
-hour into a compile."""
+hour into a compile. ``check(dry=True)`` (``kiln build --dry-run``) stops where the build
+would provision, listing what it would make and naming what only that can tell."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from kiln.build.kinds import KINDS
 from kiln.config.models import SystemRequirement, Vendor
@@ -14,6 +17,7 @@ from kiln.runners.protocol import Runner
 from kiln.sources import checkout as sources
 from kiln.sources import patches
 from kiln.toolchain import checks as toolchain
+from kiln.toolchain.provision import Provision
 
 
 def offline_advice(ws: Workspace) -> str:
@@ -107,6 +111,31 @@ def cuda_include_dirs(tc: toolchain.Toolchain) -> list[str]:
     return [f"{tc.cuda_home}/include", *pip]
 
 
+@dataclass
+class Report:
+    """What preflight found: the problems (the build's own words), the toolchain when
+    every check passed, the warnings (edited patches); for a dry run, what a build would
+    provision first and what only that provisioning can tell."""
+
+    problems: list[str] = field(default_factory=list)
+    offline: bool = False  # whether the advice on building offline applies
+    tc: toolchain.Toolchain | None = None
+    warnings: list[str] = field(default_factory=list)
+    provision: list[Provision] = field(default_factory=list)  # made or not (dry run)
+    unchecked: list[str] = field(default_factory=list)
+
+    def error(self, ws: Workspace) -> PreflightError | None:
+        """The error the build raises for these problems (None: none)."""
+        if not self.problems:
+            return None
+        n = len(self.problems)
+        return PreflightError(
+            f"cannot build {ws.release.name} here ({n} problem{'s' if n > 1 else ''}):",
+            self.problems,
+            offline_advice(ws) if self.offline else "",
+        )
+
+
 def preflight(
     ws: Workspace,
     selected: list[Vendor],
@@ -116,30 +145,60 @@ def preflight(
 ) -> tuple[toolchain.Toolchain, list[str]]:
     """The toolchain where builds run and the warnings (edited patches); raises
     :class:`PreflightError` listing every problem found."""
-    found: list[str] = []
-    offline = False  # whether the advice on building offline applies
+    report = check(ws, selected, runner, cache, runner_problem)
+    error = report.error(ws)
+    if error is not None:
+        raise error
+    assert report.tc is not None
+    return report.tc, report.warnings
+
+
+def check(
+    ws: Workspace,
+    selected: list[Vendor],
+    runner: Runner | None,
+    cache: sources.GitCache,
+    runner_problem: str | None = None,
+    dry: bool = False,
+) -> Report:
+    """Every check, in the build's order. ``dry`` (``kiln build --dry-run``, with a
+    runner made for it): nothing is provisioned; what the runner would provision is
+    listed, and the checks that need it are named as unchecked instead of passed."""
+    r = Report()
     entries = [p for v in selected for p in ws.patches_for(v.name)]
     for entry in entries:
         try:
             patches.require_present([entry], ws.patches_dir, ws.source_patches_dir)
         except PatchError as exc:
-            found.append(str(exc))
-            offline = True
+            r.problems.append(str(exc))
+            r.offline = True
     for vendor in selected:
         if vendor.build.kind not in KINDS:
-            found.append(
+            r.problems.append(
                 f"vendors/{vendor.name}.toml: build.kind {vendor.build.kind!r} is not "
                 f"supported by this kiln (it knows {', '.join(KINDS)})"
             )
     deferred: dict[Need, SystemRequirement] = {}
+    if dry and runner is not None:
+        try:
+            r.provision = runner.provisions(ws.profile)
+        except KilnError:  # (no CUDA lock for --toolchain pypi) nvcc's check says it below
+            r.provision = []
+    pending = [p for p in r.provision if not p.made]
+    blocked = [p for p in pending if p.before_checks]
     if runner is None:
-        found.append(runner_problem or "no runner")
+        r.problems.append(runner_problem or "no runner")
+    elif blocked:
+        r.unchecked.append(
+            f"nvcc (CUDA {ws.profile.cuda}) and the recipes' system files (build.system) "
+            f"in {blocked[0].what}: checked once it is made"
+        )
     else:
         try:
             runner.nvcc(ws.profile)
         except ToolchainError as exc:
-            found.append(str(exc))
-            offline = True
+            r.problems.append(str(exc))
+            r.offline = True
         # The recipes' system files before anything is provisioned or fetched: a missing
         # -dev package is known in seconds, not after a 5 GB build venv. Only a header
         # NVIDIA's pip wheels may provide waits for their folders (after provisioning).
@@ -147,25 +206,37 @@ def preflight(
             missing = missing_system(system_needs(selected), runner, [])
         except KilnError as exc:  # where builds run cannot be asked: one more problem
             missing = {}
-            found.append(str(exc))
-        deferred = {k: r for k, r in missing.items() if pip_cuda_may_provide(r)}
-        found += system_problems({k: r for k, r in missing.items() if k not in deferred}, runner)
+            r.problems.append(str(exc))
+        deferred = {k: q for k, q in missing.items() if pip_cuda_may_provide(q)}
+        r.problems += system_problems(
+            {k: q for k, q in missing.items() if k not in deferred}, runner
+        )
     for vendor in selected:
         problem = sources.availability(cache, vendor.source.url, vendor.source.commit, vendor.name)
         if problem:
-            found.append(problem)
-            offline = True
-    if not found and runner is not None:
-        tc = runner.toolchain(ws.profile)
-        wrong = toolchain.problems(tc, ws.profile)
-        offline = offline or bool(wrong)
-        still = missing_system(deferred, runner, cuda_include_dirs(tc))
-        found += wrong + system_problems(still, runner)
-    if found:
-        raise PreflightError(
-            f"cannot build {ws.release.name} here ({len(found)} "
-            f"problem{'s' if len(found) > 1 else ''}):",
-            found,
-            offline_advice(ws) if offline else "",
+            r.problems.append(problem)
+            r.offline = True
+    if r.problems or runner is None:
+        return r
+    if pending:
+        p = ws.profile
+        r.unchecked.append(
+            f"the build Python (Python {p.python}"
+            + (f", torch {p.torch}" if p.torch else "")
+            + ") and the toolchain's facts: checked once provisioned"
         )
-    return tc, patches.hash_report(entries, ws.patches_dir)
+        r.unchecked += [
+            f"vendors/{name}.toml: build.system.{i}: {q.what}: not on the system; NVIDIA's "
+            f"pip wheels may provide it: checked once provisioned"
+            for (name, i), q in deferred.items()
+        ]
+        return r
+    tc = runner.toolchain(ws.profile)
+    wrong = toolchain.problems(tc, ws.profile)
+    r.offline = r.offline or bool(wrong)
+    still = missing_system(deferred, runner, cuda_include_dirs(tc))
+    r.problems += wrong + system_problems(still, runner)
+    if not r.problems:
+        r.tc = tc
+        r.warnings = patches.hash_report(entries, ws.patches_dir)
+    return r

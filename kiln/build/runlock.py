@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from kiln import fsutil
 from kiln.errors import Busy
 
 log = logging.getLogger("kiln.buildlock")
@@ -40,6 +41,34 @@ def lock_file(folder: Path) -> Path:
     return folder / "logs" / LOCK_NAME if (folder / "logs").is_dir() else folder / LOCK_NAME
 
 
+def busy_error(folder: Path, holder: str) -> Busy:
+    return Busy(
+        f"{folder} is in use by another kiln build ({holder}): wait for "
+        f"it to finish, pass --wait, or use another --artifacts/--work"
+    )
+
+
+def holder_now(folder: Path) -> str | None:
+    """Who holds ``folder``'s lock now, read from its file alone (nothing is locked or
+    created: a dry run must not make a build that starts meanwhile refuse); None when
+    no live process does. A holder empties the file when it ends; a killed one leaves
+    its pid, which is then gone."""
+    path = lock_file(folder)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        pid = int(info["pid"])
+    except (ValueError, KeyError, OSError, TypeError):
+        return None
+    else:
+        return _holder(fd) if pid != os.getpid() and fsutil.pid_alive(pid) else None
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def hold(folders: list[Path], wait: bool = False) -> Iterator[None]:
     """Lock every folder (in a fixed order, so two builds cannot deadlock)."""
@@ -54,10 +83,7 @@ def hold(folders: list[Path], wait: bool = False) -> Iterator[None]:
                 if not wait:
                     holder = _holder(fd)
                     os.close(fd)
-                    raise Busy(
-                        f"{folder} is in use by another kiln build ({holder}): wait for "
-                        f"it to finish, pass --wait, or use another --artifacts/--work"
-                    ) from None
+                    raise busy_error(folder, holder) from None
                 log.warning("waiting for the build holding %s (%s)", folder, _holder(fd))
                 fcntl.flock(fd, fcntl.LOCK_EX)
             fds.append(fd)  # held: this process writes and, at the end, empties it

@@ -12,16 +12,17 @@ from kiln.runners.local import LocalRunner
 from kiln.runners.protocol import Runner
 
 
-def make_runner(ws: Workspace, opts: Options, logs: Path) -> Runner:
+def make_runner(ws: Workspace, opts: Options, logs: Path, dry: bool = False) -> Runner:
     """``auto``: docker when the profile (or ``--image``) names an image and a daemon
-    answers, else local."""
+    answers, else local. ``dry``: a runner that provisions nothing and writes nothing
+    (``kiln build --dry-run``)."""
     image = opts.image or ws.profile.image
     choice = opts.runner
     if choice == "auto":
         choice = "docker" if image and docker_runner.daemon_answers() else "local"
     if choice == "local":
         pypi = ws.profile.cuda if opts.toolchain == "pypi" else None
-        return LocalRunner(opts.python, opts.cuda_home, opts.cache, logs, pypi)
+        return LocalRunner(opts.python, opts.cuda_home, opts.cache, logs, pypi, dry=dry)
     if opts.toolchain == "pypi":
         raise ConfigError(
             "--toolchain pypi is for the local runner; the Docker runner uses the image's CUDA"
@@ -46,4 +47,5 @@ def make_runner(ws: Workspace, opts: Options, logs: Path) -> Runner:
         python=opts.python or "python3",
         cuda_home=opts.cuda_home or "/usr/local/cuda",
         keep_failed=opts.keep_container,
+        dry=dry,
     )

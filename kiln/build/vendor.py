@@ -207,17 +207,41 @@ def _environment(
 
 
 def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
+    """The vendor's entry: reused from the artifact cache, else built and kept there.
+    A miss holds the key's lock until the entry is stored, so a build from another
+    checkout sharing the cache that needs the same key waits, then reuses it."""
     timings: dict[str, float] = {}
-    what = vendor.name
-    kind = KINDS[vendor.build.kind]
-    ctx.display.update(what, "fetching", runner=ctx.runner.kind)
-    tree = ctx.opts.work / ctx.ws.release.name / vendor.name
+    ctx.display.update(vendor.name, "fetching", runner=ctx.runner.kind)
     with timed(timings, "fetch"):
         key, material = cache_key(ctx, vendor)
-        reused = _reuse(ctx, vendor, key, stage)
-        if reused is not None:
-            ctx.display.update(what, "cached", f"artifact cache {key[:12]}", cache="hit")
-            return reused
+        reused = _reused(ctx, vendor, key, stage)
+    if reused is not None or ctx.acache is None:
+        return reused or _build(ctx, vendor, stage, key, material, timings)
+    with ctx.acache.making(key, vendor.name):
+        with timed(timings, "fetch"):
+            reused = _reused(ctx, vendor, key, stage)  # made while this one waited?
+        return reused or _build(ctx, vendor, stage, key, material, timings)
+
+
+def _reused(ctx: Context, vendor: Vendor, key: str, stage: Path) -> VendorEntry | None:
+    reused = _reuse(ctx, vendor, key, stage)
+    if reused is not None:
+        ctx.display.update(vendor.name, "cached", f"artifact cache {key[:12]}", cache="hit")
+    return reused
+
+
+def _build(
+    ctx: Context,
+    vendor: Vendor,
+    stage: Path,
+    key: str,
+    material: dict[str, Any],
+    timings: dict[str, float],
+) -> VendorEntry:
+    what = vendor.name
+    kind = KINDS[vendor.build.kind]
+    tree = ctx.opts.work / ctx.ws.release.name / vendor.name
+    with timed(timings, "fetch"):
         co = sources.checkout(ctx.git, vendor.source, tree, what)
     with timed(timings, "patch"):
         ctx.display.update(what, "patching", cache="miss" if ctx.acache else "off")

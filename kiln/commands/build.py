@@ -10,7 +10,7 @@ from typing import Any
 from kiln.build.options import Options
 from kiln.commands import options as o
 from kiln.commands.common import out
-from kiln.errors import KilnError, PreflightError
+from kiln.errors import KilnError
 
 HELP = "build vendors of a workspace into a release folder"
 
@@ -21,16 +21,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def options(args: argparse.Namespace, **fields: Any) -> Options:
-    """The build's ``Options`` from the arguments; ``--bundles`` made into mirrors."""
+    """The build's ``Options`` from the arguments. ``--bundles`` implies ``--offline``;
+    the build's inputs stage makes them mirrors (a dry run only reads them)."""
     opts = o.to_options(args, **fields)
-    if args.bundles is not None:
-        from kiln.sources.bundles import mirrors_from_bundles
-
-        mirrors = mirrors_from_bundles(
-            args.workspace, args.bundles, args.work / "mirrors-from-bundles"
-        )
-        opts = replace(opts, mirrors=mirrors, offline=True)
-    return opts
+    return replace(opts, offline=True) if opts.bundles is not None else opts
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -44,6 +38,6 @@ def execute(args: argparse.Namespace) -> int:
 
         plan = dryrun.plan(options(args, vendors=vendors))
         out(dryrun.as_json(plan) if args.json else dryrun.render(plan))
-        return PreflightError.exit_code if plan["problems"] else 0
+        return dryrun.exit_code(plan)
     out(pipeline.build(options(args, vendors=vendors)))
     return 0

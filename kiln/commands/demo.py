@@ -30,5 +30,5 @@ def execute(args: argparse.Namespace) -> int:
 
     opts = build.options(args)
     mirrors = demo.prepare(args.workspace, opts.work / "demo-upstreams")
-    out(pipeline.build(replace(opts, mirrors=mirrors, offline=True)))
+    out(pipeline.build(replace(opts, mirrors=mirrors, offline=True, bundles=None)))
     return 0

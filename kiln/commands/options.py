@@ -256,6 +256,7 @@ BUNDLES = Option(
     type=Path,
     env="KILN_FROM_BUNDLES",
     metavar="DIR",
+    field="bundles",  # made mirrors by the build's inputs stage, never by a dry run
 )
 PYTHON = Option(
     "--python",

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from kiln import fsutil
 from kiln.errors import ToolchainError
 from kiln.inside import proc
 from kiln.inside.kit import pipcuda
@@ -95,28 +96,47 @@ def _install_stamp(python: Path) -> str | None:
     return hashlib.sha256("\n".join(stamp).encode()).hexdigest()
 
 
-def python_facts(python: Path, cache: Path | None = None) -> dict[str, Any]:
+def python_facts(python: Path, cache: Path | None = None, save: bool = True) -> dict[str, Any]:
     """The build Python's version, site-packages and torch. Importing torch takes
     seconds, so with ``cache`` the answer is kept per install stamp (a no-op build
-    should take about a second)."""
+    should take about a second): probed once under the entry's lock by builds that share
+    the cache, renamed into place. ``save=False`` (a dry run) reads a kept answer but
+    never writes one."""
     stamp = _install_stamp(python) if cache is not None else None
     saved = cache / f"python-{stamp}.json" if cache is not None and stamp else None
-    if saved is not None and saved.is_file():
-        with contextlib.suppress(ValueError, OSError):
-            return json.loads(saved.read_text())
+    found = _read(saved)
+    if found is not None:
+        return found
+    if saved is None or not save:
+        return _probe_python(python)
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(fsutil.making(saved, f"the facts of the build Python {python}"))
+        except OSError:  # a cache kiln cannot write: probe, keep nothing
+            return _probe_python(python)
+        found = _read(saved)
+        if found is None:
+            found = _probe_python(python)
+            with contextlib.suppress(OSError):
+                fsutil.write_atomic(saved, json.dumps(found))
+    return found
+
+
+def _read(saved: Path | None) -> dict[str, Any] | None:
+    if saved is None or not saved.is_file():
+        return None
+    with contextlib.suppress(ValueError, OSError):
+        return json.loads(saved.read_text())
+    return None
+
+
+def _probe_python(python: Path) -> dict[str, Any]:
     raw = proc.output(
         [python, "-c", PYTHON_PROBE],
         error=ToolchainError,
         what=f"reading the build Python {python}",
     )
-    found = json.loads(raw.splitlines()[-1])
-    if saved is not None:
-        with contextlib.suppress(OSError):
-            saved.parent.mkdir(parents=True, exist_ok=True)
-            tmp = saved.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(found))
-            os.replace(tmp, saved)
-    return found
+    return json.loads(raw.splitlines()[-1])
 
 
 def missing_system(
@@ -152,9 +172,11 @@ def missing_system(
     return missing
 
 
-def probe(python: Path, cuda_home: Path, cache: Path | None = None) -> dict[str, Any]:
+def probe(
+    python: Path, cuda_home: Path, cache: Path | None = None, save: bool = True
+) -> dict[str, Any]:
     """Everything, with a failure recorded as ``error`` instead of raised (so a container
-    can report it as data)."""
+    can report it as data). ``save``: see :func:`python_facts`."""
     facts: dict[str, Any] = {
         "cuda_home": str(cuda_home),
         "python_path": str(python),
@@ -163,7 +185,7 @@ def probe(python: Path, cuda_home: Path, cache: Path | None = None) -> dict[str,
     try:
         facts["nvcc"] = nvcc_version(cuda_home)
         facts["gcc"] = gcc_version()
-        facts.update(python_facts(python, cache))
+        facts.update(python_facts(python, cache, save))
         facts["pip_cuda"] = pipcuda.discover(
             facts["site_packages"], str(cuda_home), os.environ.get("CC", "gcc")
         )

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln import fsutil
 from kiln.config.models import Vendor
 from kiln.errors import ConfigError
 from kiln.inside.kit.compileflags import SOURCE_SUFFIXES
@@ -92,6 +93,7 @@ class PeakStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.changed = False  # saved only then: a run that learned nothing writes nothing
+        self.touched: set[str] = set()  # the vendors this run learned about
         try:
             self.data: dict[str, Any] = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -142,6 +144,7 @@ class PeakStore:
             "units": dict(sorted(known.items())),
         }
         self.changed = True
+        self.touched.add(vendor.name)
 
     def remember_tail(self, vendor: Vendor, tail_cpu_s: float) -> None:
         """A run whose compiles were all cache hits still ran its links: their time is
@@ -152,14 +155,24 @@ class PeakStore:
         if entry.get("tail_cpu_s") != round(tail_cpu_s, 1):
             entry["tail_cpu_s"] = round(tail_cpu_s, 1)
             self.changed = True
+            self.touched.add(vendor.name)
 
     def save(self) -> None:
+        """Write what this run learned, merged into the file as it is now: builds from
+        other checkouts that share the cache save theirs too (under the file's lock, each
+        reading the other's), so no vendor's figures are lost to a later writer."""
         if not self.changed:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        with fsutil.making(self.path, "the learned compile figures"):
+            try:
+                now = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                now = {}
+            if not isinstance(now, dict):
+                now = {}
+            now.update({name: self.data[name] for name in self.touched if name in self.data})
+            fsutil.write_atomic(self.path, json.dumps(now, indent=1, sort_keys=True))
+            self.data = now
 
 
 @dataclass(frozen=True)

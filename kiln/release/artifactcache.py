@@ -7,11 +7,15 @@ discarded (and the vendor rebuilt), never used.
 
 Layout: ``<root>/<key>/entry.json`` (the vendor's manifest entry, the key's
 material, each file's sha256) and ``<root>/<key>/files/<release path>``. Entries
-are written to a temporary folder and renamed into place.
+are written to a temporary folder and renamed into place, and removed by a rename aside:
+a reader sees a whole entry or none. Builds sharing the cache build one key one at a
+time (:meth:`ArtifactCache.making`, held from the miss to the store): the second waits,
+then reuses the first's entry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kiln import fsutil
 from kiln.fsutil import sha256_file
 from kiln.release.manifest import VendorEntry
 
@@ -34,6 +39,11 @@ class ArtifactCache:
 
     def _dir(self, key: str) -> Path:
         return self.root / key
+
+    def making(self, key: str, vendor: str) -> contextlib.AbstractContextManager[None]:
+        """The lock of ``key``'s entry: held by a build from its miss to its store, so
+        that another build of the same inputs waits and then finds the entry."""
+        return fsutil.making(self._dir(key), f"{vendor}'s artifact cache entry {key[:12]}")
 
     def lookup(self, key: str, vendor: str) -> tuple[VendorEntry, Path] | None:
         """(the vendor's manifest entry, the folder of its files) when the entry is
@@ -66,6 +76,8 @@ class ArtifactCache:
         compared with to say what changed (``kiln build --dry-run``)."""
         best: tuple[float, str, dict[str, Any]] | None = None
         for path in self.root.glob("*/entry.json") if self.root.is_dir() else []:
+            if path.parent.name.startswith("."):  # being written or removed
+                continue
             try:
                 entry = json.loads(path.read_text())
                 mtime = path.stat().st_mtime
@@ -84,7 +96,7 @@ class ArtifactCache:
             folder.name[:16],
             why,
         )
-        shutil.rmtree(folder, ignore_errors=True)
+        _remove(folder)
         return None
 
     def store(
@@ -110,11 +122,21 @@ class ArtifactCache:
             )
             final = self._dir(key)
             if final.exists():
-                shutil.rmtree(final)
+                _remove(final)
             os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+
+def _remove(folder: Path) -> None:
+    """Remove an entry: renamed aside first (atomic), so no reader sees half of it."""
+    aside = folder.with_name(f".gone-{folder.name[:16]}-{os.getpid()}-{id(folder)}")
+    try:
+        os.rename(folder, aside)
+    except FileNotFoundError:  # another kiln removed it first
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def place(files: Path, vendor_entry: VendorEntry, stage: Path) -> None:

@@ -30,6 +30,7 @@ from kiln.inside import proc
 from kiln.runners.memlimit import oom_error
 from kiln.runners.protocol import KILN_SRC, Command, parse_probe, probe_command, step_env
 from kiln.toolchain.checks import Toolchain, check_cuda
+from kiln.toolchain.provision import Provision
 
 log = logging.getLogger("kiln.docker")
 
@@ -111,7 +112,9 @@ class DockerRunner:
         python: str,
         cuda_home: str,
         keep_failed: bool = False,
+        dry: bool = False,
     ) -> None:
+        """``dry``: for a dry run: never builds the builder image nor removes containers."""
         if "@sha256:" not in base_image and not allow_unpinned:
             raise ConfigError(
                 f"image {base_image} is not pinned by digest (NAME:TAG@sha256:...): run "
@@ -121,7 +124,9 @@ class DockerRunner:
         if not (docker_dir / "Dockerfile").is_file():
             raise ConfigError(f"{docker_dir}/Dockerfile: not found (--docker-dir)")
         self.client = connect()
-        self.remove_orphans()
+        self.dry = dry
+        if not dry:
+            self.remove_orphans()
         self.base = base_image
         self.image = base_image if "@sha256:" in base_image else f"unpinned:{base_image}"
         self.docker_dir = docker_dir
@@ -136,17 +141,37 @@ class DockerRunner:
         self._facts: dict[str, object] | None = None
 
     # ------------------------------------------------------------------ image
+    def _builder_tag(self) -> str:
+        args = " ".join(f"{k}={v}" for k, v in sorted(self.build_args.items()))
+        return f"{BUILDER_REPO}:{_tree_digest(self.docker_dir, args)}"
+
+    def provisions(self, profile: Profile) -> list[Provision]:
+        """The builder image; until an image has its content hash, every check in it
+        (nvcc, the recipes' system files) waits for it."""
+        from docker.errors import ImageNotFound
+
+        tag = self._builder_tag()
+        what = f"the builder image ({self.docker_dir}/Dockerfile on {self.base})"
+        try:
+            self.client.images.get(tag)
+            return [Provision(what, tag, "", made=True)]
+        except ImageNotFound:
+            return [Provision(what, tag, "size known once built", before_checks=True)]
+
     def ensure_builder(self) -> str:
         """The builder image's tag, built only when its content hash is new."""
         from docker.errors import BuildError as DockerBuildError
         from docker.errors import ImageNotFound
 
-        args = " ".join(f"{k}={v}" for k, v in sorted(self.build_args.items()))
-        tag = f"{BUILDER_REPO}:{_tree_digest(self.docker_dir, args)}"
+        tag = self._builder_tag()
         try:
             image = self.client.images.get(tag)
             log.info("builder image %s is up to date", tag)
         except ImageNotFound:
+            if self.dry:
+                raise RuntimeError(
+                    "a dry run's runner never builds: ask provisions() first"
+                ) from None
             log.info("building the builder image %s from %s", tag, self.docker_dir)
             try:
                 image, _ = self.client.images.build(

@@ -13,6 +13,7 @@ from kiln.runners import memlimit
 from kiln.runners.protocol import Command
 from kiln.toolchain import buildenv, cudapypi
 from kiln.toolchain.checks import Toolchain, check_cuda
+from kiln.toolchain.provision import Provision
 
 
 class LocalRunner:
@@ -27,11 +28,14 @@ class LocalRunner:
         cache: Path,
         log_dir: Path,
         pypi_cuda: str | None = None,
+        dry: bool = False,
     ) -> None:
         """``pypi_cuda``: use that CUDA from NVIDIA's hash-pinned PyPI wheels (installed
-        only once every other check passed, by :meth:`toolchain`)."""
+        only once every other check passed, by :meth:`toolchain`). ``dry``: for a dry
+        run, which writes nothing (no provisioning, no facts kept in the cache)."""
         self._python, self._cache, self._log_dir = python, cache, log_dir
         self.pypi_cuda = pypi_cuda
+        self.dry = dry
         self.cuda_home = facts.find_cuda_home(cuda_home)
 
     def nvcc(self, profile: Profile) -> str:
@@ -44,11 +48,18 @@ class LocalRunner:
         check_cuda(version, where, profile)
         return version
 
+    def provisions(self, profile: Profile) -> list[Provision]:
+        cuda = cudapypi.planned(self.pypi_cuda, self._cache) if self.pypi_cuda else None
+        venv = buildenv.planned(profile, self._cache, self._python)
+        return [p for p in (cuda, venv) if p is not None]
+
     def toolchain(self, profile: Profile) -> Toolchain:
+        if self.dry and not all(p.made for p in self.provisions(profile)):
+            raise RuntimeError("a dry run's runner never provisions: ask provisions() first")
         if self.pypi_cuda:
             self.cuda_home = cudapypi.provision(self.pypi_cuda, self._cache, self._log_dir)
         python = buildenv.build_python(profile, self._cache, self._python, self._log_dir)
-        found = facts.probe(python, self.cuda_home, self._cache / "facts")
+        found = facts.probe(python, self.cuda_home, self._cache / "facts", save=not self.dry)
         if self.pypi_cuda:
             found["components"] = cudapypi.components(self.pypi_cuda)
         return Toolchain.from_facts(found)

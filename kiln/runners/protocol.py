@@ -18,6 +18,7 @@ import kiln
 from kiln.config.models import Profile
 from kiln.inside import proc
 from kiln.toolchain.checks import Toolchain
+from kiln.toolchain.provision import Provision
 
 # The folder that holds the kiln package: put on PYTHONPATH for `python -m kiln.inside step`
 # (build Pythons, provisioned or in an image, do not have kiln installed).
@@ -55,7 +56,15 @@ class Runner(Protocol):
         """nvcc's version where builds run; raises ToolchainError (checked first, cheaply)."""
         ...
 
-    def toolchain(self, profile: Profile) -> Toolchain: ...
+    def provisions(self, profile: Profile) -> list[Provision]:
+        """What :meth:`toolchain` provisions first (a build venv, the pip CUDA, the
+        builder image), each made or not: read only, for ``kiln build --dry-run``."""
+        ...
+
+    def toolchain(self, profile: Profile) -> Toolchain:
+        """The toolchain's facts, provisioning what :meth:`provisions` lists (a runner
+        made for a dry run never provisions: it is asked only once all is made)."""
+        ...
 
     def base_env(self) -> dict[str, str]: ...
 

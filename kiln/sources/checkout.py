@@ -8,6 +8,7 @@ from the cache; ``verify`` that HEAD and every submodule are what was asked.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -19,11 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from kiln import fsutil
 from kiln.config.fields import FULL_SHA_RE, url_problem
 from kiln.config.mirrors import Mirrors, is_remote
 from kiln.config.models import Source
 from kiln.errors import FetchFailed, SourceError
 from kiln.inside import proc
+from kiln.sources import bundles
 from kiln.sources.git import commit_time, git, git_env, git_out
 
 log = logging.getLogger("kiln.sources")
@@ -114,13 +117,23 @@ def resolve_relative(url: str, parent_url: str) -> str:
 
 
 class GitCache:
-    """Bare clones keyed by upstream URL (not by mirror, so a mirror swap reuses them)."""
+    """Bare clones keyed by upstream URL (not by mirror, so a mirror swap reuses them).
+
+    Builds from other checkouts may share the cache at once: every fetch into a clone
+    (and the removal of a damaged one) holds that clone's lock (``fsutil.making``), and
+    :meth:`resolve` asks again once it holds it, so two builds that need the same commit
+    fetch it once. Reading a clone while another kiln fetches into it is safe: git moves
+    refs only once the objects are in, and kiln trusts only commits a ref reaches."""
 
     def __init__(self, root: Path, mirrors: Mirrors, offline: bool = False) -> None:
         self.root = root.resolve() / "git"
         self.mirrors = mirrors
         self.offline = offline
         self.used: set[Path] = set()  # the bare clones this run read: checked on a failure
+
+    def clone_path(self, url: str) -> Path:
+        """Where ``url``'s bare clone is (made or not)."""
+        return self.root / _cache_name(url)
 
     def bare(self, url: str) -> Path:
         """The bare clone for ``url``, created empty if absent. It is made in a temporary
@@ -142,11 +155,20 @@ class GitCache:
                 shutil.rmtree(tmp, ignore_errors=True)
         return path
 
+    def _locked(self, url: str) -> contextlib.AbstractContextManager[None]:
+        """The lock of ``url``'s bare clone: fetches into one clone run one at a time."""
+        return fsutil.making(self.root / _cache_name(url), f"the git clone of {url}")
+
     def fetch(self, url: str, what: str, extra_refs: tuple[str, ...] = ()) -> None:
-        """Fetch every branch and tag of ``url`` (through its mirror) into its bare clone.
+        """Fetch every branch and tag of ``url`` (through its mirror) into its bare clone,
+        holding the clone's lock.
 
         git moves refs only after the whole pack arrived and was indexed, so a fetch cut
         off mid-transfer leaves the clone as it was: a rerun fetches again."""
+        with self._locked(url):
+            self._fetch(url, what, extra_refs)
+
+    def _fetch(self, url: str, what: str, extra_refs: tuple[str, ...] = ()) -> None:
         source = self.mirrors.map(url)
         check_url(url, what)
         check_url(source, what)
@@ -220,7 +242,9 @@ class GitCache:
     def discard(self, path: Path) -> None:
         """Remove a damaged bare clone (renamed aside first, so none is half-removed)."""
         aside = path.with_name(f".{path.name}-damaged-{os.getpid()}")
-        os.rename(path, aside)
+        with fsutil.making(path, f"the git clone {path.name}"):
+            if path.exists():  # another kiln may have discarded it first
+                os.rename(path, aside)
         shutil.rmtree(aside, ignore_errors=True)
         self.used.discard(path)
 
@@ -251,14 +275,17 @@ class GitCache:
         """Full SHA for ``sha`` (short or full), fetching only when the cache lacks it."""
         full = self.lookup(url, sha, what)
         if full is None:
-            extra = (f"+{sha}:refs/kiln/{sha}",) if FULL_SHA_RE.match(sha) else ()
-            try:
-                self.fetch(url, what, extra)
-            except FetchFailed as exc:
-                if not exc.refused_sha:
-                    raise
-                self.fetch(url, what)  # servers that refuse fetching by SHA
-            full = self.lookup(url, sha, what)
+            with self._locked(url):
+                full = self.lookup(url, sha, what)  # another kiln may have fetched it
+                if full is None:
+                    extra = (f"+{sha}:refs/kiln/{sha}",) if FULL_SHA_RE.match(sha) else ()
+                    try:
+                        self._fetch(url, what, extra)
+                    except FetchFailed as exc:
+                        if not exc.refused_sha:
+                            raise
+                        self._fetch(url, what)  # servers that refuse fetching by SHA
+                    full = self.lookup(url, sha, what)
         if full is None:
             local = local_path(self.mirrors.map(url))
             shallow = (
@@ -299,6 +326,10 @@ def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float 
         path = Path(source.removeprefix("file://"))
         if not path.exists():
             return f"{what}: mirror {source} for {url} does not exist: fix the mirrors file"
+        if bundles.is_bundle(path):  # a dry run's --bundles: read, not unbundled
+            # A head is there; any other commit can only be looked for once unbundled
+            # (the dry run says so), as the build does: never a problem here.
+            return None
         return _commit_problem(path, sha, source, what)
     if cache.offline:
         return (

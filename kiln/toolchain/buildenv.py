@@ -2,7 +2,11 @@
 
 Inside the builder image that is the image's own Python (pass ``--python``).
 Elsewhere kiln provisions a venv per (Python, torch, build tools) under its cache,
-once, and reuses it; a half-made venv (no completion marker) is made again.
+once, and reuses it; a half-made venv (no completion marker) is made again. Builds that
+share the cache make it under its lock (``fsutil.made_once``): one makes it, the others
+wait and reuse it. A venv cannot be renamed into place (its scripts and ``pyvenv.cfg``
+name its own path), so it is made where it stays and trusted only once its marker,
+written last, is there.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from kiln import fsutil
 from kiln.config.models import Profile
 from kiln.errors import ToolchainError
 from kiln.inside import proc
+from kiln.toolchain import provision as prov
 
 log = logging.getLogger("kiln.buildenv")
 
@@ -50,9 +55,14 @@ def env_dir(profile: Profile, cache: Path) -> Path:
     return cache / "envs" / f"py{profile.python}-torch{profile.torch}-{digest}"
 
 
+def chosen_python(explicit: str | None) -> str | None:
+    """``--python``, else ``$KILN_BUILD_PYTHON``: a Python kiln does not provision."""
+    return explicit or os.environ.get(ENV_VAR) or None
+
+
 def build_python(profile: Profile, cache: Path, explicit: str | None, log_dir: Path) -> Path:
     """``--python``, else ``$KILN_BUILD_PYTHON``, else a provisioned venv."""
-    chosen = explicit or os.environ.get(ENV_VAR)
+    chosen = chosen_python(explicit)
     if chosen:
         path = Path(chosen)
         if not (path.exists() or shutil.which(chosen)):
@@ -82,17 +92,70 @@ def make_venv(base: Path, venv: Path, pip_args: list[str], log_file: Path, what:
     return python
 
 
+def _what(profile: Profile) -> str:
+    packages = [f"torch {profile.torch}"] if profile.torch else []
+    packages += profile.build_tools
+    return f"the build venv (Python {profile.python}: {', '.join(packages) or 'no packages'})"
+
+
+def planned(profile: Profile, cache: Path, explicit: str | None) -> prov.Provision | None:
+    """The build venv a build provisions first, made or not (None: ``--python``)."""
+    venv = env_dir(profile, cache)
+    if chosen_python(explicit):
+        return None
+    if (venv / MARKER).exists():
+        return prov.Provision(_what(profile), str(venv), "", made=True)
+    try:
+        _base_python(profile)
+        error = None
+    except ToolchainError as exc:
+        error = exc
+    return prov.Provision(_what(profile), str(venv), _size(profile, cache), error=error)
+
+
+def _size(profile: Profile, cache: Path) -> str:
+    """About how large the venv will be: as another made venv of the same torch in the
+    cache (other build tools), else kiln's documented figure (toolchain/provision.py)."""
+    for other in sorted((cache / "envs").glob(f"py*-torch{profile.torch}-*")):
+        if (other / MARKER).exists():
+            measured = prov.tree_bytes(other) / prov.GIB
+            return prov.about(measured, f"as {other.name}, the same torch, in this cache")
+    if not profile.torch:
+        return prov.about(prov.VENV_NO_TORCH_GIB, "no torch: the build tools alone")
+    if Version(profile.torch).local == "cpu":
+        return prov.about(prov.VENV_TORCH_CPU_GIB, "kiln's figure for a CPU-only torch")
+    return prov.about(prov.VENV_TORCH_CUDA_GIB, "kiln's figure for torch with its CUDA wheels")
+
+
 def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
     venv = env_dir(profile, cache)
     python = venv / "bin" / "python"
     if (venv / MARKER).exists():
         return python
+    base = _base_python(profile)
+    fsutil.made_once(
+        venv,
+        lambda: (venv / MARKER).exists(),
+        lambda: _make(profile, base, venv, log_dir),
+        f"the build venv (torch {profile.torch})",
+    )
+    return python
+
+
+def _base_python(profile: Profile) -> Path:
+    """The Python the venv is made from: the profile's, on PATH."""
     base = shutil.which(f"python{profile.python}")
     if base is None:
         raise ToolchainError(
             f"python{profile.python} not found on PATH: install Python {profile.python} or pass "
             f"--python with an interpreter that has torch {profile.torch}"
         )
+    return Path(base)
+
+
+def _make(profile: Profile, base: Path, venv: Path, log_dir: Path) -> None:
+    """The venv at ``venv``, made in place (its lock held), its marker written last;
+    a half-made one (a killed run's: no marker) is removed first."""
     if venv.exists():
         shutil.rmtree(venv)
     log.info("provisioning a build venv (torch %s) at %s (once)", profile.torch, venv)
@@ -104,11 +167,10 @@ def provision(profile: Profile, cache: Path, log_dir: Path) -> Path:
     # labelled build, and preflight then checks torch.__version__ against the profile.
     torch = [f"torch=={Version(profile.torch).public}"] if profile.torch else []
     make_venv(
-        Path(base),
+        base,
         venv,
         [*index, *torch, *profile.build_tools],
         log_file,
         f"{' '.join(torch + profile.build_tools)} into the build venv",
     )
     (venv / MARKER).write_text(json.dumps(_spec(profile), sort_keys=True))
-    return python

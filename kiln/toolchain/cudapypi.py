@@ -6,7 +6,8 @@ with ``pip --require-hashes --no-deps`` into a venv of its own under the cache (
 into the torch venv: they would replace torch's pinned CUDA runtime), then lays out a
 classic ``CUDA_HOME`` beside it (``bin``, ``include``, ``nvvm``, ``lib64`` with the
 unversioned ``libcudart.so`` link names the wheels lack), which torch's extension
-build accepts (shared/toolchain-notes.md).
+build accepts (shared/toolchain-notes.md). Builds sharing the cache make it under its
+lock, once (``fsutil.made_once``); its marker, written last, says it is whole.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from kiln import fsutil
 from kiln.errors import ToolchainError
 from kiln.inside import proc
+from kiln.toolchain import provision as prov
 from kiln.toolchain.buildenv import LAYOUT, make_venv
 
 log = logging.getLogger("kiln.cudapypi")
@@ -71,14 +74,43 @@ def _layout(prefix: Path, home: Path) -> None:
     (home / "lib").symlink_to("lib64")
 
 
-def provision(cuda: str, cache: Path, log_dir: Path) -> Path:
-    """The CUDA home of the pinned toolkit, installed once per lock."""
+def root_dir(cuda: str, cache: Path) -> Path:
+    """Where the pinned toolkit of ``cuda`` lives in the cache (one folder per lock)."""
     text = lock_text(cuda)
     digest = hashlib.sha256(f"{text}\nlayout {LAYOUT}".encode()).hexdigest()[:12]
-    root = cache.resolve() / "toolchains" / f"cuda-{cuda}-{digest}"
-    home = root / "cuda"
+    return cache.resolve() / "toolchains" / f"cuda-{cuda}-{digest}"
+
+
+def planned(cuda: str, cache: Path) -> prov.Provision:
+    """The pip CUDA a build provisions first, made or not."""
+    root = root_dir(cuda, cache)
+    what = f"CUDA {cuda} from PyPI ({len(components(cuda))} hash-pinned wheels)"
     if (root / MARKER).exists():
-        return home
+        return prov.Provision(what, str(root), "", made=True)
+    others = [p for p in sorted(root.parent.glob("cuda-*")) if (p / MARKER).exists()]
+    if others:
+        size = prov.about(prov.tree_bytes(others[0]) / prov.GIB, f"as {others[0].name} here")
+    else:
+        size = prov.about(prov.PYPI_CUDA_GIB, "kiln's figure for a CUDA 13 toolkit from PyPI")
+    return prov.Provision(what, str(root), size)
+
+
+def provision(cuda: str, cache: Path, log_dir: Path) -> Path:
+    """The CUDA home of the pinned toolkit, installed once per lock."""
+    root = root_dir(cuda, cache)
+    fsutil.made_once(
+        root,
+        lambda: (root / MARKER).exists(),
+        lambda: _make(cuda, root, log_dir),
+        f"the CUDA {cuda} toolkit from PyPI",
+    )
+    return root / "cuda"
+
+
+def _make(cuda: str, root: Path, log_dir: Path) -> None:
+    """The toolkit at ``root`` (its lock held), its marker written last."""
+    text = lock_text(cuda)
+    home = root / "cuda"
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
@@ -98,5 +130,4 @@ def provision(cuda: str, cache: Path, log_dir: Path) -> Path:
     if not (prefix / "bin" / "nvcc").exists():
         raise ToolchainError(f"the CUDA {cuda} wheels installed no nvcc under {prefix}")
     _layout(prefix, home)
-    (root / MARKER).write_text(digest)
-    return home
+    (root / MARKER).write_text(root.name.rsplit("-", 1)[-1])
