@@ -212,6 +212,19 @@ def _add_build_args(p: argparse.ArgumentParser, workspace: str = ".") -> None:
         action="store_true",
         help="wait for another build using the same artifacts/ or work folder (default: refuse)",
     )
+    p.add_argument(
+        "--learned-from",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="start from another build's learned unit times and memory: a release's "
+        "manifest.json or a learned.json (default: the workspace's learned.json, if any)",
+    )
+    p.add_argument(
+        "--save-learned",
+        action="store_true",
+        help="write what this build learned into the workspace's learned.json",
+    )
 
 
 def _options(args: argparse.Namespace, vendors: list[str] | None) -> Options:
@@ -253,6 +266,8 @@ def _options(args: argparse.Namespace, vendors: list[str] | None) -> Options:
         artifact_cache_dir=args.artifact_cache,
         wait=args.wait,
         keep_container=args.keep_container,
+        learned_from=args.learned_from,
+        save_learned=args.save_learned,
     )
 
 

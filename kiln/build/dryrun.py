@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kiln.build import learned
 from kiln.build.options import Options
 from kiln.build.preflight import preflight
 from kiln.build.runner import make_runner
@@ -37,7 +38,7 @@ def plan(opts: Options) -> dict[str, Any]:
     ws = Workspace(opts.workspace, opts.profile)
     selected = ws.select(list(opts.vendors) if opts.vendors else None)
     budget = schedule.make_budget(opts.mem_budget_gib, opts.jobs)
-    peaks = schedule.PeakStore(opts.cache / "peaks.json")
+    peaks = learned.open_store(opts.cache, ws.root, opts.learned_from, selected)
     git = sources.GitCache(opts.cache, Mirrors.load(opts.mirrors), opts.offline)
     problems: list[str] = []
     with contextlib.suppress(ConfigError):
