@@ -145,7 +145,7 @@ class Display:
         console = self.console if self.live else Console(file=sys.stderr, width=100)
         console.print(self.summary())
         if self.bound_line:
-            console.print(Text(self.bound_line))
+            console.print(Text(self.bound_line), soft_wrap=True)  # one line, for grep
         github.write_step_summary(
             "kiln build summary",
             self.SUMMARY_COLUMNS,
