@@ -132,3 +132,23 @@ def test_the_bound_is_the_larger_of_the_critical_path_and_the_cpu_floor() -> Non
     assert by_floor is not None and by_floor["bound_by"] == "CPU floor"
     assert by_floor["wall_over_bound"] == 1.04
     assert bound.bound({}, 0.0, 16, 3.0) is None  # nothing compiled (all reused)
+
+
+def test_the_new_fields_are_in_the_committed_schema() -> None:
+    """The bound and the learned records are in the manifest's JSON Schema (test_layout
+    holds the committed file equal to what the models make)."""
+    from kiln.release import manifest
+
+    schema = json.loads(manifest.committed_schema_text())
+    defs = schema["$defs"]
+    assert "bound" in defs["Scheduler"]["properties"]
+    assert set(defs["Bound"]["required"]) >= {"critical_path_s", "cpu_floor_s", "wall_s"}
+    assert "learned" in defs["VendorEntry"]["properties"]
+    assert set(defs["LearnedVendor"]["properties"]) == {
+        "recipe",
+        "archs",
+        "peak_job_gib",
+        "tail_cpu_s",
+        "units",
+    }
+    assert "critical_path_s" in defs["Schedule"]["properties"]
