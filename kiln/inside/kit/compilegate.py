@@ -225,7 +225,8 @@ def slot(
         _bump(gate)
 
 
-def _hints() -> dict:
+def learned_hints() -> dict:
+    """The step's learned figures (``KILN_GATE_HINTS``), {} where there are none."""
     path = os.environ.get("KILN_GATE_HINTS")
     if not path:
         return {}
@@ -245,7 +246,7 @@ def _family(source: str) -> str:
 def _unit_hint(source: str | None, key: str) -> float | None:
     """The learned figure ``key`` of a unit: its own, else its family's (a unit the
     learned data does not name, e.g. a new file beside learned ones), else None."""
-    hints = _hints()
+    hints = learned_hints()
     for table, name in (("units", source or ""), ("families", _family(source or ""))):
         entry = hints.get(table, {}).get(name) if isinstance(hints.get(table), dict) else None
         if isinstance(entry, dict) and isinstance(entry.get(key), int | float):
@@ -257,7 +258,7 @@ def hinted_priority(source: str | None) -> float:
     """A compile's priority: its learned CPU seconds (else its family's, else the step's
     default) plus its step's learned links (``tail_cpu_s``: what runs after the step's
     last compile)."""
-    hints = _hints()
+    hints = learned_hints()
     tail = hints.get("tail_cpu_s", 0.0)
     tail = float(tail) if isinstance(tail, int | float) else 0.0
     learned = _unit_hint(source, "cpu_s") if source else None

@@ -148,7 +148,7 @@ def reorder(text: str, folder: str, tree: str, priority) -> str:
 
 def order_build_file(path: str) -> bool:
     """Reorder ``path`` in place when learned figures name units (True: it changed)."""
-    hints = compilegate._hints()
+    hints = compilegate.learned_hints()
     tree = dict(compileflags.env_roots()).get("TREE")
     if not tree or not hints.get("units") or not os.path.isfile(path):
         return False
