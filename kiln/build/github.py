@@ -41,9 +41,11 @@ def write_step_summary(
     header: Sequence[str],
     rows: Sequence[Sequence[str]],
     details: Sequence[str] = (),
+    note: str = "",
 ) -> None:
     """Append a Markdown table to the step summary (one per build; a job may run several),
-    then each of ``details`` (a failed step's explanation) as a code block."""
+    then ``note`` (the build's bound) and each of ``details`` (a failed step's
+    explanation) as a code block."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
@@ -51,6 +53,8 @@ def write_step_summary(
     lines = [f"### {title}", "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "---|" * len(header))
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    if note:
+        lines += ["", note]
     for text in details:
         lines += ["", "```text", text.replace("```", "` ` `"), "```"]
     with open(path, "a", encoding="utf-8") as fh:

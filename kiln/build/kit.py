@@ -1,7 +1,9 @@
 """The kit kiln puts into every work tree before its build runs: ``.kiln/`` with the
 compiler wrapper (``objcache.py`` and wrappers in ``bin/``: deterministic flags, the
-object cache, ccache, the run's compile gate) and the stand-alone tools a shipped tree
-needs again (``rebuild.py`` and what it imports). Every build kind compiles through it.
+object cache, ccache, the run's compile gate), ``order/ninja`` (first on the build's
+PATH: the build file's units in critical-path order, ``ninjaorder.py``) and the
+stand-alone tools a shipped tree needs again (``rebuild.py`` and what it imports).
+Every build kind compiles through it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ KIT_FILES = (
     "pipcuda.py",
     "patchapply.py",
     "rebuild.py",
+    "ninjaorder.py",
 )
 WRAPPERS = {"gcc": "KILN_REAL_CC", "g++": "KILN_REAL_CXX", "nvcc": "KILN_REAL_NVCC"}
 WRAPPER_DEFAULTS = {"gcc": "gcc", "g++": "g++", "nvcc": "nvcc"}
@@ -34,6 +37,10 @@ WRAPPER = """#!/bin/sh
 # kiln: compile through the object cache (see ../objcache.py)
 if [ "${{KILN_WRAPPED:-}}" = 1 ]; then m=compileflags.py; else m=objcache.py; fi
 exec "${{KILN_OBJCACHE_PYTHON:-python3}}" -S "$(dirname "$0")/../$m" "${{{var}:-{default}}}" "$@"
+"""
+NINJA = """#!/bin/sh
+# kiln: the build file's units longest first, then the real ninja (see ../ninjaorder.py)
+exec "${KILN_OBJCACHE_PYTHON:-python3}" -S "$(dirname "$0")/../ninjaorder.py" "$@"
 """
 
 
@@ -55,10 +62,15 @@ def install_kit(tree: Path) -> Path:
         wrapper = kit / "bin" / name
         wrapper.write_text(WRAPPER.format(var=var, default=WRAPPER_DEFAULTS[name]))
         wrapper.chmod(0o755)
+    (kit / "order").mkdir(exist_ok=True)
+    (kit / "order" / "ninja").write_text(NINJA)
+    (kit / "order" / "ninja").chmod(0o755)
     return kit
 
 
 def kit_environment(tree: Path, tc: Toolchain, base: dict[str, str]) -> dict[str, str]:
-    """Compiler wrappers and object-cache settings for a build in ``tree``, the build
-    Python first on PATH (a clean Python environment)."""
-    return wrapper_env(tree, tc.python, tc.site_packages, tc.cuda_home, base)
+    """Compiler wrappers and object-cache settings for a build in ``tree``, kiln's
+    ``ninja`` then the build Python first on PATH (a clean Python environment)."""
+    env = wrapper_env(tree, tc.python, tc.site_packages, tc.cuda_home, base)
+    env["PATH"] = f"{tree / KIT / 'order'}:{env['PATH']}"
+    return env

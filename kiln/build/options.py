@@ -48,6 +48,10 @@ class Options:
     wait: bool = False  # wait for another build holding artifacts/ instead of refusing
     keep_container: bool = False  # Docker runner: keep a failed step's container
     live: bool | None = None  # live progress table (default: when stderr is a terminal)
+    # Another build's learned figures (a release's manifest.json or a learned.json): in
+    # place of this cache's (build/learned.py). Default: the workspace's learned.json.
+    learned_from: Path | None = None
+    save_learned: bool = False  # write what this build knows into <workspace>/learned.json
 
     def resolved(self) -> Options:
         """The same, with the folders a build writes made absolute (steps run elsewhere)."""
@@ -59,6 +63,7 @@ class Options:
             bundles=self.bundles.resolve() if self.bundles else None,
             vendors=tuple(self.vendors) if self.vendors else None,
             docker_mounts=tuple(self.docker_mounts),
+            learned_from=self.learned_from.resolve() if self.learned_from else None,
         )
 
     @property

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kiln import __version__, fsutil, source_commit
-from kiln.build import failure, progress
+from kiln.build import failure, learned, progress
 from kiln.build import runlock as buildlock
 from kiln.build.context import Context
 from kiln.build.options import Options
@@ -44,7 +44,7 @@ from kiln.errors import ConfigError, KilnError
 from kiln.inside import memwatch
 from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
-from kiln.plan import schedule
+from kiln.plan import bound, schedule
 from kiln.release import artifactcache, files, manifest
 from kiln.release.manifest import (
     Manifest,
@@ -100,8 +100,9 @@ def load(run: Run) -> None:
 
 
 def budget(run: Run) -> None:
+    assert run.ws is not None
     run.budget = schedule.make_budget(run.opts.mem_budget_gib, run.opts.jobs)
-    run.peaks = schedule.PeakStore(run.opts.cache / "peaks.json")
+    run.peaks = learned.open_store(run.opts.cache, run.ws.root, run.opts.learned_from, run.selected)
     schedule.check_fits(run.selected, run.peaks, run.budget)
     run.stack.callback(run.peaks.save)
 
@@ -374,12 +375,21 @@ def write_release(run: Run) -> None:
         log.warning("%s", w)
         run.warnings.append(w)
     kept = _carry_over(run.release_dir, run.stage, run.header, set(run.built))
-    compiled = [
-        s
+    fresh = {
+        v: e
         for v, e in run.built.items()
         if e.caches is None or e.caches.artifact is None or e.caches.artifact.status != "hit"
-        for s in schedule.job_stats(run.logs / f"{v}.jobs")
-    ]
+    }
+    compiled = [s for v in fresh for s in schedule.job_stats(run.logs / f"{v}.jobs")]
+    wall_s = time.monotonic() - run.started
+    paths = {v: e.schedule.data() for v, e in fresh.items() if e.schedule is not None}
+    limit = bound.bound(
+        paths,
+        sum(p.get("compile_cpu_s") or 0.0 for p in paths.values()),
+        run.budget.cpus,
+        wall_s,
+    )
+    run.ctx.display.bound_line = bound.describe(limit, paths)
     m = run.header.model_copy(
         update={
             "warnings": run.warnings,
@@ -393,7 +403,8 @@ def write_release(run: Run) -> None:
                     if run.ctx.ccache.remote_slots
                     else None,
                     "peak_rss_gib": round(run.peak_kib / 2**20, 3),
-                    "wall_s": round(time.monotonic() - run.started, 3),
+                    "wall_s": round(wall_s, 3),
+                    **({"bound": limit} if limit else {}),
                 }
             ),
             "vendors": dict(sorted({**kept, **run.built}.items())),
@@ -402,6 +413,9 @@ def write_release(run: Run) -> None:
     reqs = files.requirements(run.ws.root, run.ws.profile.torch)
     m = m.model_copy(update={"files": files.write_files(run.stage, m, reqs, run.release_dir)})
     manifest.write(run.stage / manifest.FILE_NAME, m)
+    if run.opts.save_learned:
+        assert run.peaks is not None
+        learned.save(run.ws.root, run.peaks, run.selected)
 
 
 def publish(run: Run) -> None:

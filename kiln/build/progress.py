@@ -4,7 +4,9 @@ Each step (one vendor) moves through states (queued, fetching, building,
 verifying, done, cached, failed); its elapsed time and memory (read from the
 step's memory file, written by :mod:`kiln.memwatch` where the step runs) are
 shown live with rich when stderr is a terminal. Off a terminal every state
-change is one log line. Either way a summary table ends the run.
+change is one log line. Either way a summary table ends the run, and under it the
+build's bound (``kiln/plan/bound.py``: the critical path, the CPU floor, the wall time
+against both).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class Display:
         self.steps = {n: StepView(n) for n in names}
         self._lock = threading.Lock()
         self._live: Live | None = None
+        self.bound_line = ""  # what bounds the build (set once the vendors are built)
 
     def __enter__(self) -> Display:
         if self.live:
@@ -141,6 +144,12 @@ class Display:
     def print_summary(self) -> None:
         console = self.console if self.live else Console(file=sys.stderr, width=100)
         console.print(self.summary())
+        if self.bound_line:
+            console.print(Text(self.bound_line), soft_wrap=True)  # one line, for grep
         github.write_step_summary(
-            "kiln build summary", self.SUMMARY_COLUMNS, self.summary_rows(), self.failures()
+            "kiln build summary",
+            self.SUMMARY_COLUMNS,
+            self.summary_rows(),
+            self.failures(),
+            self.bound_line,
         )

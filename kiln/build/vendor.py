@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln import fsutil
-from kiln.build import failure, kit
+from kiln.build import failure, kit, learned
 from kiln.build.context import Context, Step, timed
 from kiln.build.kinds import KINDS, Job
 from kiln.config.models import Vendor
@@ -19,7 +19,7 @@ from kiln.config.workspace import Workspace
 from kiln.inside import memwatch
 from kiln.inside.kit import pipcuda
 from kiln.inside.step import StepSpec
-from kiln.plan import cachekey, schedule
+from kiln.plan import bound, cachekey, schedule
 from kiln.plan.environment import build_environment
 from kiln.release import artifactcache, files
 from kiln.release.manifest import (
@@ -99,11 +99,14 @@ def _reuse(ctx: Context, vendor: Vendor, key: str, stage: Path) -> VendorEntry |
     return entry.model_copy(update={"caches": caches})
 
 
-def _measure(ctx: Context, vendor: Vendor, logs: dict[str, Path]) -> tuple[dict, dict]:
-    """What the step used (memory, compiles, compiler-cache hits); the learned per-job
-    and per-unit figures for the next run (only from real compiles: cache hits use little)."""
+def _measure(
+    ctx: Context, vendor: Vendor, logs: dict[str, Path], timings: dict[str, float]
+) -> tuple[dict, dict]:
+    """What the step used (memory, compiles, compiler-cache hits, its critical path); the
+    learned per-job and per-unit figures for the next run (only from real compiles:
+    cache hits use little)."""
     stats = schedule.job_stats(logs["jobs"])
-    jobs = schedule.summarize_jobs(stats)
+    jobs = {**schedule.summarize_jobs(stats), **bound.step_path(stats, timings).to_json()}
     mem = memwatch.read(logs["mem"])
     cc = compilercache.read_stats(logs["ccache"])
     tail = schedule.learned_tail(stats)
@@ -191,13 +194,13 @@ def _environment(
     # front of kiln's wrapper, with kiln's ccache settings, caching every compile twice.
     env["TORCH_NO_COMPILER_WRAPPER"] = "1"
     hints = ctx.gate / f"hints-{vendor.name}.json"
-    hints.write_text(json.dumps(schedule.gate_hints(vendor, ctx.peaks, choice.nvcc_threads)))
+    hints.write_text(json.dumps(schedule.gate_hints(vendor, ctx.peaks)))
     env.update(
         {
             "KILN_GATE_HINTS": str(hints),
             "KILN_GATE_DIR": str(ctx.gate),
-            "KILN_GATE_MEM_GIB": str(choice.gate_mem_gib),
-            "KILN_GATE_CPUS": str(choice.nvcc_threads or 1),
+            # per nvcc thread: a compile reserves it times its own --threads
+            "KILN_GATE_MEM_GIB": str(choice.mem_per_job_gib),
             "KILN_JOB_STATS": str(logs["jobs"]),
             "KILN_STEP_MEM": str(logs["mem"]),
             "KILN_STEP_FAILURE": str(logs["failure"]),
@@ -250,7 +253,7 @@ def _build(
         )
         # -lineinfo records source mtimes: make them the commit's, not the checkout's.
         fsutil.set_mtimes(tree, co.commit_time)
-    choice = schedule.choose(vendor, tree, ctx.peaks, ctx.budget)
+    choice = schedule.choose(vendor, tree, ctx.peaks, ctx.budget, ctx.ccache.remote_slots)
     env, recorded_env, fixes, logs = _environment(ctx, vendor, tree, co, choice)
     container_gib = min(ctx.budget.mem_gib, choice.gate_mem_gib * choice.max_jobs + 1.0)
     b = vendor.build
@@ -287,7 +290,7 @@ def _build(
     outputs = kind.outputs(Job(ctx, vendor, step, stage, co, applied, recorded_env, timings))
     outputs += license_outputs
     outputs.extend(_patch_outputs(ctx, applied, stage))
-    measured, compiler = _measure(ctx, vendor, logs)
+    measured, compiler = _measure(ctx, vendor, logs, timings)
     entry = VendorEntry(
         source=SourceInfo(
             url=co.url,
@@ -319,6 +322,7 @@ def _build(
             artifact=ArtifactCacheInfo(status="miss" if ctx.acache else "off", key=key),
             compiler=CompilerCacheInfo.model_validate(compiler),
         ),
+        learned=learned.record(ctx.peaks, vendor),
     )
     if ctx.acache is not None:
         ctx.acache.store(key, material, entry, stage)

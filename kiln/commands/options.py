@@ -441,6 +441,25 @@ WAIT = Option(
     env="KILN_WAIT",
     field="wait",
 )
+LEARNED_FROM = Option(
+    "--learned-from",
+    "schedule from another build's learned unit times and memory: a manifest.json or a "
+    "learned.json (default: what the cache learned, else <workspace>/learned.json)",
+    group="speed and caches",
+    type=Path,
+    env="KILN_LEARNED_FROM",
+    metavar="FILE",
+    field="learned_from",
+)
+SAVE_LEARNED = Option(
+    "--save-learned",
+    "write what this build learned into <workspace>/learned.json (to commit: a fresh "
+    "machine's first build is then scheduled like the tenth)",
+    group="speed and caches",
+    kind="flag",
+    env="KILN_SAVE_LEARNED",
+    field="save_learned",
+)
 
 BUILD: tuple[Option, ...] = (
     WORKSPACE,
@@ -464,6 +483,8 @@ BUILD: tuple[Option, ...] = (
     MEM_LIMIT,
     JOBS,
     MEM_BUDGET,
+    LEARNED_FROM,
+    SAVE_LEARNED,
     COMPILER_CACHE,
     NO_COMPILER_CACHE,
     COMPILER_CACHE_BACKEND,

@@ -2,14 +2,15 @@
 whole run may use.
 
 Parallelism is sized from memory, not cores. Each step has an estimated peak per
-compile job: the last run's measured peak for the same recipe and archs (times a
-margin) when kiln has one, else the recipe's ``mem_per_job_gib``. The run's
-budget is the memory available now minus a safety margin (``--mem-budget``
-overrides) and its CPU slots the cores (``--jobs`` overrides). Every independent
-step starts at once with ``MAX_JOBS`` up to its number of translation units; the
-compile gate (``kiln/inside/kit/compilegate.py``) then admits compiles from all steps
-only while their estimates fit the budget, so the sum never exceeds it and no core
-idles while one step is still compiling.
+compile job: the measured peak for the same recipe and archs (times a margin) when kiln
+has learned one (this cache's ``peaks.json``, or another build's learned data:
+``kiln/build/learned.py``), else the recipe's ``mem_per_job_gib``. The run's budget is
+the memory available now minus a safety margin (``--mem-budget`` overrides) and its CPU
+slots the cores (``--jobs`` overrides). Every independent step starts at once with
+``MAX_JOBS`` up to the compiles it can get at one moment (its units, the CPU slots, the
+memory for its lightest unit); the compile gate (``kiln/inside/kit/compilegate.py``)
+then admits compiles from all steps only while their estimates fit the budget, so the
+sum never exceeds it and no core idles while one step is still compiling.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -99,29 +101,50 @@ class PeakStore:
         except (OSError, ValueError):
             self.data = {}
 
-    def learned(self, vendor: Vendor) -> float | None:
+    def entry(self, vendor: Vendor) -> dict[str, Any] | None:
+        """What is learned of ``vendor``'s current recipe (None: nothing)."""
         entry = self.data.get(vendor.name)
         if isinstance(entry, dict) and entry.get("recipe") == recipe_fingerprint(vendor):
+            return entry
+        return None
+
+    def adopt(
+        self, entries: dict[str, dict[str, Any]], vendors: list[Vendor], override: bool
+    ) -> list[str]:
+        """Take another build's learned data (``kiln/build/learned.py``) for the vendors
+        whose recipe it was learned with: in place of this cache's own entry where
+        ``override`` (``--learned-from``, asked for by name), else only where this cache
+        knows nothing of that recipe (the workspace's ``learned.json``). Returns the
+        vendors taken. Not saved by itself: a build that measures anew saves the union."""
+        taken = []
+        for vendor in vendors:
+            entry = entries.get(vendor.name)
+            if not entry or entry.get("recipe") != recipe_fingerprint(vendor):
+                continue
+            if override or self.entry(vendor) is None:
+                self.data[vendor.name] = json.loads(json.dumps(entry))  # a copy
+                taken.append(vendor.name)
+        return taken
+
+    def learned(self, vendor: Vendor) -> float | None:
+        entry = self.entry(vendor)
+        if entry is not None:
             peak = entry.get("peak_job_gib")
             return float(peak) if isinstance(peak, int | float) and peak > 0 else None
         return None
 
     def units(self, vendor: Vendor) -> dict[str, dict[str, float]]:
         """Per translation unit (its path in the tree): learned ``cpu_s`` and ``rss_gib``."""
-        entry = self.data.get(vendor.name)
-        if isinstance(entry, dict) and entry.get("recipe") == recipe_fingerprint(vendor):
-            units = entry.get("units")
-            return units if isinstance(units, dict) else {}
-        return {}
+        entry = self.entry(vendor)
+        units = entry.get("units") if entry is not None else None
+        return units if isinstance(units, dict) else {}
 
     def tail(self, vendor: Vendor) -> float:
         """The learned CPU seconds of the step's non-compiles (its links): what must
         still run once its last compile is done."""
-        entry = self.data.get(vendor.name)
-        if isinstance(entry, dict) and entry.get("recipe") == recipe_fingerprint(vendor):
-            tail = entry.get("tail_cpu_s")
-            return float(tail) if isinstance(tail, int | float) else 0.0
-        return 0.0
+        entry = self.entry(vendor)
+        tail = entry.get("tail_cpu_s") if entry is not None else None
+        return float(tail) if isinstance(tail, int | float) else 0.0
 
     def remember(
         self,
@@ -139,6 +162,7 @@ class PeakStore:
         tail = self.tail(vendor) if tail_cpu_s is None else tail_cpu_s
         self.data[vendor.name] = {
             "recipe": recipe_fingerprint(vendor),
+            "archs": list(vendor.build.archs),
             "peak_job_gib": round(peak_job_gib, 3),
             "tail_cpu_s": round(tail, 1),
             "units": dict(sorted(known.items())),
@@ -149,8 +173,8 @@ class PeakStore:
     def remember_tail(self, vendor: Vendor, tail_cpu_s: float) -> None:
         """A run whose compiles were all cache hits still ran its links: their time is
         learned from it too (where this recipe has an entry)."""
-        entry = self.data.get(vendor.name)
-        if not isinstance(entry, dict) or entry.get("recipe") != recipe_fingerprint(vendor):
+        entry = self.entry(vendor)
+        if entry is None:
             return
         if entry.get("tail_cpu_s") != round(tail_cpu_s, 1):
             entry["tail_cpu_s"] = round(tail_cpu_s, 1)
@@ -219,58 +243,102 @@ def check_fits(vendors: list[Vendor], peaks: PeakStore, budget: Budget) -> None:
             )
 
 
-# How many compiles a step may have waiting at the gate at once (MAX_JOBS): enough that
-# the gate, not the build tool's file order, picks what runs next (a waiting compile is
-# a small Python process).
-WAITING_PER_CPU = 8
-MIN_WAITING = 32
+def step_slots(budget: Budget, lightest_gib: float, remote_slots: int = 0) -> int:
+    """The most compiles one step can get at one moment: the run's CPU slots (a step
+    alone gets them all), fewer where the memory budget holds fewer of its lightest
+    compile, plus the build servers' slots (sccache-dist: no local CPU or memory)."""
+    by_mem = int(budget.mem_gib // lightest_gib) if lightest_gib > 0 else budget.cpus
+    return max(1, min(budget.cpus, by_mem)) + max(remote_slots, 0)
 
 
-def choose(vendor: Vendor, tree: Path, peaks: PeakStore, budget: Budget) -> Choice:
+def nvcc_threads(vendor: Vendor, per_job: float, budget: Budget) -> int | None:
+    """NVCC_THREADS for a recipe that lets kiln set it: the recipe's cap, no more than its
+    archs (nvcc's threads compile the targets of one unit side by side). Each unit then
+    runs with no more than its own targets (the compiler wrapper lowers ``--threads``
+    per unit) and reserves that many CPU slots and that much memory at the gate: the
+    figure depends on the recipe and the unit alone, never on this machine's cores, so
+    compiler-cache keys are the same on every builder."""
+    b = vendor.build
+    if b.nvcc_threads is None:
+        return None
+    threads = max(1, min(b.nvcc_threads, max(len(b.archs), 1)))
+    return 1 if per_job * threads > budget.mem_gib else threads
+
+
+def choose(
+    vendor: Vendor, tree: Path, peaks: PeakStore, budget: Budget, remote_slots: int = 0
+) -> Choice:
     """MAX_JOBS and NVCC_THREADS for one step. ``max_jobs``/``nvcc_threads`` in the
     recipe are caps (an upstream that breaks with more), not the choice.
 
-    MAX_JOBS is not what runs at once: every compile waits at the run's compile gate
-    for memory and a CPU slot, so a step offers as many compiles as it has (up to a
-    bound) and the gate starts them by priority within the budget."""
+    MAX_JOBS is what the step offers at once: never more than it could run at one
+    moment (``step_slots``), since a compile waiting at the gate is a process holding
+    memory the budget does not count, and a step handed 128 on 16 CPUs says nothing
+    true. Which units go first is the gate's choice between steps, and within a ninja
+    build the kit's ``ninja`` (``kiln/inside/kit/ninjaorder.py``: learned units longest
+    first), so a step needs no queue of waiting compiles for the order."""
     b = vendor.build
     per_job, source = estimate(vendor, peaks)
     learned_units = peaks.units(vendor)
     tus = len(learned_units) or count_translation_units(tree)
-    threads: int | None = None
-    if b.nvcc_threads is not None:
-        # Per-arch threads inside one nvcc: worth it only while cores outnumber TUs.
-        spare = max(1, budget.cpus // max(tus, 1))
-        threads = max(1, min(b.nvcc_threads, max(len(b.archs), 1), spare))
+    threads = nvcc_threads(vendor, per_job, budget)
     per_compile = per_job * (threads or 1)
-    if per_compile > budget.mem_gib:
-        threads = 1 if threads is not None else None
-        per_compile = per_job
-    waiting = max(MIN_WAITING, WAITING_PER_CPU * budget.cpus)
-    jobs = max(1, min(max(tus, 1), waiting, b.max_jobs or waiting))
+    lightest = min(
+        (
+            float(u["rss_gib"]) * LEARNED_MARGIN
+            for u in learned_units.values()
+            if isinstance(u, dict) and isinstance(u.get("rss_gib"), int | float) and u["rss_gib"]
+        ),
+        default=per_job,
+    )
+    slots = step_slots(budget, lightest, remote_slots)
+    jobs = max(1, min(max(tus, 1), slots, b.max_jobs or slots))
     return Choice(jobs, threads, per_job, source, round(per_compile, 3), tus)
 
 
-def gate_hints(vendor: Vendor, peaks: PeakStore, threads: int | None) -> dict[str, Any]:
+def family(source: str) -> str:
+    """A unit's family: the units of its folder with its suffix (``csrc/x/*.cu``). A unit
+    the learned data does not name (a new file) is planned from its family's figures."""
+    return f"{posixpath.dirname(source)}/*{posixpath.splitext(source)[1]}"
+
+
+def gate_hints(vendor: Vendor, peaks: PeakStore) -> dict[str, Any]:
     """What the compile gate learns of this step's units (``KILN_GATE_HINTS``): per unit
-    its CPU seconds and memory to reserve (its learned peak times a margin, times the
-    nvcc threads it runs with); units without one get the step's estimate and the mean
-    CPU time of the known units. ``tail_cpu_s``, the step's learned links, is added to
-    each unit's priority: the longest path from a compile to its step's end, as
-    critical-path list scheduling ranks jobs, so a step with a long link finishes its
-    compiles early enough for that link to run beside other steps' compiles instead of
-    alone at the end (a 12 s link after another step's last 7 s unit: docs/performance.md)."""
+    its CPU seconds and memory to reserve per nvcc thread (its learned peak times a
+    margin; the wrapper multiplies by the unit's threads); per family (``family``) the
+    mean CPU time and the largest reservation of its learned units, for units without
+    figures of their own; then the step's estimate and the mean CPU time of all known
+    units. ``tail_cpu_s``, the step's learned links, is added to each unit's priority:
+    the longest path from a compile to its step's end, as critical-path list scheduling
+    ranks jobs, so a step with a long link finishes its compiles early enough for that
+    link to run beside other steps' compiles instead of alone at the end (a 12 s link
+    after another step's last 7 s unit: docs/performance.md)."""
     units = peaks.units(vendor)
     out = {
         src: {
             "cpu_s": round(float(u.get("cpu_s", 0.0)), 3),
-            "mem_gib": round(float(u.get("rss_gib", 0.0)) * LEARNED_MARGIN * (threads or 1), 3),
+            "mem_gib": round(float(u.get("rss_gib", 0.0)) * LEARNED_MARGIN, 3),
         }
         for src, u in units.items()
         if isinstance(u, dict) and u.get("rss_gib")
     }
+    grouped: dict[str, list[dict[str, float]]] = {}
+    for src, u in out.items():
+        grouped.setdefault(family(src), []).append(u)
+    families = {
+        name: {
+            "cpu_s": round(sum(u["cpu_s"] for u in members) / len(members), 3),
+            "mem_gib": max(u["mem_gib"] for u in members),
+        }
+        for name, members in sorted(grouped.items())
+    }
     mean = sum(u["cpu_s"] for u in out.values()) / len(out) if out else 0.0
-    return {"units": out, "default_cpu_s": round(mean, 3), "tail_cpu_s": peaks.tail(vendor)}
+    return {
+        "units": out,
+        "families": families,
+        "default_cpu_s": round(mean, 3),
+        "tail_cpu_s": peaks.tail(vendor),
+    }
 
 
 def learned_units(stats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

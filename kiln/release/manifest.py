@@ -187,8 +187,16 @@ class ReleaseFile(Model):
 class Schedule(Model):
     """What the scheduler chose for a step and what the step used."""
 
-    max_jobs: Annotated[int, Field(ge=1)]
-    nvcc_threads: int | None = None
+    max_jobs: Annotated[int, Field(ge=1)] = Field(
+        description="the compiles the step offers at once: never more than it can run at "
+        "one moment (the CPU slots, the memory for its lightest unit, its units)"
+    )
+    nvcc_threads: int | None = Field(
+        default=None,
+        description="NVCC_THREADS: the recipe's cap, at most its archs; each unit runs with "
+        "no more threads than its own device targets (null: the recipe does not let kiln "
+        "set it)",
+    )
     mem_per_job_gib: float
     estimate_source: str
     gate_mem_gib: float | None = None
@@ -201,6 +209,42 @@ class Schedule(Model):
     gate_wait_s: float | None = None
     peak_job_gib: float | None = None
     peak_rss_gib: float | None = None
+    longest_unit: str | None = Field(
+        default=None, description="the unit that took the longest here (its path in the tree)"
+    )
+    longest_unit_s: float | None = Field(default=None, description="its wall seconds")
+    link_s: float | None = Field(
+        default=None,
+        description="wall seconds of the step's compiler runs that are not compiles (its links)",
+    )
+    critical_path_s: float | None = Field(
+        default=None,
+        description="longest_unit_s + link_s + the step's packaging and verification: no "
+        "number of CPUs builds this step faster",
+    )
+
+
+class LearnedUnit(Model):
+    cpu_s: float = Field(description="CPU seconds of its compile")
+    rss_gib: float = Field(description="peak RSS of its largest process (one nvcc thread)")
+
+
+class LearnedVendor(Model):
+    """What builds learned of one vendor's recipe: the compile gate's figures, so that
+    another machine's first build is scheduled as this one's next (docs/performance.md)."""
+
+    recipe: str = Field(
+        description="the fingerprint of the recipe (the vendor's [build], archs included) "
+        "they were learned with; figures of another recipe are never used"
+    )
+    archs: list[Arch] = Field(default_factory=list)
+    peak_job_gib: float = Field(description="the largest compile process of the step")
+    tail_cpu_s: float = Field(
+        default=0.0, description="CPU seconds of the step's links (what follows its last compile)"
+    )
+    units: dict[str, LearnedUnit] = Field(
+        default_factory=dict, description="per translation unit, by its path in the tree"
+    )
 
 
 class ArtifactCacheInfo(Model):
@@ -249,9 +293,33 @@ class VendorEntry(Model):
     timings: dict[str, float]
     schedule: Schedule | None = None
     caches: Caches | None = None
+    learned: LearnedVendor | None = Field(
+        default=None,
+        description="what kiln knows of this recipe's units after this build (kiln build "
+        "--learned-from this manifest starts from it)",
+    )
 
     def outputs_of(self, *kinds: str) -> list[Output]:
         return [o for o in self.outputs if o.kind in kinds]
+
+
+class Bound(Model):
+    """What no schedule on this machine beats, and the build's wall time against it."""
+
+    critical_path_s: float = Field(
+        description="the longest unit plus its step's links and packaging (the largest "
+        "of the steps' critical_path_s)"
+    )
+    critical_vendor: str | None = None
+    critical_unit: str | None = None
+    cpu_floor_s: float = Field(description="compile_cpu_s / cpus")
+    compile_cpu_s: float = Field(description="CPU seconds of this build's compiles")
+    cpus: int = Field(description="the CPU slots")
+    wall_s: float
+    bound_by: Literal["critical path", "CPU floor"] = Field(
+        description="the larger of the two: what the build is up against"
+    )
+    wall_over_bound: float = Field(description="wall_s / max(critical_path_s, cpu_floor_s)")
 
 
 class Scheduler(Model):
@@ -272,6 +340,9 @@ class Scheduler(Model):
     distributed_to: str | None = None
     peak_rss_gib: float | None = None
     wall_s: float | None = None
+    bound: Bound | None = Field(
+        default=None, description="null where nothing compiled (every vendor reused)"
+    )
 
 
 class Manifest(Model):

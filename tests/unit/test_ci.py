@@ -273,6 +273,20 @@ def test_every_build_job_compiles_through_one_shared_cache() -> None:
             assert value.startswith("${{ secrets."), name
 
 
+def test_every_build_job_is_scheduled_from_learned_data_and_keeps_what_it_learned() -> None:
+    """A runner's first build reads the workspace's learned.json (by default: no flag
+    needed, none that fails where the file is not committed yet), writes its vendor's
+    figures back (--save-learned) and uploads the file to be committed (issue 24)."""
+    steps = workflow()["jobs"]["build"]["steps"]
+    (build,) = [s for s in steps if "python -m kiln build" in s.get("run", "")]
+    assert "--save-learned" in build["run"] and "--learned-from" not in build["run"]
+    (keep,) = [s for s in steps if s.get("with", {}).get("path") == "learned.json"]
+    assert keep["uses"].startswith("actions/upload-artifact@")
+    assert steps.index(build) < steps.index(keep)
+    helped = run_kiln("build", "--help")
+    assert "--save-learned" in helped.stdout and "--learned-from FILE" in helped.stdout
+
+
 # --------------------------------------------------------------------------- cibuildwheel
 
 

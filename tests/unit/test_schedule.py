@@ -38,20 +38,46 @@ def _tree(tmp_path: Path, n: int) -> Path:
     return tree
 
 
-def test_a_step_offers_its_units_to_the_gate_up_to_a_bound(tmp_path: Path) -> None:
-    """MAX_JOBS is what a step offers the compile gate, not what runs: the gate starts
-    compiles by priority within the memory budget and CPU slots (tests below)."""
+def test_a_step_offers_no_more_compiles_than_it_can_run_at_once(tmp_path: Path) -> None:
+    """MAX_JOBS is what a step offers the compile gate: never more than the slots it can
+    get at one moment (the CPU slots, the memory for its lightest unit, its units; plus
+    build servers' slots), not 128 on 16 CPUs (issue 24)."""
     tree = _tree(tmp_path, 10)
     peaks = schedule.PeakStore(tmp_path / "peaks.json")
     v = _vendor(mem_per_job_gib=4.0)
     small_budget = schedule.choose(v, tree, peaks, schedule.Budget(9.0, 16, "test"))
-    assert (small_budget.max_jobs, small_budget.translation_units) == (10, 10)
+    assert (small_budget.max_jobs, small_budget.translation_units) == (2, 10)  # 2 x 4 GiB
     by_tus = schedule.choose(v, _tree(tmp_path / "small", 2), peaks, schedule.Budget(100, 16, "t"))
     assert by_tus.max_jobs == 2
-    many = schedule.choose(v, _tree(tmp_path / "many", 100), peaks, schedule.Budget(100, 2, "t"))
-    assert many.max_jobs == schedule.MIN_WAITING  # a bounded queue of waiting compiles
+    many = _tree(tmp_path / "many", 200)
+    assert schedule.choose(v, many, peaks, schedule.Budget(100, 2, "t")).max_jobs == 2
+    assert schedule.choose(v, many, peaks, schedule.Budget(100, 16, "t")).max_jobs == 16
+    remote = schedule.choose(v, many, peaks, schedule.Budget(100, 16, "t"), remote_slots=8)
+    assert remote.max_jobs == 24  # build servers' slots use no local CPU or memory
     capped = schedule.choose(_vendor(max_jobs=1), tree, peaks, schedule.Budget(100, 16, "t"))
     assert capped.max_jobs == 1
+    # Learned: the lightest unit's own memory, not the recipe's, bounds what fits.
+    unit = {"result": "compiled", "rc": 0, "cpu_s": 1.0}
+    stats = [{**unit, "source": f"csrc/k{i}.cu", "rss_kib": (i + 1) << 19} for i in range(10)]
+    peaks.remember(v, 5.0, schedule.learned_units(stats))
+    learned = schedule.choose(v, tree, peaks, schedule.Budget(9.0, 16, "t"))
+    assert learned.max_jobs == 10  # 9 GiB / (0.5 GiB x 1.25): 14, but the step has 10 units
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 16, 64])
+@pytest.mark.parametrize("mem", [3.0, 20.0, 500.0])
+@pytest.mark.parametrize("units", [1, 7, 300])
+def test_max_jobs_is_never_above_the_slots(
+    tmp_path: Path, cpus: int, mem: float, units: int
+) -> None:
+    v = _vendor(mem_per_job_gib=2.5, nvcc_threads=4)
+    choice = schedule.choose(
+        v,
+        _tree(tmp_path, units),
+        schedule.PeakStore(tmp_path / "p"),
+        schedule.Budget(mem, cpus, "t"),
+    )
+    assert 1 <= choice.max_jobs <= min(cpus, max(int(mem // 2.5), 1), units)
 
 
 def test_learned_units_become_the_gates_hints(tmp_path: Path) -> None:
@@ -75,16 +101,14 @@ def test_learned_units_become_the_gates_hints(tmp_path: Path) -> None:
         {"result": "compiled", "rc": 1, "source": "csrc/failed.cu", "cpu_s": 5.0, "rss_kib": 1},
     ]
     peaks.remember(v, 9.0, schedule.learned_units(stats))
-    hints = schedule.gate_hints(v, peaks, None)
+    hints = schedule.gate_hints(v, peaks)
     assert set(hints["units"]) == {"csrc/big.cu", "csrc/small.cu"}
     assert hints["units"]["csrc/big.cu"] == {
         "cpu_s": 170.0,
         "mem_gib": 9.0 * schedule.LEARNED_MARGIN,
     }
     assert hints["default_cpu_s"] == 90.0
-    assert (
-        schedule.gate_hints(_vendor(mem_per_job_gib=1.5), peaks, None)["units"] == {}
-    )  # recipe changed
+    assert schedule.gate_hints(_vendor(mem_per_job_gib=1.5), peaks)["units"] == {}  # recipe changed
 
 
 def test_a_steps_learned_links_raise_its_compiles_priority(
@@ -116,7 +140,7 @@ def test_a_steps_learned_links_raise_its_compiles_priority(
     priority = {}
     for v, src in ((long_link, "layout.cu"), (short_link, "fwd.cu")):
         hints = tmp_path / f"hints-{v.name}.json"
-        hints.write_text(json.dumps(schedule.gate_hints(v, peaks, None)))
+        hints.write_text(json.dumps(schedule.gate_hints(v, peaks)))
         monkeypatch.setenv("KILN_GATE_HINTS", str(hints))
         priority[v.name] = compilegate.hinted_priority(src)
     assert priority == {"deepep": 23.1, "flashmla": 21.4}

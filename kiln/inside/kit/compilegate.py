@@ -12,9 +12,12 @@ keeps the sum of what runs under the run's budget.
 Which waiting compile goes next: the one with the highest priority that fits, where
 a compile's priority is its learned CPU time (the longest first: a long translation
 unit started last would run on alone while the other cores idle) and links come
-before any compile (their step waits on them). The per-unit estimates come from the
-last run of the same recipe (``KILN_GATE_HINTS``: a JSON file kiln writes per step);
-a unit without one gets the step's estimate.
+before any compile (their step waits on them). The per-unit estimates come from what
+kiln learned of the same recipe (``KILN_GATE_HINTS``: a JSON file kiln writes per step,
+from this cache or another build's learned data); a unit without one gets its
+family's (its folder's units of its suffix), else the step's estimate. An nvcc compile
+holds as many CPU slots as its ``--threads`` (the wrapper sets them per unit) and that
+many times its memory per thread.
 
 The gate is a folder: ``budget.json`` ({"mem_gib", "cpus"}), ``lock`` (flock'ed
 while the holders are counted), ``holders/<id>.json`` and ``waiting/<id>.json``,
@@ -222,7 +225,8 @@ def slot(
         _bump(gate)
 
 
-def _hints() -> dict:
+def learned_hints() -> dict:
+    """The step's learned figures (``KILN_GATE_HINTS``), {} where there are none."""
     path = os.environ.get("KILN_GATE_HINTS")
     if not path:
         return {}
@@ -234,33 +238,54 @@ def _hints() -> dict:
         return {}
 
 
+def _family(source: str) -> str:
+    """A unit's family (``plan.schedule.family``): its folder's units of its suffix."""
+    return f"{os.path.dirname(source)}/*{os.path.splitext(source)[1]}"
+
+
+def _unit_hint(source: str | None, key: str) -> float | None:
+    """The learned figure ``key`` of a unit: its own, else its family's (a unit the
+    learned data does not name, e.g. a new file beside learned ones), else None."""
+    hints = learned_hints()
+    for table, name in (("units", source or ""), ("families", _family(source or ""))):
+        entry = hints.get(table, {}).get(name) if isinstance(hints.get(table), dict) else None
+        if isinstance(entry, dict) and isinstance(entry.get(key), int | float):
+            return float(entry[key])
+    return None
+
+
 def hinted_priority(source: str | None) -> float:
-    """A compile's priority: its learned CPU seconds (else the step's default) plus its
-    step's learned links (``tail_cpu_s``: what runs after the step's last compile)."""
-    hints = _hints()
+    """A compile's priority: its learned CPU seconds (else its family's, else the step's
+    default) plus its step's learned links (``tail_cpu_s``: what runs after the step's
+    last compile)."""
+    hints = learned_hints()
     tail = hints.get("tail_cpu_s", 0.0)
     tail = float(tail) if isinstance(tail, int | float) else 0.0
-    unit = hints.get("units", {}).get(source or "")
-    if isinstance(unit, dict) and isinstance(unit.get("cpu_s"), int | float):
-        return float(unit["cpu_s"]) + tail
+    learned = _unit_hint(source, "cpu_s") if source else None
+    if learned is not None:
+        return learned + tail
     default = hints.get("default_cpu_s", 0.0)
     return (float(default) if isinstance(default, int | float) else 0.0) + tail
 
 
-def _mem_for(source: str | None) -> float:
-    unit = _hints().get("units", {}).get(source or "")
-    if isinstance(unit, dict) and isinstance(unit.get("mem_gib"), int | float):
-        return float(unit["mem_gib"])
+def mem_per_thread(source: str | None) -> float:
+    """What one nvcc thread of this unit reserves: its learned peak (or its family's)
+    times the margin, else the step's estimate (``KILN_GATE_MEM_GIB``)."""
+    learned = _unit_hint(source, "mem_gib") if source else None
+    if learned is not None:
+        return learned
     return float(os.environ.get("KILN_GATE_MEM_GIB", "0") or 0)
 
 
 def from_environment(
-    source: str | None = None, priority: float = 0.0, remote_ok: bool = False
+    source: str | None = None, priority: float = 0.0, remote_ok: bool = False, threads: int = 1
 ) -> contextlib.AbstractContextManager[str | None]:
-    """The slot this compile needs, from the step's environment; a no-op outside
-    kiln's builds (e.g. ``rebuild.py`` on an installed tree)."""
+    """The slot this compile needs, from the step's environment: ``threads`` CPU slots
+    (nvcc's ``--threads`` for this unit; 1 for anything else) and that many times its
+    memory per thread; a no-op outside kiln's builds (e.g. ``rebuild.py`` on an
+    installed tree)."""
     gate = os.environ.get("KILN_GATE_DIR")
     if not gate or not (Path(gate) / "budget.json").is_file():
         return contextlib.nullcontext(None)
-    cpus = int(os.environ.get("KILN_GATE_CPUS", "1") or 1)
-    return slot(Path(gate), _mem_for(source), cpus, priority, remote_ok)
+    threads = max(threads, 1)
+    return slot(Path(gate), mem_per_thread(source) * threads, threads, priority, remote_ok)

@@ -240,6 +240,7 @@ def _record(
     waited: float = 0.0,
     ended: float | None = None,
     where: str | None = None,
+    threads: int = 1,
 ) -> None:
     """One line per compiler run into the step's stats (``KILN_JOB_STATS``): the
     largest process's peak RSS and the CPU time of the run (for the scheduler's learned
@@ -262,6 +263,7 @@ def _record(
             "start": round(time.time() - (time.monotonic() - started), 3),
             "waited_s": round(waited, 3),
             **({"where": where} if where else {}),
+            **({"threads": threads} if threads > 1 else {}),
         }
     )
     fd = os.open(stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -298,6 +300,64 @@ def _priority(call: Call) -> float:
     return compilegate.hinted_priority(_tree_relative(call.source))
 
 
+THREADS_FLAGS = ("--threads", "-t")
+TARGET_FLAGS = ("-gencode", "--generate-code")
+ARCH_FLAGS = ("-arch", "--gpu-architecture")
+CODE_FLAGS = ("-code", "--gpu-code")
+
+
+def _flag_values(args: list[str], names: tuple[str, ...]) -> list[tuple[int, int, str]]:
+    """Each ``NAME VALUE`` or ``NAME=VALUE`` of ``names`` in ``args``: (index of the flag,
+    how many arguments it spans, its value)."""
+    found = []
+    for i, a in enumerate(args):
+        for name in names:
+            if a == name and i + 1 < len(args):
+                found.append((i, 2, args[i + 1]))
+            elif a.startswith(name + "="):
+                found.append((i, 1, a[len(name) + 1 :]))
+    return found
+
+
+def device_targets(args: list[str]) -> int | None:
+    """How many device targets one nvcc compile makes (what its ``--threads`` compile
+    side by side): its ``-gencode`` entries, else the real archs of ``-code``, else one
+    for ``-arch`` or none given; None where nvcc chooses them (``-arch=all``, ``native``)."""
+    gencodes = {v for _, _, v in _flag_values(args, TARGET_FLAGS)}
+    if gencodes:
+        return len(gencodes)
+    archs = [v for _, _, v in _flag_values(args, ARCH_FLAGS)]
+    if any(v.startswith(("all", "native")) for v in archs):
+        return None
+    codes = {c for _, _, v in _flag_values(args, CODE_FLAGS) for c in v.split(",") if c}
+    return max(len(codes), 1)
+
+
+def unit_threads(args: list[str]) -> tuple[list[str], int]:
+    """nvcc's ``--threads`` for this unit, no more than its device targets (a thread
+    per target is all nvcc uses; ``NVCC_THREADS`` is set per step, for its largest unit),
+    and the arguments with it written so. ``--threads 0`` (nvcc: as many as it likes)
+    becomes the unit's targets. Without ``--threads``: one. The count changes no byte of
+    the object and depends on the unit alone, so cache keys stay the same everywhere."""
+    given = _flag_values(args, THREADS_FLAGS)
+    if not given:
+        return args, 1
+    index, span, value = given[-1]  # nvcc takes the last one
+    try:
+        asked = int(value)
+    except ValueError:
+        return args, 1
+    targets = device_targets(args)
+    if targets is None:
+        return args, max(asked, 1)
+    threads = targets if asked <= 0 else max(1, min(asked, targets))
+    if threads == asked:
+        return args, threads
+    flag = args[index] if span == 2 else args[index].split("=", 1)[0]
+    written = [flag, str(threads)] if span == 2 else [f"{flag}={threads}"]
+    return [*args[:index], *written, *args[index + span :]], threads
+
+
 def run_real(call: Call, seed: str = "") -> int:
     """The real compiler (behind the compiler cache when configured), once the run's
     compile gate has room for it: in a local slot, or in a remote one (then through the
@@ -319,8 +379,13 @@ def run_real(call: Call, seed: str = "") -> int:
     remote_ok = bool(
         launcher and os.environ.get("KILN_SCCACHE_DIST_PORT")
     ) and compileflags.is_nvcc(call.compiler)
-    with compilegate.from_environment(source, _priority(call), remote_ok) as where:
-        args = call.args
+    own_args, threads = (
+        unit_threads(call.args)
+        if call.cacheable and compileflags.is_nvcc(call.compiler)
+        else (call.args, 1)
+    )
+    with compilegate.from_environment(source, _priority(call), remote_ok, threads) as where:
+        args = own_args
         if where == "remote":
             env["SCCACHE_SERVER_PORT"] = os.environ["KILN_SCCACHE_DIST_PORT"]
         elif launcher and os.environ.get("KILN_SCCACHE"):
@@ -357,7 +422,16 @@ def run_real(call: Call, seed: str = "") -> int:
         # the two overlapping.
         ended = time.monotonic()
     result = "compiled" if call.cacheable else "other"
-    _record(call, rc, started, result, waited=started - requested, ended=ended, where=where)
+    _record(
+        call,
+        rc,
+        started,
+        result,
+        waited=started - requested,
+        ended=ended,
+        where=where,
+        threads=threads,
+    )
     return rc
 
 

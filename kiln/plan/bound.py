@@ -1,0 +1,97 @@
+"""What bounds a build's wall time, from what it measured: the critical path (the longest
+unit, then its step's links and packaging: no number of CPUs makes that step shorter)
+and the CPU floor (the compile CPU-seconds spread over the CPU slots: no schedule on
+this machine compiles faster). The larger of the two is what the build is up against;
+its wall time over that says how much the schedule lost (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepPath:
+    """One step's share of the critical path: its longest unit, links and packaging."""
+
+    unit: str | None
+    unit_s: float
+    link_s: float
+    package_s: float
+
+    @property
+    def total_s(self) -> float:
+        return round(self.unit_s + self.link_s + self.package_s, 3)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "longest_unit": self.unit,
+            "longest_unit_s": round(self.unit_s, 3),
+            "link_s": round(self.link_s, 3),
+            "critical_path_s": self.total_s,
+        }
+
+
+def step_path(stats: list[dict[str, Any]], timings: dict[str, float]) -> StepPath:
+    """From one step's compiler records (``KILN_JOB_STATS``) and its timings: the unit
+    that took the longest here (wall time: with its nvcc threads), the wall time of its
+    compiler runs that are not compiles (the links) and its packaging and verification."""
+    compiled = [s for s in stats if s.get("result") == "compiled" and s.get("rc") == 0]
+    longest = max(compiled, key=lambda s: float(s.get("wall_s", 0.0)), default=None)
+    links = sum(
+        float(s.get("wall_s", 0.0))
+        for s in stats
+        if s.get("result") == "other" and s.get("rc") == 0
+    )
+    return StepPath(
+        unit=longest.get("source") or None if longest else None,
+        unit_s=float(longest.get("wall_s", 0.0)) if longest else 0.0,
+        link_s=links,
+        package_s=float(timings.get("package", 0.0)) + float(timings.get("verify", 0.0)),
+    )
+
+
+def bound(
+    paths: dict[str, dict[str, Any]], compile_cpu_s: float, cpus: int, wall_s: float
+) -> dict[str, Any] | None:
+    """The run's bound (the manifest's ``scheduler.bound``) from each built step's
+    ``StepPath.to_json()`` and the compile CPU-seconds of the steps built; None where
+    nothing compiled."""
+    if compile_cpu_s <= 0 and not any(p.get("critical_path_s") for p in paths.values()):
+        return None
+    vendor, worst = max(
+        paths.items(), key=lambda kv: kv[1].get("critical_path_s") or 0.0, default=(None, {})
+    )
+    critical = float(worst.get("critical_path_s") or 0.0)
+    floor = compile_cpu_s / max(cpus, 1)
+    limit = max(critical, floor)
+    return {
+        "critical_path_s": round(critical, 3),
+        "critical_vendor": vendor,
+        "critical_unit": worst.get("longest_unit"),
+        "cpu_floor_s": round(floor, 3),
+        "compile_cpu_s": round(compile_cpu_s, 3),
+        "cpus": cpus,
+        "wall_s": round(wall_s, 3),
+        "bound_by": "critical path" if critical >= floor else "CPU floor",
+        "wall_over_bound": round(wall_s / limit, 3) if limit > 0 else 0.0,
+    }
+
+
+def describe(b: dict[str, Any] | None, paths: dict[str, dict[str, Any]]) -> str:
+    """The summary's line: both bounds, what makes each, and the wall time against them."""
+    if b is None:
+        return "bound: nothing compiled in this build (every vendor reused)"
+    step = paths.get(b["critical_vendor"] or "", {})
+    parts = (
+        f"{b['critical_vendor']}: {b['critical_unit']} {step.get('longest_unit_s', 0.0):.1f} s"
+        f" + links {step.get('link_s', 0.0):.1f} s + packaging "
+        f"{b['critical_path_s'] - step.get('longest_unit_s', 0.0) - step.get('link_s', 0.0):.1f} s"
+    )
+    return (
+        f"bound: critical path {b['critical_path_s']:.1f} s ({parts}); CPU floor "
+        f"{b['cpu_floor_s']:.1f} s ({b['compile_cpu_s']:.0f} compile CPU-s / {b['cpus']} "
+        f"CPU slots); wall {b['wall_s']:.1f} s = {b['wall_over_bound']:.2f} x the "
+        f"{b['bound_by']}"
+    )

@@ -1,0 +1,132 @@
+"""What a build learned travels (issue 24): a build in other folders, with an empty cache,
+started from another build's manifest, is scheduled as that build's next one would be:
+its largest unit first, each unit's learned memory instead of the recipe's; the bound
+(critical path, CPU floor) in its summary and manifest.
+
+The fixture upstream is ninja's own kind of build (a build.ninja of four C units, one of
+them heavy, then a link): compiles of a second each, no CUDA."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kiln.build import pipeline
+from kiln.errors import ConfigError
+from kiln.plan import schedule
+from kiln.release import manifest
+from kiln.sources.gitrepo import CommitSpec, make_repo
+from tests.conftest import run_kiln, shared_cache
+from tests.upstreams import BASE_URL
+from tests.workspace import write
+
+BUILD_NINJA = """rule cc
+  command = $$CC -O2 -fPIC -c $in -o $out
+build obj/a.o: cc src/a.c
+build obj/b.o: cc src/b.c
+build obj/c.o: cc src/c.c
+build obj/big.o: cc src/big.c
+"""
+BUILD_SH = 'set -e\nninja -j "$MAX_JOBS"\n"$CC" -shared -o libninjafix.so obj/*.o\n'
+HEAVY = """double f{i}(const double* x, int n) {{
+  double s = 0;
+  for (int a = 0; a < n; ++a) for (int b = 0; b < n; ++b) for (int c = 0; c < n; ++c)
+    s += x[(a * {i} + b * 7 + c) % n] * (a ^ b) / (1.0 + c + {i});
+  return s;
+}}
+"""
+
+
+@pytest.fixture
+def ninjafix(tmp_path: Path) -> tuple[Path, str]:
+    """A git repository of the fixture upstream and a mirrors file naming it."""
+    root = tmp_path / "upstreams"
+    files = {
+        "build.ninja": BUILD_NINJA,
+        "build.sh": BUILD_SH,
+        "LICENSE": "MIT License\n",
+        "src/big.c": "".join(HEAVY.format(i=i + 3) for i in range(60)),
+        **{f"src/{n}.c": f"int {n}(void) {{ return 1; }}\n" for n in "abc"},
+    }
+    (commit,) = make_repo(root / "ninjafix.git", [CommitSpec("ninjafix", files)])
+    (root / "mirrors.toml").write_text(f'[mirrors]\n"{BASE_URL}" = "{root}/"\n')
+    return root / "mirrors.toml", commit
+
+
+def _workspace(root: Path, commit: str) -> Path:
+    vendor = {
+        "source": {"url": f"{BASE_URL}ninjafix.git", "commit": commit},
+        "build": {
+            "kind": "inplace",
+            "archs": [],
+            "arch_control": "none",
+            "command": ["sh", "build.sh"],
+            "outputs": ["libninjafix.so"],
+            "mem_per_job_gib": 6.0,  # the recipe's guess: far above what its units use
+        },
+    }
+    return write(root, {"fix": vendor})
+
+
+def _compiled_in_order(artifacts: Path) -> list[str]:
+    stats = schedule.job_stats(artifacts / "logs" / "test-release" / "fix.jobs")
+    compiled = [s for s in stats if s.get("result") == "compiled"]
+    return [s["source"] for s in sorted(compiled, key=lambda s: s["start"])]
+
+
+def test_a_build_from_another_builds_learned_data_starts_like_its_next(
+    tmp_path: Path, options, ninjafix: tuple[Path, str], build_python: Path
+) -> None:
+    mirrors, commit = ninjafix
+    ws = _workspace(tmp_path / "ws", commit)
+    first = options(
+        ws, mirrors=mirrors, jobs=1, mem_budget_gib=8.0, no_compiler_cache=True, save_learned=True
+    )
+    release = pipeline.build(first)
+    # Nothing learned: the build file's order (the check below can fail).
+    assert _compiled_in_order(first.artifacts) == ["src/a.c", "src/b.c", "src/c.c", "src/big.c"]
+    made = manifest.read(release / manifest.FILE_NAME)
+    learned = made.vendors["fix"].learned
+    assert learned is not None and set(learned.units) == {
+        f"src/{n}.c" for n in ("a", "b", "c", "big")
+    }
+    heaviest = max(learned.units, key=lambda u: learned.units[u].cpu_s)
+    assert heaviest == "src/big.c"
+    assert json.loads((ws / "learned.json").read_text())["vendors"]["fix"] == learned.data()
+
+    # Another machine's first build: other folders, an empty cache, no learned.json in its
+    # workspace, a memory budget the recipe's 6 GiB per job does not fit.
+    other = tmp_path / "other"
+    ws_b = shutil.copytree(ws, other / "ws", ignore=shutil.ignore_patterns("learned.json"))
+    common = (
+        *("build", "--workspace", ws_b, "--artifacts", other / "artifacts"),
+        *("--work", other / "work", "--cache", shared_cache(other / "cache")),
+        *("--mirrors", mirrors, "--offline", "--python", build_python, "--toolchain", "pypi"),
+        *("--runner", "local", "--jobs", "1", "--mem-budget", "3", "--no-compiler-cache"),
+    )
+    refused = run_kiln(*common)
+    assert refused.returncode == ConfigError.exit_code, refused.stderr
+    assert "fix: one compile job needs an estimated 6 GiB (recipe)" in refused.stderr
+
+    res = run_kiln(*common, "--learned-from", release / manifest.FILE_NAME)
+    assert res.returncode == 0, res.stderr
+    assert _compiled_in_order(other / "artifacts")[0] == "src/big.c"  # the largest first
+    again = manifest.read(other / "artifacts" / "test-release" / manifest.FILE_NAME)
+    sched = again.vendors["fix"].schedule
+    assert sched is not None
+    assert (sched.estimate_source, sched.max_jobs) == ("learned", 1)  # MAX_JOBS: the 1 slot
+    assert sched.mem_per_job_gib == round(learned.peak_job_gib * schedule.LEARNED_MARGIN, 3)
+    assert sched.mem_per_job_gib < 3.0 < 6.0
+    assert sched.longest_unit == "src/big.c" and (sched.critical_path_s or 0) > 0
+
+    # The bound: in the manifest (its models, hence its schema) and the summary.
+    assert again.scheduler is not None and again.scheduler.bound is not None
+    b = again.scheduler.bound
+    assert b.critical_vendor == "fix" and b.critical_unit == "src/big.c" and b.cpus == 1
+    assert b.cpu_floor_s == pytest.approx(sched.compile_cpu_s or 0, abs=0.01)
+    assert b.bound_by in ("critical path", "CPU floor") and b.wall_over_bound >= 1.0
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("bound: critical path")]
+    assert "fix: src/big.c" in line and "CPU floor" in line and " x the " in line  # one line

@@ -1,0 +1,154 @@
+"""Learned data that travels (issue 24): the workspace's learned.json and a release
+manifest's ``learned`` records, which one wins, a bad file as one line; and the bound a
+build prints (the critical path, the CPU floor)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kiln.build import learned
+from kiln.errors import ConfigError
+from kiln.plan import bound, schedule
+from tests.conftest import artifacts_files, run_kiln
+from tests.unit.test_schedule import _vendor
+from tests.workspace import plain_vendor, write
+
+UNIT = {"result": "compiled", "rc": 0}
+
+
+def _learn(store: schedule.PeakStore, vendor, cpu: float, rss_gib: float) -> None:
+    stats = [{**UNIT, "source": "csrc/k.cu", "cpu_s": cpu, "rss_kib": int(rss_gib * 2**20)}]
+    store.remember(vendor, rss_gib, schedule.learned_units(stats), 4.0)
+
+
+def test_learned_json_round_trips_and_fills_what_the_cache_does_not_know(tmp_path: Path) -> None:
+    v, other = _vendor("v"), _vendor("w")
+    elsewhere = schedule.PeakStore(tmp_path / "elsewhere" / "peaks.json")
+    _learn(elsewhere, v, 170.0, 5.0)
+    _learn(elsewhere, other, 10.0, 1.0)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    written = learned.save(ws, elsewhere, [v, other])
+    data = json.loads(written.read_text())
+    assert data["schema"] == learned.SCHEMA_ID
+    assert data["vendors"]["v"]["units"] == {"csrc/k.cu": {"cpu_s": 170.0, "rss_gib": 5.0}}
+    assert data["vendors"]["v"]["archs"] == ["sm_100a", "sm_103a"]
+
+    # A fresh cache: everything from the workspace's file.
+    fresh = learned.open_store(tmp_path / "fresh", ws, None, [v, other])
+    assert fresh.units(v) == {"csrc/k.cu": {"cpu_s": 170.0, "rss_gib": 5.0}}
+    assert schedule.estimate(v, fresh) == (6.25, "learned")
+
+    # This cache's own figures win over the workspace's ...
+    mine = schedule.PeakStore(tmp_path / "mine" / "peaks.json")
+    _learn(mine, v, 150.0, 4.0)
+    mine.save()
+    kept = learned.open_store(tmp_path / "mine", ws, None, [v, other])
+    assert kept.units(v)["csrc/k.cu"]["cpu_s"] == 150.0
+    assert kept.units(other)["csrc/k.cu"]["cpu_s"] == 10.0  # ... filled where it knew none
+    # ... and --learned-from, named, wins over both.
+    named = learned.open_store(tmp_path / "mine", tmp_path / "none", written, [v, other])
+    assert named.units(v)["csrc/k.cu"]["cpu_s"] == 170.0
+
+    # Another recipe (other archs): its figures are not used.
+    narrowed = _vendor("v", archs=["sm_100a"])
+    assert learned.open_store(tmp_path / "fresh2", ws, None, [narrowed]).units(narrowed) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (None, "no such file"),
+        ("{not json", "not JSON (Expecting property name enclosed in double quotes, line 1)"),
+        ('{"schema": "kiln.other/3"}', "neither a kiln manifest nor kiln's learned data"),
+        (
+            '{"schema": "kiln.learned/1", "vendors": {"v": {"recipe": "x", "units": {}}}}',
+            "vendors/v/peak_job_gib: Field required",
+        ),
+        ('{"schema": "kiln.manifest/1", "vendors": {}}', "kiln_version: Field required"),
+    ],
+)
+def test_a_bad_learned_file_is_one_line_naming_it_and_the_fix(
+    tmp_path: Path, text: str | None, problem: str
+) -> None:
+    path = tmp_path / "learned.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        learned.read(path, "--learned-from")
+    message = str(err.value)
+    assert message.startswith(f"--learned-from {path}") and problem in message, message
+    assert message.endswith(learned.FIX) and "\n" not in message
+
+
+def test_build_with_a_bad_learned_from_stops_before_anything_is_written(tmp_path: Path) -> None:
+    ws = write(tmp_path / "ws", {"plain": plain_vendor("a" * 40)})
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "kiln.learned/1", "vendors": []}')
+    res = run_kiln(
+        *("build", "--workspace", ws, "--artifacts", tmp_path / "artifacts"),
+        *("--work", tmp_path / "work", "--cache", tmp_path / "cache", "--learned-from", bad),
+    )
+    assert res.returncode == ConfigError.exit_code, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert f"--learned-from {bad}: vendors: Input should be a valid dictionary" in line
+    assert artifacts_files(tmp_path / "artifacts") == []
+
+
+def test_the_bound_is_the_larger_of_the_critical_path_and_the_cpu_floor() -> None:
+    stats = [
+        {**UNIT, "source": "csrc/fmha_bwd.cu", "wall_s": 45.0, "cpu_s": 44.0},
+        {**UNIT, "source": "csrc/small.cu", "wall_s": 5.0, "cpu_s": 5.0},
+        {"result": "other", "rc": 0, "wall_s": 3.0},  # the link
+        {"result": "other", "rc": 1, "wall_s": 30.0},  # a failed probe: not the link
+        {"result": "objcache-hit", "rc": 0, "source": "csrc/x.cu", "wall_s": 0.1},
+    ]
+    path = bound.step_path(stats, {"build": 60.0, "package": 2.5, "verify": 1.5}).to_json()
+    assert path == {
+        "longest_unit": "csrc/fmha_bwd.cu",
+        "longest_unit_s": 45.0,
+        "link_s": 3.0,
+        "critical_path_s": 52.0,
+    }
+    paths = {"flashmla": path, "deepgemm": {"critical_path_s": 9.0}}
+    by_path = bound.bound(paths, 400.0, 16, 104.0)
+    assert by_path is not None
+    assert (by_path["bound_by"], by_path["cpu_floor_s"], by_path["wall_over_bound"]) == (
+        "critical path",
+        25.0,
+        2.0,
+    )
+    assert by_path["critical_vendor"] == "flashmla"
+    line = bound.describe(by_path, paths)
+    assert line == (
+        "bound: critical path 52.0 s (flashmla: csrc/fmha_bwd.cu 45.0 s + links 3.0 s + "
+        "packaging 4.0 s); CPU floor 25.0 s (400 compile CPU-s / 16 CPU slots); wall 104.0 s "
+        "= 2.00 x the critical path"
+    )
+    by_floor = bound.bound(paths, 2000.0, 16, 130.0)
+    assert by_floor is not None and by_floor["bound_by"] == "CPU floor"
+    assert by_floor["wall_over_bound"] == 1.04
+    assert bound.bound({}, 0.0, 16, 3.0) is None  # nothing compiled (all reused)
+
+
+def test_the_new_fields_are_in_the_committed_schema() -> None:
+    """The bound and the learned records are in the manifest's JSON Schema (test_layout
+    holds the committed file equal to what the models make)."""
+    from kiln.release import manifest
+
+    schema = json.loads(manifest.committed_schema_text())
+    defs = schema["$defs"]
+    assert "bound" in defs["Scheduler"]["properties"]
+    assert set(defs["Bound"]["required"]) >= {"critical_path_s", "cpu_floor_s", "wall_s"}
+    assert "learned" in defs["VendorEntry"]["properties"]
+    assert set(defs["LearnedVendor"]["properties"]) == {
+        "recipe",
+        "archs",
+        "peak_job_gib",
+        "tail_cpu_s",
+        "units",
+    }
+    assert "critical_path_s" in defs["Schedule"]["properties"]

@@ -1,0 +1,202 @@
+"""Defaults for many cores (issue 24): nvcc's threads per unit from its device targets,
+what a unit reserves at the compile gate (its own or its family's learned memory, per
+thread), and the kit's ``ninja`` that starts learned units longest first."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kiln.build.kit import install_kit
+from kiln.inside.kit import compilegate, ninjaorder, objcache
+from kiln.plan import schedule
+from tests.unit.test_schedule import _vendor
+
+GENCODE_90 = ["-gencode", "arch=compute_90a,code=sm_90a"]
+GENCODE_100 = ["-gencode=arch=compute_100f,code=sm_100f"]
+
+
+@pytest.mark.parametrize(
+    ("args", "written", "threads"),
+    [
+        # two targets: two threads, as asked
+        ([*GENCODE_90, *GENCODE_100, "--threads", "2"], None, 2),
+        # one target: a second thread would idle (and reserve a CPU slot and memory)
+        ([*GENCODE_90, "--threads", "2"], [*GENCODE_90, "--threads", "1"], 1),
+        (["-arch=sm_90a", "--threads=4"], ["-arch=sm_90a", "--threads=1"], 1),
+        # 0: nvcc's "as many as it likes" becomes the unit's targets
+        ([*GENCODE_90, *GENCODE_100, "-t", "0"], [*GENCODE_90, *GENCODE_100, "-t", "2"], 2),
+        # the same target twice is one
+        (
+            [*GENCODE_90, *GENCODE_90, "--threads", "2"],
+            [*GENCODE_90, *GENCODE_90, "--threads", "1"],
+            1,
+        ),
+        (
+            ["-arch=compute_90", "-code=sm_90,sm_90a", "-t=8"],
+            ["-arch=compute_90", "-code=sm_90,sm_90a", "-t=2"],
+            2,
+        ),
+        # no --threads: nvcc's one
+        ([*GENCODE_90, *GENCODE_100], None, 1),
+        # nvcc picks the targets itself: left as asked
+        (["-arch=all", "--threads", "3"], None, 3),
+    ],
+)
+def test_nvcc_threads_per_unit_follow_its_device_targets(
+    args: list[str], written: list[str] | None, threads: int
+) -> None:
+    out, got = objcache.unit_threads(["-c", "k.cu", "-o", "k.o", *args])
+    assert got == threads
+    assert out == ["-c", "k.cu", "-o", "k.o", *(written or args)]
+
+
+FAKE_NVCC = """#!/bin/sh
+# prints what the gate holds for this compile and the arguments it got
+cat "$KILN_GATE_DIR"/holders/*.json > "$REPORT"
+printf '%s\\n' "$@" >> "$REPORT.args"
+"""
+
+
+@pytest.mark.parametrize(
+    ("gencodes", "threads"), [(GENCODE_90, 1), ([*GENCODE_90, *GENCODE_100], 2)]
+)
+def test_a_unit_reserves_its_threads_and_their_memory_at_the_gate(
+    tmp_path: Path, gencodes: list[str], threads: int
+) -> None:
+    """Through the real wrapper: a one-target unit of a step with NVCC_THREADS=2 runs
+    with --threads 1 and holds one CPU slot and one thread's memory; a two-target unit
+    two of each (before, every compile of the step held two)."""
+    gate = tmp_path / "gate"
+    compilegate.write_budget(gate, mem_gib=100.0, cpus=8)
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text(FAKE_NVCC)
+    nvcc.chmod(0o755)
+    (tmp_path / "k.cu").write_text("")
+    hints = tmp_path / "hints.json"
+    hints.write_text(json.dumps({"units": {"k.cu": {"cpu_s": 9.0, "mem_gib": 1.5}}}))
+    env = {
+        **os.environ,
+        "KILN_DETERMINISTIC": "0",
+        "KILN_GATE_DIR": str(gate),
+        "KILN_GATE_HINTS": str(hints),
+        "KILN_GATE_MEM_GIB": "4",
+        "KILN_OBJCACHE_ROOTS": f"TREE={tmp_path}",
+        "KILN_JOB_STATS": str(tmp_path / "jobs"),
+        "REPORT": str(tmp_path / "report"),
+    }
+    argv = [str(nvcc), "-c", "k.cu", "-o", "k.o", *gencodes, "--threads", "2"]
+    subprocess.run(
+        [sys.executable, str(Path(objcache.__file__)), *argv], cwd=tmp_path, env=env, check=True
+    )
+    held = json.loads((tmp_path / "report").read_text())
+    assert (held["cpus"], held["mem_gib"]) == (threads, 1.5 * threads)
+    got = (tmp_path / "report.args").read_text().split()
+    assert got[got.index("--threads") + 1] == str(threads)
+    (line,) = (tmp_path / "jobs").read_text().splitlines()
+    assert json.loads(line).get("threads", 1) == threads
+
+
+def test_a_unit_without_figures_of_its_own_is_planned_from_its_family(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new file beside learned ones reserves what its family (its folder's units of
+    its suffix) took, not the step's heaviest unit; elsewhere the step's estimate."""
+    peaks = schedule.PeakStore(tmp_path / "peaks.json")
+    v = _vendor()
+    unit = {"result": "compiled", "rc": 0}
+    stats = [
+        {**unit, "source": "csrc/fmha/bwd.cu", "cpu_s": 170.0, "rss_kib": 9 << 20},
+        {**unit, "source": "csrc/decode/a.cu", "cpu_s": 20.0, "rss_kib": 1 << 20},
+        {**unit, "source": "csrc/decode/b.cu", "cpu_s": 40.0, "rss_kib": 2 << 20},
+    ]
+    peaks.remember(v, 9.0, schedule.learned_units(stats))
+    hints = tmp_path / "hints.json"
+    hints.write_text(json.dumps(schedule.gate_hints(v, peaks)))
+    monkeypatch.setenv("KILN_GATE_HINTS", str(hints))
+    monkeypatch.setenv("KILN_GATE_MEM_GIB", "11.25")  # the step's: 9 GiB x the margin
+    assert compilegate.mem_per_thread("csrc/decode/new.cu") == 2.5  # its family's largest
+    assert compilegate.hinted_priority("csrc/decode/new.cu") == 30.0  # its family's mean
+    assert compilegate.mem_per_thread("csrc/other/new.cu") == 11.25  # no family: the step's
+    assert compilegate.mem_per_thread("csrc/fmha/bwd.cu") == 11.25  # its own
+
+
+BUILD_NINJA = """ninja_required_version = 1.3
+rule compile
+  command = echo $in >> order.log && touch $out
+
+build obj/a.o: compile src/a.c
+build obj/big.o: compile src/big.c
+  pool = console
+build obj/b.o: compile $
+    src/b.c
+# a comment inside the run
+build obj/c.o: compile src/c.c
+build all: phony obj/a.o obj/big.o obj/b.o obj/c.o
+late = 1
+build obj/d.o: compile src/d.c
+build obj/e.o: compile src/e.c
+default all obj/d.o obj/e.o
+"""
+
+
+def _hints(tmp_path: Path, cpu: dict[str, float]) -> Path:
+    path = tmp_path / "hints.json"
+    units = {f"src/{k}": {"cpu_s": s, "mem_gib": 1.0} for k, s in cpu.items()}
+    path.write_text(json.dumps({"units": units, "default_cpu_s": 0.0}))
+    return path
+
+
+def test_the_build_file_puts_learned_units_longest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KILN_OBJCACHE_ROOTS", f"TREE={tmp_path}")
+    monkeypatch.setenv("KILN_GATE_HINTS", str(_hints(tmp_path, {"big.c": 90, "c.c": 5, "e.c": 3})))
+    out = ninjaorder.reorder(BUILD_NINJA, str(tmp_path), str(tmp_path), compilegate.hinted_priority)
+    lines = [ln for ln in out.splitlines() if ln.startswith("build ")]
+    assert lines == [
+        "build obj/big.o: compile src/big.c",  # with its binding (next line)
+        "build obj/c.o: compile src/c.c",
+        "build obj/a.o: compile src/a.c",
+        "build obj/b.o: compile $",  # its continued line travels with it
+        "build all: phony obj/a.o obj/big.o obj/b.o obj/c.o",  # not a unit: stays
+        "build obj/e.o: compile src/e.c",  # after `late = 1`: a run of its own
+        "build obj/d.o: compile src/d.c",
+    ]
+    assert "build obj/big.o: compile src/big.c\n  pool = console\n" in out
+    assert "build obj/b.o: compile $\n    src/b.c\n" in out
+    assert out.count("\n") == BUILD_NINJA.count("\n")
+    assert sorted(out.splitlines()) == sorted(BUILD_NINJA.splitlines())
+
+
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="no ninja on PATH")
+@pytest.mark.parametrize("learned", [True, False])
+def test_kilns_ninja_starts_the_longest_learned_unit_first(tmp_path: Path, learned: bool) -> None:
+    """The kit's ``order/ninja`` before the real one, ``-j1``: with learned figures the
+    longest unit runs first; without (the check can fail), the file's order."""
+    tree = tmp_path / "tree"
+    (tree / "src").mkdir(parents=True)
+    (tree / "obj").mkdir()
+    for name in "abcde":
+        (tree / "src" / f"{name if name != 'b' else 'big'}.c").write_text("")
+    (tree / "src" / "b.c").write_text("")
+    (tree / "build.ninja").write_text(BUILD_NINJA)
+    kit = install_kit(tree)
+    env = {
+        **os.environ,
+        "PATH": f"{kit / 'order'}:{os.environ['PATH']}",
+        "KILN_OBJCACHE_PYTHON": sys.executable,
+        "KILN_OBJCACHE_ROOTS": f"TREE={tree}",
+    }
+    if learned:
+        env["KILN_GATE_HINTS"] = str(_hints(tmp_path, {"big.c": 90.0, "a.c": 1.0}))
+    subprocess.run(["ninja", "-j1", "all"], cwd=tree, env=env, check=True, capture_output=True)
+    first = (tree / "order.log").read_text().split()[0]
+    assert first == ("src/big.c" if learned else "src/a.c")
