@@ -274,6 +274,27 @@ README_SECTIONS = (
 README_MARKER = re.compile(r"<!--\s*kiln:([A-Za-z0-9_-]+)\s*-->")
 
 
+def pick_profile(meta: WorkspaceFile, name: str | None, text: str) -> Profile:
+    """``[profile]``, or it with ``[profiles.NAME]``'s keys over it (``--profile NAME``)."""
+    if name is None:
+        return meta.profile
+    if name not in meta.profiles:
+        known = ", ".join(meta.profiles) or "none"
+        raise ConfigError(
+            f"{WORKSPACE_FILE}: --profile {name}: no [profiles.{name}] table (known: {known})"
+        )
+    merged = {**meta.profile.model_dump(exclude_none=True), **meta.profiles[name]}
+    where = Path(f"{WORKSPACE_FILE} [profiles.{name}]")
+    return parse(Profile, where, merged, text=text, prefix=("profiles", name))
+
+
+def read_profile(root: Path, name: str | None = None) -> Profile:
+    """The profile of the workspace at ``root`` without loading its vendors (``kiln add``
+    writes a workspace's first one)."""
+    data, text = _read(root.resolve() / WORKSPACE_FILE)
+    return pick_profile(parse(WorkspaceFile, root / WORKSPACE_FILE, data, text=text), name, text)
+
+
 class Workspace:
     """A folder with ``kiln.toml``, ``vendors/`` and ``patches/``."""
 
@@ -290,16 +311,7 @@ class Workspace:
         self.readme_text = self.readme_template_text()
 
     def _pick_profile(self, meta: WorkspaceFile, name: str | None, text: str) -> Profile:
-        if name is None:
-            return meta.profile
-        if name not in meta.profiles:
-            known = ", ".join(meta.profiles) or "none"
-            raise ConfigError(
-                f"{WORKSPACE_FILE}: --profile {name}: no [profiles.{name}] table (known: {known})"
-            )
-        merged = {**meta.profile.model_dump(exclude_none=True), **meta.profiles[name]}
-        where = Path(f"{WORKSPACE_FILE} [profiles.{name}]")
-        return parse(Profile, where, merged, text=text, prefix=("profiles", name))
+        return pick_profile(meta, name, text)
 
     def readme_template_text(self) -> str | None:
         """The release README's template, if the workspace has one; its markers checked."""

@@ -36,6 +36,7 @@ LAYERS = [
     {"__main__"},
 ]
 VERBS = {
+    "add",
     "lock",
     "reproduce",
     "merge",
