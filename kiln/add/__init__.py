@@ -4,9 +4,9 @@ Flow: resolve REV to a full commit through kiln's git cache and mirrors
 (:mod:`kiln.add.revision`), check it out with its submodules at their gitlinks
 (:func:`kiln.sources.checkout.checkout`), read it (:mod:`kiln.add.scan`: the build
 backend, setup.py, the headers its sources reach, licenses), decide every key against
-the workspace's profile (:mod:`kiln.add.recipe`), check the result as a workspace would
-load it, and write ``vendors/<name>.toml`` atomically; then the build's dry run for that
-vendor (:func:`dry_run`). docs/add.md says how each key is decided.
+the workspace's profiles (:mod:`kiln.add.recipe`), check the result as the workspace
+would load it under each, and write ``vendors/<name>.toml`` atomically; then the build's
+dry run for that vendor (:func:`dry_run`). docs/add.md says how each key is decided.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kiln.build.options import Options
 from kiln.config.fields import NAME_RE, WORKSPACE_FILE
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Profile, Source
-from kiln.config.workspace import Workspace, read_profile
+from kiln.config.workspace import Workspace, read_profiles
 from kiln.errors import ConfigError
 from kiln.inside import proc
 from kiln.inside.facts import find_cuda_home
@@ -97,7 +97,12 @@ def add_recipe(
     cuda_home: str | None = None,
 ) -> Added:
     """:func:`add`, returning the findings and the decided keys too."""
-    target_profile = read_profile(workspace, profile)
+    profiles = read_profiles(workspace)
+    if profile not in profiles:
+        known = ", ".join(str(p) for p in profiles if p) or "none"
+        raise ConfigError(
+            f"{WORKSPACE_FILE}: --profile {profile}: no [profiles.{profile}] table (known: {known})"
+        )
     name = name or default_name(url)
     if not NAME_RE.match(name):
         raise ConfigError(
@@ -111,12 +116,12 @@ def add_recipe(
     git = GitCache(cache, Mirrors.load(mirrors), offline)
     commit, how = revision.resolve(git, url, rev, name)
     log.info("%s: %s resolved to %s (%s)", name, rev or "HEAD", commit, how)
-    env = _environment(target_profile, cache, python, cuda_home)
+    env = _environment(profiles[profile], cache, python, cuda_home)
     with tempfile.TemporaryDirectory(prefix="kiln-add-") as tmp:
         co = checkout(git, Source(url=url, commit=commit), Path(tmp) / name, name)
         findings = scan.scan(co, env)
-    made = recipe.build(findings, target_profile, name, rev, how)
-    _check(workspace, profile, name, made.text)
+    made = recipe.build(findings, profiles, name, rev, how)
+    _check(workspace, list(profiles), name, made.text)
     _write(target, made.text)
     log.info("%s: wrote %s", name, target)
     return Added(target, name, commit, made, findings)
@@ -138,19 +143,21 @@ def _environment(
     )
 
 
-def _check(workspace: Path, profile: str | None, name: str, text: str) -> None:
-    """Load the recipe as the workspace would (its profile included), before writing."""
+def _check(workspace: Path, profiles: list[str | None], name: str, text: str) -> None:
+    """Load the recipe as the workspace would under each of its profiles, before writing."""
     with tempfile.TemporaryDirectory(prefix="kiln-add-check-") as tmp:
         root = Path(tmp)
         shutil.copyfile(workspace / WORKSPACE_FILE, root / WORKSPACE_FILE)
         (root / "vendors").mkdir()
         (root / "vendors" / f"{name}.toml").write_text(text)
-        try:
-            Workspace(root, profile)
-        except ConfigError as exc:
-            raise ConfigError(
-                f"vendors/{name}.toml (not written): {str(exc).splitlines()[0]}"
-            ) from None
+        for profile in profiles:
+            try:
+                Workspace(root, profile)
+            except ConfigError as exc:
+                shown = f" (--profile {profile})" if profile else ""
+                raise ConfigError(
+                    f"vendors/{name}.toml (not written){shown}: {str(exc).splitlines()[0]}"
+                ) from None
 
 
 def _write(target: Path, text: str) -> None:

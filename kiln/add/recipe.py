@@ -86,7 +86,16 @@ def _allows(hard: str, wanted: str) -> bool:
     return wn >= hn
 
 
-def build(f: Findings, profile: Profile, name: str, rev: str | None, rev_how: str) -> Recipe:
+def common_archs(profiles: dict[str | None, Profile]) -> list[str]:
+    """The archs every profile of the workspace has, in ``[profile]``'s order: a recipe's
+    archs must be in the profile it is built with, whichever ``--profile`` that is."""
+    first = profiles[None].archs
+    return [a for a in first if all(a in p.archs for p in profiles.values())]
+
+
+def build(
+    f: Findings, profiles: dict[str | None, Profile], name: str, rev: str | None, rev_how: str
+) -> Recipe:
     r = Recipe()
     doc = tomlkit.document()
     asked = f"{f.url}@{rev}" if rev else f.url
@@ -101,7 +110,7 @@ def build(f: Findings, profile: Profile, name: str, rev: str | None, rev_how: st
     doc.add("description", f"{f.title}{ext}")
     doc.add(tomlkit.nl())
     doc.add("source", _source(f, r))
-    build_table = _build(f, profile, r)
+    build_table = _build(f, profiles, r)
     doc.add(tomlkit.nl())
     doc.add("build", build_table)
     r.text = tomlkit.dumps(doc)
@@ -175,11 +184,11 @@ def _source(f: Findings, r: Recipe) -> Table:
 # --------------------------------------------------------------------------- build
 
 
-def _build(f: Findings, profile: Profile, r: Recipe) -> Table:
+def _build(f: Findings, profiles: dict[str | None, Profile], r: Recipe) -> Table:
     t = tomlkit.table()
     b: dict[str, Any] = {}
     _kind(t, f, b)
-    _archs(t, f, profile, b)
+    _archs(t, f, profiles, b)
     _parallelism(t, f, b)
     _memory(t, f, b)
     _flags(t, f, b)
@@ -226,8 +235,20 @@ def _kind(t: Table, f: Findings, b: dict[str, Any]) -> None:
     )
 
 
-def _archs(t: Table, f: Findings, profile: Profile, b: dict[str, Any]) -> None:
+def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[str, Any]) -> None:
     flags = f.arch_flags
+    common = common_archs(profiles)
+    if len(profiles) > 1:
+        named = ", ".join(f"[profiles.{p}]" for p in profiles if p)
+        where = f"the archs every profile has ([profile], {named}: {', '.join(common)})"
+    else:
+        where = f"the profile's archs ({', '.join(common)})"
+    if not common:
+        common = list(profiles[None].archs)
+        where = (
+            f"[profile]'s archs ({', '.join(common)}): no arch is in every profile, so "
+            f"a profile without one of these refuses this recipe"
+        )
     device = f.device_sources
     b["arch_toggles"] = {}
     if not device:
@@ -271,20 +292,20 @@ def _archs(t: Table, f: Findings, profile: Profile, b: dict[str, Any]) -> None:
         for fl in flags[:4]:
             _say(t, f"{fl.seen}")
         if sms:
-            keep = [a for a in profile.archs if any(_allows(h, a) for h in sms)]
+            keep = [a for a in common if any(_allows(h, a) for h in sms)]
             why = (
                 f"setup.py hard-codes {', '.join(sms)} and no variable leaves one out: kiln's "
                 f"compiler wrapper rewrites every compile's arch flags to the recipe's archs. "
-                f"Kept from the profile: those the hard-coded code can be compiled for (an "
+                f"Kept from {where}: those the hard-coded code can be compiled for (an "
                 f"'a' arch only for itself, an 'f' arch for its family, a plain one for newer)."
             )
         else:
             keep, why = [], "setup.py computes its arch flags"
         if not keep:
-            keep = list(profile.archs)
+            keep = list(common)
             why += (
-                " None of the profile's archs fits (or the list is computed): all of them, "
-                "check that the code compiles for each."
+                f" None of {where} fits (or the list is computed): all of them; check that "
+                f"the code compiles for each."
             )
         _say(t, why)
         t.add("archs", keep)
@@ -294,11 +315,11 @@ def _archs(t: Table, f: Findings, profile: Profile, b: dict[str, Any]) -> None:
     torch_ext = f.first("torch_extension")
     reads = [r for r in f.env_reads if r.name == "TORCH_CUDA_ARCH_LIST"]
     if torch_ext:
-        keep = [a for a in profile.archs if not a.endswith("f")]
-        left = [a for a in profile.archs if a.endswith("f")]
+        keep = [a for a in common if not a.endswith("f")]
+        left = [a for a in common if a.endswith("f")]
         why = (
             f"{torch_ext}, no arch flag of its own: torch turns TORCH_CUDA_ARCH_LIST into "
-            f"-gencode flags, and kiln sets it to the recipe's archs."
+            f"-gencode flags, and kiln sets it to the recipe's archs: {where}."
         )
         defaults = sorted({r.default for r in reads if r.default})
         if reads:
@@ -321,11 +342,11 @@ def _archs(t: Table, f: Findings, profile: Profile, b: dict[str, Any]) -> None:
         t,
         f"{len(device)} CUDA source(s) and no arch flag kiln can see (not torch's "
         f"extension build): nvcc's own default or the build system's list decides, so "
-        f"kiln's wrapper rewrites every compile's arch flags to the profile's archs.",
+        f"kiln's wrapper rewrites every compile's arch flags to {where}.",
     )
-    t.add("archs", list(profile.archs))
+    t.add("archs", list(common))
     t.add("arch_control", "rewrite")
-    b.update(archs=list(profile.archs), arch_control="rewrite")
+    b.update(archs=list(common), arch_control="rewrite")
 
 
 def _parallelism(t: Table, f: Findings, b: dict[str, Any]) -> None:

@@ -288,11 +288,14 @@ def pick_profile(meta: WorkspaceFile, name: str | None, text: str) -> Profile:
     return parse(Profile, where, merged, text=text, prefix=("profiles", name))
 
 
-def read_profile(root: Path, name: str | None = None) -> Profile:
-    """The profile of the workspace at ``root`` without loading its vendors (``kiln add``
-    writes a workspace's first one)."""
+def read_profiles(root: Path) -> dict[str | None, Profile]:
+    """Every profile of the workspace at ``root`` (None: ``[profile]``; a name: that
+    ``[profiles.NAME]`` variant), without loading its vendors (``kiln add`` writes a
+    workspace's first one)."""
     data, text = _read(root.resolve() / WORKSPACE_FILE)
-    return pick_profile(parse(WorkspaceFile, root / WORKSPACE_FILE, data, text=text), name, text)
+    meta = parse(WorkspaceFile, root / WORKSPACE_FILE, data, text=text)
+    names: list[str | None] = [None, *meta.profiles]
+    return {name: pick_profile(meta, name, text) for name in names}
 
 
 class Workspace:

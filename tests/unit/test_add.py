@@ -15,10 +15,12 @@ import pytest
 
 from kiln import add as kiln_add
 from kiln.add import command, pysetup, revision, spdx
+from kiln.config.models import SystemRequirement
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError, KilnError, SourceError
 from kiln.sources.git import git
 from kiln.sources.gitrepo import CommitSpec, make_repo
+from tests import public
 from tests import upstreams as fixture_upstreams
 from tests.upstreams import BASE_URL
 from tests.workspace import write
@@ -244,11 +246,22 @@ def test_an_existing_recipe_is_kept_without_force(
 def test_the_command_writes_the_recipe_and_prints_its_path(
     workspace: Path, fixtures, build_python: Path, tmp_path: Path, capsys
 ) -> None:
+    """From git bundles, as `kiln build --bundles` reads them (the workspace's
+    bundles.toml names one for each URL, the submodule's too)."""
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for repo in ("gencode", "hdr"):
+        git("bundle", "create", "-q", bundles / f"{repo}.bundle", "--all",
+            cwd=fixtures.root / f"{repo}.git")  # fmt: skip
+    (workspace / "bundles.toml").write_text(
+        f'[bundles]\n"{BASE_URL}gencode.git" = "gencode.bundle"\n'
+        f'"{BASE_URL}hdr.git" = "hdr.bundle"\n'
+    )
     parser = argparse.ArgumentParser()
     command.configure_parser(parser)
     args = parser.parse_args(
         [f"{BASE_URL}gencode.git@v0.1", "--workspace", str(workspace), "--name", "gx",
-         "--cache", str(tmp_path / "cache"), "--mirrors", str(fixtures.mirrors), "--offline",
+         "--cache", str(tmp_path / "cache"), "--bundles", str(bundles),
          "--python", str(build_python), "--no-dry-run"]
     )  # fmt: skip
     assert command.execute(args) == 0
@@ -323,3 +336,40 @@ def test_default_names_are_the_repository_lowercased() -> None:
     assert kiln_add.default_name("git@host:org/My.Lib") == "my-lib"
     with pytest.raises(ConfigError, match="pass --name"):
         kiln_add.default_name("https://host/org/...")
+
+
+def test_the_public_comparison_sees_every_decisive_key() -> None:
+    """tests/integration/test_add.py compares `kiln add`'s recipes with the hand-written
+    ones through ``public.decisive``: a change to any key it names must show."""
+    hand = public.recipe(public.WORKSPACE / "vendors" / "flashmla.toml")
+    base = public.decisive(hand)
+    changes = {
+        "source": {
+            "url": "https://example.invalid/x",
+            "commit": "0" * 40,
+            "license": "COPYING",
+            "license_id": "Apache-2.0",
+            "submodules": [],
+        },
+        "build": {
+            "kind": "inplace",
+            "arch_control": "rewrite",
+            "archs": ["sm_100f"],
+            "arch_toggles": {},
+            "env": {"X": "1"},
+            "system": [SystemRequirement(header="numa.h", package="libnuma-dev")],
+            "cxx_append_flags": ["-std=c++20"],
+            "nvcc_append_flags": ["-G"],
+            "nvcc_drop_flags": [],
+            "nvcc_threads": 3,
+            "max_jobs": 2,
+            "command": ["make"],
+            "outputs": ["x.so"],
+        },
+    }
+    assert len(changes["source"]) + len(changes["build"]) == len(base)
+    for table, fields in changes.items():
+        for key, value in fields.items():
+            part = getattr(hand, table).model_copy(update={key: value})
+            changed = public.decisive(hand.model_copy(update={table: part}))
+            assert changed != base, f"{table}.{key}"
