@@ -222,12 +222,11 @@ def _kind(t: Table, f: Findings, b: dict[str, Any]) -> None:
             f"place by that script. kiln cannot tell which files it leaves: check outputs "
             f"and add import_check.",
         )
+        run = ["bash", be.detail] if be.detail.endswith(".sh") else ["python", be.detail]
         t.add("kind", "inplace")
-        t.add(
-            "command", ["bash", be.detail] if be.detail.endswith(".sh") else ["python", be.detail]
-        )
+        t.add("command", run)
         t.add("outputs", ["**/*.so"])
-        b.update(kind="inplace", command=t["command"], outputs=["**/*.so"])
+        b.update(kind="inplace", command=run, outputs=["**/*.so"])
         return
     raise ConfigError(
         f"{f.url} at {f.commit[:12]}: {be.detail}: kiln add cannot tell how it is built; "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kiln.config.fields import FULL_SHA_RE
 from kiln.config.mirrors import is_remote
-from kiln.errors import SourceError
+from kiln.errors import FetchFailed, SourceError
 from kiln.sources.checkout import GitCache, check_url, git_reason
 from kiln.sources.git import git
 
@@ -51,9 +51,13 @@ def resolve(cache: GitCache, url: str, rev: str | None, what: str) -> tuple[str,
         if sha:
             return sha, f"{kind} {rev}"
     if _HEX.match(rev):
-        full = cache.lookup(url, rev, what)
-        if full is not None:
-            return full, "commit"
+        try:  # a commit no branch or tag reaches: fetched by its SHA where servers allow
+            return cache.resolve(url, rev, what), "commit"
+        except FetchFailed:
+            raise
+        except SourceError as exc:
+            if "ambiguous" in str(exc):
+                raise
     source = cache.mirrors.map(url)
     where = url if source == url else f"{url} (mirror {source})"
     raise SourceError(

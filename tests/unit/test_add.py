@@ -373,3 +373,28 @@ def test_the_public_comparison_sees_every_decisive_key() -> None:
             part = getattr(hand, table).model_copy(update={key: value})
             changed = public.decisive(hand.model_copy(update={table: part}))
             assert changed != base, f"{table}.{key}"
+
+
+def test_a_build_script_alone_is_built_in_place_and_nothing_at_all_is_refused(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    shas = make_repo(
+        fixtures.root / "script.git",
+        [
+            CommitSpec("docs only", {"README.md": "# script\n", "LICENSE": BSD2}),
+            CommitSpec("a build script", {"build.sh": "nvcc -shared k.cu -o k.so\n", "k.cu": ""}),
+        ],
+    )
+    with pytest.raises(ConfigError, match="cannot tell how it is built") as exc:
+        _add(workspace, fixtures, build_python, f"{BASE_URL}script.git", shas[0], tmp_path)
+    assert "\n" not in str(exc.value) and not (workspace / "vendors" / "script.toml").exists()
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}script.git", shas[1], tmp_path)
+    build = Workspace(workspace).vendors["script"].build
+    assert (build.kind, build.command, build.outputs) == (
+        "inplace",
+        ["bash", "build.sh"],
+        ["**/*.so"],
+    )
+    # CUDA sources outside torch's extension build: the wrapper rewrites their archs.
+    assert (build.arch_control, build.archs) == ("rewrite", ["sm_100a", "sm_103a"])
+    assert "check outputs" in added.path.read_text()
