@@ -48,7 +48,9 @@ class NvccBuildExt(build_ext):
     def build_extension(self, ext):
         out = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+        nvcc = os.environ.get("NVCC") or os.path.join(
+            os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"
+        )
         os.makedirs(self.build_temp, exist_ok=True)
         obj = os.path.join(self.build_temp, "rmsnorm.o")
         subprocess.check_call([nvcc, "-c", "-Xcompiler", "-fPIC", "-O3", *NVCC_ARCH_FLAGS,
@@ -149,10 +151,10 @@ class OwnExt:
 
 
 def make(root: Path) -> OwnExt:
-    """``mathlib.git`` and ``normext.git`` (tag ``v0.4.0``) under ``root``, and a mirrors
+    """``mathlib`` and ``normext`` (tag ``v0.4.0``) under ``root``, and a mirrors
     file that points ``https://git.example.com/acme/`` at them."""
     mathlib = make_repo(
-        root / "mathlib.git",
+        root / "mathlib",
         [
             CommitSpec(
                 "mathlib: rsqrt_eps", {"include/mathlib/rsqrt.cuh": RSQRT_CUH, "LICENSE": MIT}
@@ -160,7 +162,7 @@ def make(root: Path) -> OwnExt:
         ],
     )
     normext = make_repo(
-        root / "normext.git",
+        root / "normext",
         [
             CommitSpec(
                 "normext: RMSNorm for every GPU we ship to",
@@ -170,10 +172,10 @@ def make(root: Path) -> OwnExt:
                     "normext/__init__.py": '__version__ = "0.4.0"\n',
                     "LICENSE": BSD_2_CLAUSE,
                 },
-                submodules={"third_party/mathlib": (f"{HOST}mathlib.git", mathlib[0])},
+                submodules={"third_party/mathlib": (f"{HOST}mathlib", mathlib[0])},
             )
         ],
     )
-    git("tag", "v0.4.0", normext[-1], cwd=root / "normext.git")
+    git("tag", "v0.4.0", normext[-1], cwd=root / "normext")
     (root / "mirrors.toml").write_text(f'[mirrors]\n"{HOST}" = "{root}/"\n')
     return OwnExt(root, normext)

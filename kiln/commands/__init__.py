@@ -15,6 +15,7 @@ from kiln.commands.common import Help
 # The module kiln/commands/<name>.py of each verb, in --help's order; the command is the
 # name with '-' for '_'.
 VERBS = (
+    "add",
     "build",
     "demo",
     "lock",

@@ -596,6 +596,14 @@ WHEEL_MANIFEST = Option(
     type=Path,
     metavar="FILE",
 )
+ADD_NAME = Option(
+    "--name",
+    "the vendor's name: vendors/NAME.toml",
+    default_text="the repository's name, lowercased",
+    metavar="NAME",
+)
+ADD_FORCE = Option("--force", "overwrite an existing vendors/NAME.toml", kind="flag")
+ADD_NO_DRY_RUN = Option("--no-dry-run", "write the recipe, do not dry-run it", kind="flag")
 
 
 def options_of(parsers: Iterable[argparse.ArgumentParser]) -> list[Option]:

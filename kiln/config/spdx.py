@@ -24,6 +24,15 @@ _OPERATORS = {"and", "or", "with"}
 _REF = re.compile(r"^(DocumentRef-[A-Za-z0-9.-]+:)?LicenseRef-[A-Za-z0-9.-]+$", re.IGNORECASE)
 
 
+def canonical(value: str) -> str | None:
+    """``value`` as SPDX's list writes it (``bsd-3-clause`` -> ``BSD-3-Clause``), or None
+    when it is no SPDX license expression."""
+    try:
+        return str(canonicalize_license_expression(value))
+    except InvalidLicenseExpression:
+        return None
+
+
 def license_problem(value: str) -> str | None:
     """Why ``value`` is not an SPDX license expression as SPDX writes it, in one line that
     names the fix; None when it is one."""

@@ -276,6 +276,36 @@ README_MARKER = re.compile(r"<!--\s*kiln:([A-Za-z0-9_-]+)\s*-->")
 DEFAULT_PROFILE = "default"
 
 
+def pick_profile(meta: WorkspaceFile, name: str | None, text: str) -> Profile:
+    """``[profile]`` (``--profile default`` or none), or it with ``[profiles.NAME]``'s keys
+    over it (``--profile NAME``)."""
+    if DEFAULT_PROFILE in meta.profiles:
+        raise ConfigError(
+            f"{WORKSPACE_FILE}: [profiles.{DEFAULT_PROFILE}]: '{DEFAULT_PROFILE}' names "
+            f"[profile] itself (--profile {DEFAULT_PROFILE}): rename the variant"
+        )
+    if name is None or name == DEFAULT_PROFILE:
+        return meta.profile
+    if name not in meta.profiles:
+        known = ", ".join([DEFAULT_PROFILE, *meta.profiles])
+        raise ConfigError(
+            f"{WORKSPACE_FILE}: --profile {name}: no [profiles.{name}] table (known: {known})"
+        )
+    merged = {**meta.profile.model_dump(exclude_none=True), **meta.profiles[name]}
+    where = Path(f"{WORKSPACE_FILE} [profiles.{name}]")
+    return parse(Profile, where, merged, text=text, prefix=("profiles", name))
+
+
+def read_profiles(root: Path) -> dict[str | None, Profile]:
+    """Every profile of the workspace at ``root`` (None: ``[profile]``; a name: that
+    ``[profiles.NAME]`` variant), without loading its vendors (``kiln add`` writes a
+    workspace's first one)."""
+    data, text = _read(root.resolve() / WORKSPACE_FILE)
+    meta = parse(WorkspaceFile, root / WORKSPACE_FILE, data, text=text)
+    names: list[str | None] = [None, *meta.profiles]
+    return {name: pick_profile(meta, name, text) for name in names}
+
+
 class Workspace:
     """A folder with ``kiln.toml``, ``vendors/`` and ``patches/``."""
 
@@ -294,21 +324,7 @@ class Workspace:
         self.readme_text = self.readme_template_text()
 
     def _pick_profile(self, meta: WorkspaceFile, name: str | None, text: str) -> Profile:
-        if DEFAULT_PROFILE in meta.profiles:
-            raise ConfigError(
-                f"{WORKSPACE_FILE}: [profiles.{DEFAULT_PROFILE}]: '{DEFAULT_PROFILE}' names "
-                f"[profile] itself (--profile {DEFAULT_PROFILE}): rename the variant"
-            )
-        if name is None or name == DEFAULT_PROFILE:
-            return meta.profile
-        if name not in meta.profiles:
-            known = ", ".join([DEFAULT_PROFILE, *meta.profiles])
-            raise ConfigError(
-                f"{WORKSPACE_FILE}: --profile {name}: no [profiles.{name}] table (known: {known})"
-            )
-        merged = {**meta.profile.model_dump(exclude_none=True), **meta.profiles[name]}
-        where = Path(f"{WORKSPACE_FILE} [profiles.{name}]")
-        return parse(Profile, where, merged, text=text, prefix=("profiles", name))
+        return pick_profile(meta, name, text)
 
     def readme_template_text(self) -> str | None:
         """The release README's template, if the workspace has one; its markers checked."""

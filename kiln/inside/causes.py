@@ -229,6 +229,12 @@ def _packages(
     return None, None
 
 
+def header_packages(header: str) -> tuple[str | None, str | None]:
+    """(Debian/Ubuntu package, pip wheel) that provide ``header``, from the table above
+    (``kiln add`` asks it which of a build's headers the build machine must provide)."""
+    return _packages(header, HEADER_PACKAGES)
+
+
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
 

@@ -38,6 +38,7 @@ LAYERS = [
     {"__main__"},
 ]
 VERBS = {
+    "add",
     "lock",
     "reproduce",
     "merge",

@@ -1,0 +1,203 @@
+"""``kiln add URL[@REV]``: a vendor TOML written from reading an upstream's tree.
+
+Flow: resolve REV to a full commit through kiln's git cache and mirrors
+(:mod:`kiln.add.revision`), check it out with its submodules at their gitlinks
+(:func:`kiln.sources.checkout.checkout`), read it (:mod:`kiln.add.scan`: the build
+backend, setup.py, the headers its sources reach, licenses), decide every key against
+the workspace's profiles (:mod:`kiln.add.recipe`), check the result as the workspace
+would load it under each, and write ``vendors/<name>.toml`` atomically; then the build's
+dry run for that vendor (:func:`dry_run`). docs/add.md says how each key is decided.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln.add import recipe, revision, scan
+from kiln.build import dryrun
+from kiln.build.options import Options
+from kiln.config.fields import NAME_RE, WORKSPACE_FILE
+from kiln.config.mirrors import Mirrors
+from kiln.config.models import Profile, Source
+from kiln.config.workspace import Workspace, read_profiles
+from kiln.errors import ConfigError
+from kiln.inside import proc
+from kiln.inside.facts import find_cuda_home
+from kiln.sources.checkout import GitCache, checkout
+from kiln.toolchain import buildenv
+
+log = logging.getLogger("kiln.add")
+
+_PATHS = (
+    "import json, sysconfig; p = sysconfig.get_paths(); "
+    "print(json.dumps([p['purelib'], p['include']]))"
+)
+
+
+@dataclass(frozen=True)
+class Added:
+    path: Path  # the vendor TOML written
+    name: str
+    commit: str
+    recipe: recipe.Recipe
+    findings: scan.Findings
+
+
+def default_name(url: str) -> str:
+    """The repository's name, lowercased, as a vendor name (``DeepThing.git`` ->
+    ``deepthing``)."""
+    stem = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git")
+    name = re.sub(r"[^a-z0-9_-]+", "-", stem.lower()).strip("-_")
+    if not NAME_RE.match(name):
+        raise ConfigError(f"{url}: no vendor name can be made from it; pass --name NAME")
+    return name
+
+
+def add(
+    workspace: Path,
+    url: str,
+    rev: str | None = None,
+    name: str | None = None,
+    cache: Path = Path(".kiln-cache"),
+    mirrors: Path | None = None,
+    offline: bool = False,
+    force: bool = False,
+    *,
+    profile: str | None = None,
+    python: str | None = None,
+    cuda_home: str | None = None,
+) -> Path:
+    """Write ``<workspace>/vendors/<name>.toml`` for ``url`` at ``rev``; its path."""
+    return add_recipe(
+        workspace, url, rev, name, cache, mirrors, offline, force,
+        profile=profile, python=python, cuda_home=cuda_home,
+    ).path  # fmt: skip
+
+
+def add_recipe(
+    workspace: Path,
+    url: str,
+    rev: str | None,
+    name: str | None,
+    cache: Path,
+    mirrors: Path | None,
+    offline: bool,
+    force: bool,
+    *,
+    profile: str | None = None,
+    python: str | None = None,
+    cuda_home: str | None = None,
+) -> Added:
+    """:func:`add`, returning the findings and the decided keys too."""
+    profiles = read_profiles(workspace)
+    if profile not in profiles:
+        known = ", ".join(str(p) for p in profiles if p) or "none"
+        raise ConfigError(
+            f"{WORKSPACE_FILE}: --profile {profile}: no [profiles.{profile}] table (known: {known})"
+        )
+    name = name or default_name(url)
+    if not NAME_RE.match(name):
+        raise ConfigError(
+            f"--name {name!r}: not a vendor name (lowercase letters, digits, '-' and '_')"
+        )
+    target = workspace / "vendors" / f"{name}.toml"
+    if target.exists() and not force:
+        raise ConfigError(
+            f"{target}: already exists; pass --force to overwrite it (or --name for another)"
+        )
+    git = GitCache(cache, Mirrors.load(mirrors), offline)
+    commit, how = revision.resolve(git, url, rev, name)
+    log.info("%s: %s resolved to %s (%s)", name, rev or "HEAD", commit, how)
+    env = _environment(profiles[profile], cache, python, cuda_home)
+    with tempfile.TemporaryDirectory(prefix="kiln-add-") as tmp:
+        co = checkout(git, Source(url=url, commit=commit), Path(tmp) / name, name)
+        findings = scan.scan(co, env)
+    made = recipe.build(findings, profiles, name, rev, how)
+    _check(workspace, list(profiles), name, made.text)
+    _write(target, made.text)
+    log.info("%s: wrote %s", name, target)
+    return Added(target, name, commit, made, findings)
+
+
+def _environment(
+    profile: Profile, cache: Path, python: str | None, cuda_home: str | None
+) -> scan.Environment:
+    """Where the build's headers come from: the build Python (provisioned as a build
+    would, once) and the CUDA home a build would use."""
+    with tempfile.TemporaryDirectory(prefix="kiln-add-logs-") as logs:
+        exe = buildenv.build_python(profile, cache, python, Path(logs))
+    purelib, include = json.loads(proc.output([exe, "-c", _PATHS], what="the build Python"))
+    home = find_cuda_home(cuda_home)
+    return scan.Environment(
+        Path(purelib),
+        home if (home / "include").is_dir() else None,
+        Path(include) if Path(include).is_dir() else None,
+    )
+
+
+def _check(workspace: Path, profiles: list[str | None], name: str, text: str) -> None:
+    """Load the recipe as the workspace would under each of its profiles, before writing."""
+    with tempfile.TemporaryDirectory(prefix="kiln-add-check-") as tmp:
+        root = Path(tmp)
+        shutil.copyfile(workspace / WORKSPACE_FILE, root / WORKSPACE_FILE)
+        (root / "vendors").mkdir()
+        (root / "vendors" / f"{name}.toml").write_text(text)
+        for profile in profiles:
+            try:
+                Workspace(root, profile)
+            except ConfigError as exc:
+                shown = f" (--profile {profile})" if profile else ""
+                raise ConfigError(
+                    f"vendors/{name}.toml (not written){shown}: {str(exc).splitlines()[0]}"
+                ) from None
+
+
+def _write(target: Path, text: str) -> None:
+    """Atomically: a reader sees the old file or the whole new one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dry_run(
+    workspace: Path,
+    name: str,
+    cache: Path,
+    mirrors: Path | None,
+    offline: bool,
+    *,
+    profile: str | None = None,
+    python: str | None = None,
+    cuda_home: str | None = None,
+    toolchain: str = "system",
+) -> dict[str, Any]:
+    """``kiln build --dry-run`` of the one vendor (the plan as data)."""
+    opts = Options(
+        workspace=workspace,
+        vendors=(name,),
+        profile=profile,
+        cache=cache,
+        mirrors=mirrors,
+        offline=offline,
+        python=python,
+        cuda_home=cuda_home,
+        toolchain=toolchain,
+    )
+    return dryrun.plan(opts)
+
+
+__all__ = ["Added", "add", "add_recipe", "default_name", "dry_run"]

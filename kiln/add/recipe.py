@@ -1,0 +1,509 @@
+"""Findings + the workspace's profile -> a vendor TOML, every choice commented.
+
+Each key is decided by one rule (docs/add.md lists them) and written with a comment that
+says what kiln found (file:line and what the line says) and why that gives this value.
+What kiln cannot decide is written commented out, with what it saw, for a person to
+judge. The text is made with tomlkit, so it reads like the hand-written recipes.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any
+
+import tomlkit
+from tomlkit.items import Table
+
+from kiln.add.scan import Findings
+from kiln.config.fields import ARCH_RE
+from kiln.config.models import Profile
+from kiln.errors import ConfigError
+
+# What kiln sets for every build itself (plan/environment.py, the scheduler, the compiler
+# wrapper): a recipe never sets these.
+KILN_SETS = frozenset(
+    {
+        "TORCH_CUDA_ARCH_LIST",
+        "MAX_JOBS",
+        "NVCC_THREADS",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "SOURCE_DATE_EPOCH",
+        "PATH",
+        "CC",
+        "CXX",
+        "NVCC",
+        "PYTORCH_NVCC",
+    }
+)
+# Estimated peak memory of one compile job, GiB (vendor-notes, "Observed builds"): a .cu
+# that includes CUTLASS/CuTe peaked at 9.2 GiB in cicc (FMHA kernels, --threads 1); every
+# other unit of three torch extensions (g++ or nvcc, torch headers included) stayed
+# under 2.5 GiB.
+MEM_CUTLASS_GIB = 9.5
+MEM_OTHER_GIB = 3.0
+# The first torch release whose headers refuse C++17 (pytorch/pytorch#178150 raised the
+# guard in ATen/ATen.h and torch/all.h to C++20); used only when the build venv's
+# headers cannot be read.
+TORCH_CXX20_SINCE = (2, 14)
+_WIDTH = 90
+
+
+@dataclass
+class Recipe:
+    """The decided keys (what the tests compare) and the TOML text."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+
+
+def _wrap(text: str) -> list[str]:
+    return textwrap.wrap(text, _WIDTH - 2, break_long_words=False, break_on_hyphens=False)
+
+
+def _say(table: Any, text: str) -> None:
+    for line in _wrap(text):
+        table.add(tomlkit.comment(line))
+
+
+def _sm(arch: str) -> tuple[int, str]:
+    m = ARCH_RE.match(arch)
+    assert m, arch
+    return int(m.group(1)), m.group(2)
+
+
+def _allows(hard: str, wanted: str) -> bool:
+    """Whether code written for the hard-coded arch ``hard`` can be compiled for
+    ``wanted``: an arch-specific target (``a``) only for itself, a family target
+    (``f``) for its family (the same major), a plain one for itself and anything newer."""
+    (hn, hs), (wn, _ws) = _sm(hard), _sm(wanted)
+    if hs == "a":
+        return hard == wanted
+    if hs == "f":
+        return hn // 10 == wn // 10
+    return wn >= hn
+
+
+def common_archs(profiles: dict[str | None, Profile]) -> list[str]:
+    """The archs every profile of the workspace has, in ``[profile]``'s order: a recipe's
+    archs must be in the profile it is built with, whichever ``--profile`` that is."""
+    first = profiles[None].archs
+    return [a for a in first if all(a in p.archs for p in profiles.values())]
+
+
+def build(
+    f: Findings, profiles: dict[str | None, Profile], name: str, rev: str | None, rev_how: str
+) -> Recipe:
+    r = Recipe()
+    doc = tomlkit.document()
+    asked = f"{f.url}@{rev}" if rev else f.url
+    _say(doc, f"{name} at {f.commit[:12]}, written by `kiln add {asked}` ({rev_how}).")
+    _say(
+        doc,
+        "Each key says what kiln found in the tree (file:line: what the line says) and "
+        "why it chose so; lines kiln could not decide are commented out. docs/add.md has "
+        "the rules.",
+    )
+    ext = f" ({', '.join(f.extensions)})" if f.extensions else ""
+    doc.add("description", f"{f.title}{ext}")
+    doc.add(tomlkit.nl())
+    doc.add("source", _source(f, r))
+    build_table = _build(f, profiles, r)
+    doc.add(tomlkit.nl())
+    doc.add("build", build_table)
+    r.text = tomlkit.dumps(doc)
+    return r
+
+
+# --------------------------------------------------------------------------- source
+
+
+def _license_id(table: Any, lic: Any, what: str) -> str | None:
+    if lic is None or lic.spdx is None:
+        how = lic.how if lic is not None else "no license file"
+        _say(table, f'{how}: no license id; set by hand: license_id = "<SPDX id>" ({what})')
+        return None
+    _say(table, f"{lic.how}.")
+    table.add("license_id", lic.spdx)
+    return lic.spdx
+
+
+def _source(f: Findings, r: Recipe) -> Table:
+    t = tomlkit.table()
+    t.add("url", f.url)
+    t.add("commit", f.commit)
+    src: dict[str, Any] = {"url": f.url, "commit": f.commit, "submodules": []}
+    if f.license is None:
+        _say(t, "No license file at the top of the tree (LICENSE, COPYING, ...): a release")
+        _say(t, "cannot ship it without one; name it here once found.")
+        t.add(tomlkit.comment('license = "LICENSE"'))
+        src["license"], src["license_id"] = None, None
+    else:
+        t.add("license", f.license.path)
+        src["license"] = f.license.path
+        src["license_id"] = _license_id(t, f.license, "the upstream")
+    aot = tomlkit.aot()
+    for sub in f.submodules:
+        s = tomlkit.table()
+        _say(
+            s,
+            f".gitmodules: {sub.path} from {sub.url}; the tree's gitlink pins "
+            f"{sub.commit[:12]} (what a checkout initialises).",
+        )
+        s.add("path", sub.path)
+        s.add("commit", sub.commit)
+        entry: dict[str, Any] = {"path": sub.path, "commit": sub.commit, "license_id": None}
+        if sub.license is None:
+            _say(s, "No license file in the submodule: name it (license = ...) or the build")
+            _say(s, "stops before compiling (a release cannot ship its code without one).")
+        else:
+            if sub.license_named:  # kiln's license collection would not pick it by itself
+                s.add("license", sub.license.path)
+            entry["license_id"] = _license_id(s, sub.license, f"submodule {sub.path}")
+        src["submodules"].append(entry)
+        aot.append(s)
+    if f.submodules:
+        t.add("submodules", aot)
+    r.data["source"] = src
+    return t
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _build(f: Findings, profiles: dict[str | None, Profile], r: Recipe) -> Table:
+    t = tomlkit.table()
+    b: dict[str, Any] = {}
+    _kind(t, f, b)
+    _archs(t, f, profiles, b)
+    _parallelism(t, f, b)
+    _memory(t, f, b)
+    _flags(t, f, b)
+    _env(t, f, b)
+    _system(t, f, b)
+    _say(
+        t,
+        f"No [build.gpu_test]: kiln add does not guess which of the upstream's tests "
+        f"proves a wheel on a GPU ({len(f.tests)} test file(s) under tests/); add one by "
+        f"hand for `kiln gpu-test`.",
+    )
+    r.data["build"] = b
+    return t
+
+
+def _kind(t: Table, f: Findings, b: dict[str, Any]) -> None:
+    be = f.backend
+    torch_ext = f.first("torch_extension")
+    if be.kind in ("setuptools", "pep517"):
+        why = f"{be.detail}"
+        if torch_ext:
+            why += f"; {torch_ext}"
+        _say(t, f"{why}: a wheel (kiln builds it with isolation off, in the build venv).")
+        t.add("kind", "wheel")
+        b["kind"] = "wheel"
+        return
+    if be.kind == "script":
+        _say(
+            t,
+            f"No setup.py or pyproject.toml [build-system]; {be.detail} at the top: built in "
+            f"place by that script. kiln cannot tell which files it leaves: check outputs "
+            f"and add import_check.",
+        )
+        run = ["bash", be.detail] if be.detail.endswith(".sh") else ["python", be.detail]
+        t.add("kind", "inplace")
+        t.add("command", run)
+        t.add("outputs", ["**/*.so"])
+        b.update(kind="inplace", command=run, outputs=["**/*.so"])
+        return
+    raise ConfigError(
+        f"{f.url} at {f.commit[:12]}: {be.detail}: kiln add cannot tell how it is built; "
+        f"write vendors/NAME.toml by hand (docs/add.md)"
+    )
+
+
+def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[str, Any]) -> None:
+    flags = f.arch_flags
+    common = common_archs(profiles)
+    if len(profiles) > 1:
+        named = ", ".join(f"[profiles.{p}]" for p in profiles if p)
+        where = f"the archs every profile has ([profile], {named}: {', '.join(common)})"
+    else:
+        where = f"the profile's archs ({', '.join(common)})"
+    if not common:
+        common = list(profiles[None].archs)
+        where = (
+            f"[profile]'s archs ({', '.join(common)}): no arch is in every profile, so "
+            f"a profile without one of these refuses this recipe"
+        )
+    device = f.device_sources
+    b["arch_toggles"] = {}
+    if not device:
+        named = ", ".join(s for s, _ in f.sources[:3]) or "none"
+        _say(
+            t,
+            f"No CUDA source among the units the build compiles ({named}"
+            f"{', ...' if len(f.sources) > 3 else ''}): no device code at build time (a JIT, "
+            f"if any, compiles kernels where they run); the wheel must hold none.",
+        )
+        t.add("archs", tomlkit.array())
+        t.add("arch_control", "none")
+        b.update(archs=[], arch_control="none")
+        return
+    literal = [fl for fl in flags if fl.archs]
+    sms = list(dict.fromkeys(a for fl in literal for a in fl.archs if a.startswith("sm_")))
+    if (
+        literal
+        and all(fl.toggle for fl in flags)
+        and len({fl.toggle for fl in flags}) == len(flags)
+    ):
+        toggles = {a: {fl.toggle[0]: fl.toggle[1]} for fl in literal for a in fl.archs}  # type: ignore[index]
+        for fl in literal:
+            _say(t, f"{fl.seen} (under an if on {fl.toggle[0]}).")  # type: ignore[index]
+        _say(
+            t,
+            f"setup.py builds {', '.join(sms)} unless told to leave one out; the profile's "
+            f"archs choose (an arch not in the profile is left out through its variable).",
+        )
+        t.add("archs", sms)
+        t.add("arch_control", "toggles")
+        inline = tomlkit.inline_table()
+        for arch, env in toggles.items():
+            inner = tomlkit.inline_table()
+            inner.update(env)
+            inline.append(arch, inner)
+        t.add("arch_toggles", inline)
+        b.update(archs=sms, arch_control="toggles", arch_toggles=toggles)
+        return
+    if flags:
+        for fl in flags[:4]:
+            _say(t, f"{fl.seen}")
+        if sms:
+            keep = [a for a in common if any(_allows(h, a) for h in sms)]
+            why = (
+                f"setup.py hard-codes {', '.join(sms)} and no variable leaves one out: kiln's "
+                f"compiler wrapper rewrites every compile's arch flags to the recipe's archs. "
+                f"Kept from {where}: those the hard-coded code can be compiled for (an "
+                f"'a' arch only for itself, an 'f' arch for its family, a plain one for newer)."
+            )
+        else:
+            keep, why = [], "setup.py computes its arch flags"
+        if not keep:
+            keep = list(common)
+            why += (
+                f" None of {where} fits (or the list is computed): all of them; check that "
+                f"the code compiles for each."
+            )
+        _say(t, why)
+        t.add("archs", keep)
+        t.add("arch_control", "rewrite")
+        b.update(archs=keep, arch_control="rewrite")
+        return
+    torch_ext = f.first("torch_extension")
+    reads = [r for r in f.env_reads if r.name == "TORCH_CUDA_ARCH_LIST"]
+    if torch_ext:
+        keep = [a for a in common if not a.endswith("f")]
+        left = [a for a in common if a.endswith("f")]
+        why = (
+            f"{torch_ext}, no arch flag of its own: torch turns TORCH_CUDA_ARCH_LIST into "
+            f"-gencode flags, and kiln sets it to the recipe's archs: {where}."
+        )
+        defaults = sorted({r.default for r in reads if r.default})
+        if reads:
+            lines = ", ".join(str(r.seen.line) for r in reads)
+            why += f" setup.py reads it itself ({reads[0].seen.file}:{lines})"
+            if defaults:
+                why += f" and falls back to {' or '.join(defaults)} when it is unset"
+            why += ": kiln always sets it."
+        if left:
+            why += (
+                f" {', '.join(left)} left out: torch refuses family targets in "
+                f"TORCH_CUDA_ARCH_LIST (ValueError on 10.0f)."
+            )
+        _say(t, why)
+        t.add("archs", keep)
+        t.add("arch_control", "torch-arch-list")
+        b.update(archs=keep, arch_control="torch-arch-list")
+        return
+    _say(
+        t,
+        f"{len(device)} CUDA source(s) and no arch flag kiln can see (not torch's "
+        f"extension build): nvcc's own default or the build system's list decides, so "
+        f"kiln's wrapper rewrites every compile's arch flags to {where}.",
+    )
+    t.add("archs", list(common))
+    t.add("arch_control", "rewrite")
+    b.update(archs=list(common), arch_control="rewrite")
+
+
+def _parallelism(t: Table, f: Findings, b: dict[str, Any]) -> None:
+    threads = f.first("threads_flag")
+    reads = [r for r in f.env_reads if r.name == "NVCC_THREADS"]
+    b["nvcc_threads"] = None
+    if threads and reads:
+        cap = max(1, len(b["archs"]))
+        _say(
+            t,
+            f"{reads[0].seen} and {threads}: setup.py turns NVCC_THREADS into nvcc "
+            f"--threads N. nvcc's threads compile a file's -gencode targets side by side, so "
+            f"more threads than archs only cost memory: capped at {cap} (the archs above).",
+        )
+        t.add("nvcc_threads", cap)
+        b["nvcc_threads"] = cap
+    elif f.device_sources:
+        _say(t, "NVCC_THREADS: setup.py does not read it (nothing to cap).")
+    build_ext = f.first("build_extension")
+    if build_ext:
+        _say(
+            t,
+            f"MAX_JOBS: {build_ext}: torch's BuildExtension runs ninja with MAX_JOBS jobs; "
+            f"kiln's scheduler sets it from the memory budget (no cap).",
+        )
+    elif f.setup:
+        _say(
+            t,
+            f"MAX_JOBS: setup.py does not use torch's BuildExtension: setuptools compiles "
+            f"its {len(f.sources)} unit(s) one after another (no cap).",
+        )
+
+
+def _memory(t: Table, f: Findings, b: dict[str, Any]) -> None:
+    heavy = f.cutlass_units()
+    if heavy:
+        src, header = next(iter(heavy.items()))
+        value = MEM_CUTLASS_GIB
+        _say(
+            t,
+            f"{len(heavy)} CUDA source(s) include CUTLASS/CuTe ({src} reaches {header}): "
+            f"{value:g} GiB per compile job (such units peaked at 9.2 GiB in cicc, "
+            f"vendor-notes); kiln replaces it with the measured peak after the first build.",
+        )
+    else:
+        value = MEM_OTHER_GIB
+        _say(
+            t,
+            f"No CUDA source includes CUTLASS/CuTe: {value:g} GiB per compile job (other "
+            f"torch-extension units peaked under 2.5 GiB, vendor-notes); kiln replaces it "
+            f"with the measured peak after the first build.",
+        )
+    t.add("mem_per_job_gib", value)
+    b["mem_per_job_gib"] = value
+
+
+def _flags(t: Table, f: Findings, b: dict[str, Any]) -> None:
+    drop = list(dict.fromkeys(flag for s in f.setup for flag, _ in s.unreproducible))
+    b["nvcc_drop_flags"], b["cxx_append_flags"] = drop, []
+    if drop:
+        seen = [str(x) for s in f.setup for _, x in s.unreproducible][:2]
+        _say(
+            t,
+            f"{'; '.join(seen)}: they record the build directory and source mtimes in "
+            f"device code (docs/reproducibility.md): kiln's wrapper drops them. Remove this "
+            f"line to keep line info for profilers.",
+        )
+        t.add("nvcc_drop_flags", drop)
+    stds = [(n, s) for m in f.setup for n, s in m.std_flags]
+    if not stds:
+        return
+    need, evidence = _torch_cxx(f)
+    low = [(n, s) for n, s in stds if need and n < need]
+    torch_inc = f.torch_header()
+    if low and torch_inc and need:
+        flag = f"-std=c++{need}"
+        _say(
+            t,
+            f"{low[0][1]}: a hard-coded C++{low[0][0]}; {torch_inc.seen} reaches torch's "
+            f"headers, and {evidence}: kiln's wrapper appends {flag} after the upstream's "
+            f"flags (torch adds its own -std only when setup.py passes none).",
+        )
+        t.add("cxx_append_flags", [flag])
+        b["cxx_append_flags"] = [flag]
+
+
+def _torch_cxx(f: Findings) -> tuple[int | None, str]:
+    if f.torch_cxx:
+        std, seen = f.torch_cxx
+        return std, f"the build venv's torch needs C++{std} ({seen})"
+    return None, "the build venv's torch headers could not be read"
+
+
+def _env(t: Table, f: Findings, b: dict[str, Any]) -> None:
+    toggles = {v for env in b["arch_toggles"].values() for v in env}
+    chosen: dict[str, tuple[str, str]] = {}
+    for module in f.setup:
+        for pin in module.asserted:
+            if pin.name in KILN_SETS or pin.name in toggles:
+                continue
+            why = f"{pin.seen}: {_why(pin.why)}: set to the value it asserts."
+            chosen.setdefault(pin.name, (pin.value, why))
+        for pin in module.download_guards:
+            if pin.name not in chosen and pin.name not in KILN_SETS:
+                chosen[pin.name] = (pin.value, f"{pin.seen}: {pin.why}.")
+    b["env"] = {k: v for k, (v, _) in chosen.items()}
+    env = tomlkit.table()
+    if chosen:
+        _say(
+            env,
+            "Set: what setup.py asserts (the build fails otherwise), and what keeps it off "
+            "the network without changing anything else.",
+        )
+    for name, (value, why) in chosen.items():
+        _say(env, why)
+        env.add(name, value)
+    others: dict[str, Any] = {}
+    for read in f.env_reads:
+        if read.name not in chosen and read.name not in toggles:
+            others.setdefault(read.name, read)
+    kiln_read = [n for n in others if n in KILN_SETS]
+    left = {n: r for n, r in others.items() if n not in KILN_SETS}
+    if left:
+        _say(env, "Also read by setup.py, left at its defaults (uncomment one to set it):")
+        for name, read in left.items():
+            default = f'"{read.default}"' if read.default is not None else "unset"
+            where = f"{read.seen.file}:{read.seen.line}"
+            env.add(tomlkit.comment(f'{name} = ""  # {where}, default {default}'))
+    if kiln_read:
+        _say(env, f"Read by setup.py, set by kiln for every build: {', '.join(kiln_read)}.")
+    for seen in [s for m in f.setup for s in m.network]:
+        _say(
+            env,
+            f"{seen}: setup.py reaches the network here and no variable stops it; kiln "
+            f"checks the submodules out before the build, so a submodule update finds them "
+            f"in place (check anything else).",
+        )
+    t.add(tomlkit.nl())
+    t.add("env", env)
+
+
+def _why(why: str) -> str:
+    return re.sub(r" and __name__ == '__main__'|__name__ == '__main__' and ", "", why).replace(
+        " when __name__ == '__main__'", ""
+    )
+
+
+def _system(t: Table, f: Findings, b: dict[str, Any]) -> None:
+    b["system"] = [{"header": s.header, "package": s.package} for s in f.system_headers]
+    if not f.headers_scanned:
+        _say(t, "The build venv was not at hand: system headers were not looked for.")
+        return
+    if f.system_headers:
+        aot = tomlkit.aot()
+        for s in f.system_headers:
+            e = tomlkit.table()
+            _say(
+                e,
+                f"{s.include.seen} (reached from {s.include.source}): neither the tree, CUDA, "
+                f"torch nor the build venv provides it; Debian/Ubuntu {s.package}. Checked "
+                f"where builds run before anything is fetched or compiled.",
+            )
+            e.add("header", s.header)
+            e.add("package", s.package)
+            aot.append(e)
+        t.add("system", aot)
+    for p in f.pip_headers:
+        _say(
+            t,
+            f"{p.include.seen}: not in the build venv; it comes from the pip wheel {p.wheel}: "
+            f"add it to the profile's build_tools.",
+        )

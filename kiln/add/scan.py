@@ -1,0 +1,260 @@
+"""Read a checked-out upstream and say what it is, each finding with its evidence.
+
+Nothing here decides a recipe key (:mod:`kiln.add.recipe` does); everything here is
+a fact with the file and line it was seen at: the build backend, what setup.py (and the
+tree's modules it imports) reads and passes, the sources it compiles, the headers they
+reach and who provides them, the licenses of the tree and of each submodule, and the C++
+standard the build venv's torch requires.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln.add import includes, pysetup, spdx
+from kiln.add.pysetup import Seen
+from kiln.inside.causes import header_packages
+from kiln.sources.checkout import Checkout
+from kiln.sources.licenses import SUBMODULE_CANDIDATES
+
+# Folders whose sources a build does not compile (used only when setup.py names none).
+_NOT_BUILT = ("test", "tests", "benchmark", "benchmarks", "example", "examples", "docs")
+BUILD_SCRIPTS = ("build.sh", "build.py", "install.sh")
+# torch's own guard: `#if !defined(_MSC_VER) && __cplusplus < 202002L` + `#error`.
+_CPLUSPLUS_GUARD = re.compile(r"__cplusplus\s*<\s*(\d{6})L?[^\n]*\n\s*#\s*error")
+_CPLUSPLUS_STD = {201103: 11, 201402: 14, 201703: 17, 202002: 20, 202302: 23}
+# Where torch states the C++ standard it needs, tried in order.
+TORCH_GUARD_HEADERS = ("ATen/ATen.h", "torch/csrc/api/include/torch/all.h")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """``setuptools`` (a setup.py), ``pep517`` (pyproject's [build-system] only),
+    ``script`` (an in-place build script), or ``none``."""
+
+    kind: str
+    detail: str
+    seen: tuple[Seen, ...] = ()
+
+
+@dataclass(frozen=True)
+class SubmoduleFinding:
+    path: str
+    url: str
+    commit: str
+    license: spdx.LicenseFile | None
+    # Whether kiln's license collection would pick another file by default (then the
+    # recipe names this one: sources/licenses.py SUBMODULE_CANDIDATES).
+    license_named: bool = False
+
+
+@dataclass(frozen=True)
+class SystemHeader:
+    header: str
+    package: str  # Debian/Ubuntu
+    include: includes.Include
+
+
+@dataclass(frozen=True)
+class PipHeader:
+    header: str
+    wheel: str
+    include: includes.Include
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where the build's headers come from besides the tree (None: not at hand)."""
+
+    site_packages: Path | None
+    cuda_home: Path | None
+    python_include: Path | None
+
+
+@dataclass
+class Findings:
+    url: str
+    commit: str
+    backend: Backend
+    setup: list[pysetup.SetupPy] = field(default_factory=list)
+    build_script: str | None = None
+    sources: list[tuple[str, Seen | None]] = field(default_factory=list)  # compiled units
+    closure: includes.Closure = field(default_factory=includes.Closure)
+    system_headers: list[SystemHeader] = field(default_factory=list)
+    pip_headers: list[PipHeader] = field(default_factory=list)
+    torch_cxx: tuple[int, Seen] | None = None  # the standard torch's headers require
+    license: spdx.LicenseFile | None = None
+    submodules: list[SubmoduleFinding] = field(default_factory=list)
+    title: str = ""
+    extensions: list[str] = field(default_factory=list)
+    tests: list[str] = field(default_factory=list)
+    headers_scanned: bool = True
+
+    @property
+    def device_sources(self) -> list[str]:
+        return [s for s, _ in self.sources if s.endswith(".cu")]
+
+    @property
+    def env_reads(self) -> list[pysetup.EnvRead]:
+        return [r for s in self.setup for r in s.env_reads]
+
+    @property
+    def arch_flags(self) -> list[pysetup.ArchFlag]:
+        return [f for s in self.setup for f in s.arch_flags]
+
+    def first(self, attr: str) -> Seen | None:
+        """The first setup module's finding ``attr`` (torch_extension, threads_flag...)."""
+        return next((getattr(s, attr) for s in self.setup if getattr(s, attr)), None)
+
+    def torch_header(self) -> includes.Include | None:
+        """The first include of torch's own headers (torch/, ATen/, c10/), else of any
+        header torch's include folder provides (pybind11 comes with it)."""
+        hits = [self.closure.first[h] for h, p in self.closure.provided.items() if p == "torch"]
+        own = [i for i in hits if i.header.startswith(("torch/", "ATen/", "c10/"))]
+        return (own or hits or [None])[0]
+
+    def cutlass_units(self) -> dict[str, str]:
+        """Device source -> the CUTLASS/CuTe header it reaches."""
+        out = {}
+        for src in self.device_sources:
+            hit = sorted(h for h in self.closure.reaches.get(src, ()) if _cutlass(h))
+            if hit:
+                out[src] = hit[0]
+        return out
+
+
+def _cutlass(header: str) -> bool:
+    return header.startswith(("cutlass/", "cute/"))
+
+
+def scan(co: Checkout, env: Environment) -> Findings:
+    tree = co.path
+    found = Findings(co.url, co.commit, backend(tree))
+    if (tree / "setup.py").is_file():
+        modules = ["setup.py", *pysetup.local_imports(tree, "setup.py")]
+        found.setup = [pysetup.read(tree, m) for m in modules]
+    found.build_script = next((s for s in BUILD_SCRIPTS if (tree / s).is_file()), None)
+    found.sources = _sources(tree, found, co)
+    roots = includes.external_roots(env.cuda_home, env.site_packages, env.python_include)
+    found.headers_scanned = env.site_packages is not None
+    found.closure = includes.closure(tree, [s for s, _ in found.sources], roots)
+    for inc in found.closure.missing:
+        deb, pip = header_packages(inc.header)
+        if deb and not any(s.package == deb for s in found.system_headers):
+            found.system_headers.append(SystemHeader(inc.header, deb, inc))
+        elif pip and not deb:
+            found.pip_headers.append(PipHeader(inc.header, pip, inc))
+    found.torch_cxx = torch_cxx(env.site_packages)
+    lic = spdx.find(tree)
+    found.license = spdx.identify(tree, lic) if lic else None
+    top = [s for s in co.submodules if "/" not in s.path or not _nested(s.path, co)]
+    for sub in top:
+        name = spdx.find(tree / sub.path)
+        sub_license = spdx.identify(tree / sub.path, name) if name else None
+        default = next((c for c in SUBMODULE_CANDIDATES if (tree / sub.path / c).is_file()), None)
+        found.submodules.append(
+            SubmoduleFinding(sub.path, sub.url, sub.commit, sub_license, default != name)
+        )
+    found.title = _title(tree)
+    found.extensions = _extensions(found)
+    found.tests = sorted(
+        str(p.relative_to(tree)) for d in ("tests", "test") for p in (tree / d).rglob("test*.py")
+    )
+    return found
+
+
+def _nested(path: str, co: Checkout) -> bool:
+    return any(path.startswith(o.path + "/") for o in co.submodules)
+
+
+def backend(tree: Path) -> Backend:
+    pyproject = tree / "pyproject.toml"
+    seen: list[Seen] = []
+    table = None
+    if pyproject.is_file():
+        text = pyproject.read_text(errors="replace")
+        try:
+            table = tomllib.loads(text).get("build-system")
+        except tomllib.TOMLDecodeError:
+            table = None
+        line = next((i for i, ln in enumerate(text.splitlines(), 1) if "build-backend" in ln), 0)
+        if table and line:
+            seen.append(Seen("pyproject.toml", line, text.splitlines()[line - 1].strip()))
+    if (tree / "setup.py").is_file():
+        how = "setup.py"
+        if pyproject.is_file() and not table:
+            how += " (pyproject.toml has no [build-system]: pip falls back to setuptools)"
+        elif table:
+            how += f" with pyproject's backend {table.get('build-backend', 'setuptools')}"
+        return Backend("setuptools", how, tuple(seen))
+    if table:
+        return Backend("pep517", str(table.get("build-backend", "setuptools")), tuple(seen))
+    script = next((s for s in BUILD_SCRIPTS if (tree / s).is_file()), None)
+    if script:
+        return Backend("script", script, (Seen(script, 1, "a build script at the top"),))
+    return Backend("none", "no setup.py, no pyproject.toml [build-system], no build script")
+
+
+def _sources(tree: Path, found: Findings, co: Checkout) -> list[tuple[str, Seen | None]]:
+    """The units the build compiles: the source files setup.py names, else every C, C++
+    and CUDA source of the tree outside submodules, tests, benchmarks and docs."""
+    named: dict[str, Seen | None] = {}
+    for module in found.setup:
+        for rel, seen in module.sources:
+            named.setdefault(rel, seen)
+    if named:
+        return list(named.items())
+    subs = [s.path for s in co.submodules]
+    out: list[tuple[str, Seen | None]] = []
+    for path in sorted(tree.rglob("*")):
+        rel = path.relative_to(tree)
+        if (
+            path.suffix in pysetup.SOURCE_SUFFIXES
+            and path.is_file()
+            and ".git" not in rel.parts
+            and not set(rel.parts) & set(_NOT_BUILT)
+            and not any(str(rel).startswith(s + "/") for s in subs)
+        ):
+            out.append((str(rel), None))
+    return out
+
+
+def torch_cxx(site_packages: Path | None) -> tuple[int, Seen] | None:
+    """The C++ standard the build venv's torch headers refuse to compile below, with the
+    guard's line (torch 2.14's ATen/ATen.h: ``__cplusplus < 202002L`` -> ``#error``)."""
+    if site_packages is None:
+        return None
+    base = site_packages / "torch" / "include"
+    for rel in TORCH_GUARD_HEADERS:
+        path = base / rel
+        if not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        m = _CPLUSPLUS_GUARD.search(text)
+        if m and int(m.group(1)) in _CPLUSPLUS_STD:
+            line = text.count("\n", 0, m.start()) + 1
+            shown = f"torch/include/{rel}"
+            return _CPLUSPLUS_STD[int(m.group(1))], Seen(shown, line, m.group(0).split("\n")[0])
+    return None
+
+
+def _title(tree: Path) -> str:
+    for name in ("README.md", "README.rst", "README"):
+        path = tree / name
+        if path.is_file():
+            for line in path.read_text(errors="replace").splitlines():
+                text = line.strip().lstrip("#").strip()
+                if text and not text.startswith(("<", "[", "!", "=", "-")):
+                    return text[:80]
+    return tree.name
+
+
+def _extensions(found: Findings) -> list[str]:
+    """Extension module names setup.py gives its Extension/CUDAExtension calls."""
+    names: list[str] = []
+    for module in found.setup:
+        names += module.extension_names
+    return list(dict.fromkeys(names))

@@ -1,0 +1,398 @@
+"""``kiln add URL[@REV]`` on fixture upstreams (real git, real setup.py texts, the tests'
+build venv for the headers): a hard-coded -gencode list becomes arch_control "rewrite",
+a BSD-2-Clause license is named as such, REV is a branch, a tag, a short SHA or HEAD,
+submodules are pinned at their gitlinks, and bad input stops with one line and nothing
+written. The public upstreams: tests/integration/test_add.py."""
+
+from __future__ import annotations
+
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kiln import add as kiln_add
+from kiln.add import pysetup, revision, spdx
+from kiln.cli import main
+from kiln.config.models import SystemRequirement
+from kiln.config.workspace import Workspace
+from kiln.errors import ConfigError, KilnError, SourceError
+from kiln.sources.git import git
+from kiln.sources.gitrepo import CommitSpec, make_repo
+from tests import public
+from tests import upstreams as fixture_upstreams
+from tests.upstreams import BASE_URL
+from tests.workspace import write
+
+BSD2 = """\
+Copyright (c) 2026, kiln test fixtures
+All rights reserved.
+
+Redistribution and use in source and binary forms, with or without
+modification, are permitted provided that the following conditions are met:
+
+1. Redistributions of source code must retain the above copyright notice, this
+   list of conditions and the following disclaimer.
+
+2. Redistributions in binary form must reproduce the above copyright notice,
+   this list of conditions and the following disclaimer in the documentation
+   and/or other materials provided with the distribution.
+
+THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS "AS IS"
+AND ANY EXPRESS OR IMPLIED WARRANTIES, INCLUDING, BUT NOT LIMITED TO, THE
+IMPLIED WARRANTIES OF MERCHANTABILITY AND FITNESS FOR A PARTICULAR PURPOSE ARE
+DISCLAIMED.
+"""
+
+# An nvcc extension whose setup.py hard-codes its -gencode list (no variable changes it),
+# compiles with -lineinfo, and includes a header the build machine must provide.
+GENCODE_SETUP = """\
+import os
+import subprocess
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+NVCC_FLAGS = ["-O2", "-lineinfo", "-gencode", "arch=compute_100a,code=sm_100a",
+              "-gencode=arch=compute_103a,code=sm_103a"]
+
+
+class NvccBuildExt(build_ext):
+    def build_extension(self, ext):
+        out = self.get_ext_fullpath(ext.name)
+        nvcc = os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+        subprocess.check_call([nvcc, "-shared", "-Xcompiler", "-fPIC", *NVCC_FLAGS,
+                               *ext.sources, "-o", out])
+
+
+setup(name="gencodeext", version="0.1", ext_modules=[Extension("gencodeext._k", ["csrc/k.cu"])],
+      cmdclass={"build_ext": NvccBuildExt})
+"""
+
+KERNEL = """\
+#include <cuda_runtime.h>
+#include <hdr/scale.cuh>
+#include "common.cuh"
+__global__ void k(float* x) { x[0] = hdr::scale(x[0], 2.0f); }
+"""
+COMMON = "#pragma once\n#include <numa.h>\n"
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory: pytest.TempPathFactory) -> fixture_upstreams.Upstreams:
+    """The tests' fixture upstreams plus ``gencode.git`` (tag v0.1 on its first commit)."""
+    ups = fixture_upstreams.make(tmp_path_factory.mktemp("add-upstreams"))
+    shas = make_repo(
+        ups.root / "gencode.git",
+        [
+            CommitSpec(
+                "gencode: sm_100a and sm_103a, hard-coded",
+                {
+                    "setup.py": GENCODE_SETUP,
+                    "csrc/k.cu": KERNEL,
+                    "csrc/common.cuh": COMMON,
+                    "LICENSE": BSD2,
+                },
+                submodules={"third_party/hdr": (f"{BASE_URL}hdr.git", ups.hdr[0])},
+            ),
+            CommitSpec("gencode: readme", {"README.md": "# gencode ext\n"}),
+        ],
+    )
+    git("tag", "v0.1", shas[0], cwd=ups.root / "gencode.git")
+    git("branch", "old", shas[0], cwd=ups.root / "gencode.git")
+    return ups
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A workspace with a profile and no vendors yet (a team's first `kiln add`)."""
+    ws = write(tmp_path / "ws", {})
+    return ws
+
+
+def _add(ws: Path, ups, build_python: Path, url: str, rev: str | None, tmp: Path, **kw):
+    return kiln_add.add_recipe(
+        ws, url, rev, kw.pop("name", None), tmp / "cache", ups.mirrors, True,
+        kw.pop("force", False), python=str(build_python), **kw,
+    )  # fmt: skip
+
+
+def test_a_hard_coded_gencode_list_becomes_rewrite(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}gencode.git", "v0.1", tmp_path)
+    assert added.path == workspace / "vendors" / "gencode.toml"
+    data = tomllib.loads(added.path.read_text())
+    shas = git("rev-parse", "v0.1", cwd=fixtures.root / "gencode.git").output.strip()
+    assert data["source"]["commit"] == shas
+    assert data["build"]["arch_control"] == "rewrite"
+    assert data["build"]["archs"] == ["sm_100a", "sm_103a"]
+    assert data["build"]["nvcc_drop_flags"] == ["-lineinfo"]
+    # numa.h: none of the tree, CUDA, torch or the build venv has it (the causes table).
+    assert data["build"]["system"] == [{"header": "numa.h", "package": "libnuma-dev"}]
+    # The submodule pinned at the tree's gitlink. Its LICENSE holds only "MIT License"
+    # and a copyright line, none of MIT's clauses: no id is guessed from a title.
+    assert data["source"]["submodules"] == [{"path": "third_party/hdr", "commit": fixtures.hdr[0]}]
+    # Every choice is commented: the evidence names the file and line.
+    text = added.path.read_text()
+    assert "setup.py:7: `NVCC_FLAGS = " in text and "rewrites every compile" in text
+    assert Workspace(workspace).vendors["gencode"].build.arch_control == "rewrite"
+
+
+def test_a_bsd_2_clause_license_is_named_as_such(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}gencode.git", "v0.1", tmp_path)
+    assert added.findings.license is not None and added.findings.license.spdx == "BSD-2-Clause"
+    text = added.path.read_text()
+    # any SPDX id is a recipe's license_id (checked against packaging's SPDX list)
+    assert tomllib.loads(text)["source"]["license_id"] == "BSD-2-Clause"
+    assert Workspace(workspace).vendors["gencode"].source.license_id == "BSD-2-Clause"
+
+
+def test_license_clauses_tell_bsd_2_from_bsd_3_and_mit(tmp_path: Path) -> None:
+    bsd3 = BSD2.replace(
+        "THIS SOFTWARE",
+        "3. Neither the name of the copyright holder nor the names of its\n   contributors "
+        "may be used to endorse or promote products.\n\nTHIS SOFTWARE",
+    )
+    mit = "MIT License\n\n" + textwrap.fill(
+        "Permission is hereby granted, free of charge, to any person obtaining a copy. "
+        "The above copyright notice and this permission notice shall be included in all "
+        "copies or substantial portions of the Software."
+    )
+    tagged = "Copyright NVIDIA\nSPDX-License-Identifier: bsd-3-clause\n\nsome text\n"
+    for name, text, want in [
+        ("bsd2", BSD2, "BSD-2-Clause"),
+        ("bsd3", bsd3, "BSD-3-Clause"),
+        ("mit", mit, "MIT"),
+        ("tagged", tagged, "BSD-3-Clause"),
+        ("none", "All rights reserved.\n", None),
+    ]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "COPYING").write_text(text)
+        assert spdx.find(tmp_path / name) == "COPYING"
+        assert spdx.identify(tmp_path / name, "COPYING").spdx == want, name
+
+
+@pytest.mark.parametrize(
+    "rev, how",
+    [("v0.1", "tag v0.1"), ("old", "branch old"), (None, "HEAD -> main"), ("main", "branch main")],
+)
+def test_rev_is_a_branch_a_tag_a_sha_or_head(
+    fixtures, tmp_path: Path, rev: str | None, how: str
+) -> None:
+    from kiln.config.mirrors import Mirrors
+    from kiln.sources.checkout import GitCache
+
+    repo = fixtures.root / "gencode.git"
+    cache = GitCache(tmp_path / "cache", Mirrors.load(fixtures.mirrors), offline=True)
+    want = git("rev-parse", rev or "main", cwd=repo).output.strip()
+    assert revision.resolve(cache, f"{BASE_URL}gencode.git", rev, "t") == (want, how)
+    # A short SHA, once the clone is cached, resolves without fetching.
+    assert revision.resolve(cache, f"{BASE_URL}gencode.git", want[:9], "t") == (want, "commit")
+
+
+def test_url_and_rev_are_split_at_the_last_at() -> None:
+    assert revision.split("https://h/o/r@v1.2") == ("https://h/o/r", "v1.2")
+    assert revision.split("git@github.com:o/r.git") == ("git@github.com:o/r.git", None)
+    assert revision.split("git@github.com:o/r.git@abc1234") == ("git@github.com:o/r.git", "abc1234")
+    assert revision.split("https://u@h/o/r@feature/x") == ("https://u@h/o/r", "feature/x")
+    with pytest.raises(SourceError, match="empty REV"):
+        revision.split("https://h/o/r@")
+
+
+def _one_line_and_nothing_written(exc: KilnError, ws: Path, before: list[Path]) -> None:
+    assert "\n" not in str(exc)
+    assert sorted((ws / "vendors").iterdir()) == before
+
+
+def test_bad_input_stops_with_one_line(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    before = sorted((workspace / "vendors").iterdir())
+    with pytest.raises(SourceError, match="does not exist: fix the mirrors file") as unknown:
+        _add(workspace, fixtures, build_python, f"{BASE_URL}nothing.git", None, tmp_path)
+    _one_line_and_nothing_written(unknown.value, workspace, before)
+    with pytest.raises(SourceError, match="'no-such' is not a branch, tag or commit") as rev:
+        _add(workspace, fixtures, build_python, f"{BASE_URL}gencode.git", "no-such", tmp_path)
+    _one_line_and_nothing_written(rev.value, workspace, before)
+    with pytest.raises(SourceError, match="is not a branch, tag or commit") as sha:
+        _add(workspace, fixtures, build_python, f"{BASE_URL}gencode.git", "deadbeef", tmp_path)
+    _one_line_and_nothing_written(sha.value, workspace, before)
+    with pytest.raises(ConfigError, match="not a vendor name") as name:
+        _add(workspace, fixtures, build_python, f"{BASE_URL}plain.git", "main", tmp_path, name="A")
+    _one_line_and_nothing_written(name.value, workspace, before)
+
+
+def test_an_existing_recipe_is_kept_without_force(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    target = workspace / "vendors" / "plain.toml"
+    target.write_text("# mine\n")
+    with pytest.raises(ConfigError, match="already exists; pass --force") as exc:
+        _add(workspace, fixtures, build_python, f"{BASE_URL}plain.git", "main", tmp_path)
+    assert "\n" not in str(exc.value) and target.read_text() == "# mine\n"
+    _add(workspace, fixtures, build_python, f"{BASE_URL}plain.git", "main", tmp_path, force=True)
+    data = tomllib.loads(target.read_text())
+    # plain computes its -gencode flags from archs.txt: rewritten to the profile's archs.
+    assert data["build"]["arch_control"] == "rewrite"
+    assert (
+        data["build"]["archs"] == ["sm_100a", "sm_103a"] and "nvcc_drop_flags" not in data["build"]
+    )
+
+
+def test_the_command_writes_the_recipe_and_prints_its_path(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path, capsys
+) -> None:
+    """From git bundles, as `kiln build --bundles` reads them (the workspace's
+    bundles.toml names one for each URL, the submodule's too)."""
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    for repo in ("gencode", "hdr"):
+        git("bundle", "create", "-q", bundles / f"{repo}.bundle", "--all",
+            cwd=fixtures.root / f"{repo}.git")  # fmt: skip
+    (workspace / "bundles.toml").write_text(
+        f'[bundles]\n"{BASE_URL}gencode.git" = "gencode.bundle"\n'
+        f'"{BASE_URL}hdr.git" = "hdr.bundle"\n'
+    )
+    argv = (
+        ["add", f"{BASE_URL}gencode.git@v0.1", "--workspace", str(workspace), "--name", "gx",
+         "--cache", str(tmp_path / "cache"), "--bundles", str(bundles),
+         "--python", str(build_python), "--no-dry-run"]
+    )  # fmt: skip
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip() == str(workspace / "vendors" / "gx.toml")
+    assert Workspace(workspace).vendors["gx"].source.url == f"{BASE_URL}gencode.git"
+
+
+# --------------------------------------------------------------------------- setup.py rules
+
+
+def _setup(tmp_path: Path, text: str) -> pysetup.SetupPy:
+    (tmp_path / "setup.py").write_text(textwrap.dedent(text))
+    return pysetup.read(tmp_path, "setup.py")
+
+
+def test_a_toggle_is_the_variable_of_the_if_around_an_arch_flag(tmp_path: Path) -> None:
+    s = _setup(
+        tmp_path,
+        """\
+        import os
+        def flag(name):
+            return os.getenv(name, "0") in ("1", "true")
+        NO_OLD = flag("X_DISABLE_OLD")
+        WANT_NEW = int(os.environ.get("X_NEW", "1"))
+        flags = []
+        if not NO_OLD:
+            flags += ["-gencode", "arch=compute_90a,code=sm_90a"]
+        if WANT_NEW:
+            flags += ["-gencode=arch=compute_100f,code=sm_100f"]
+        else:
+            flags += ["-gencode=arch=compute_100a,code=sm_100a"]
+        """,
+    )
+    assert [(f.archs, f.toggle) for f in s.arch_flags] == [
+        (("sm_90a",), ("X_DISABLE_OLD", "1")),
+        (("sm_100f",), ("X_NEW", "0")),
+        (("sm_100a",), ("X_NEW", "1")),
+    ]
+
+
+def test_an_asserted_value_and_a_download_guard_are_pinned(tmp_path: Path) -> None:
+    s = _setup(
+        tmp_path,
+        """\
+        import os, urllib.request
+        FORCE = int(os.getenv("Y_FORCE", "0")) == 1
+        LOCAL = int(os.getenv("Y_LOCAL", "1")) == 1
+        VERSION = "1.0" + ("+local" if LOCAL else "")
+        if os.environ.get("ARCHS", "") != "9.0":
+            assert int(os.getenv("Y_SAFE", 1)) == 1
+        assert os.getenv("Y_PRESENT") is not None
+        def run():
+            if FORCE or LOCAL:
+                return build()
+            urllib.request.urlopen("https://example.invalid/wheel")
+        """,
+    )
+    assert [(p.name, p.value) for p in s.asserted] == [("Y_SAFE", "1")]
+    assert "when os.environ.get('ARCHS', '') != '9.0'" in s.asserted[0].why
+    # Y_LOCAL also skips the download but changes the version too: Y_FORCE is chosen.
+    assert [(p.name, p.value) for p in s.download_guards] == [("Y_FORCE", "1")]
+    assert "Y_LOCAL would too" in s.download_guards[0].why
+
+
+def test_an_unguarded_download_is_only_reported(tmp_path: Path) -> None:
+    s = _setup(tmp_path, 'import subprocess\nsubprocess.run(["git", "clone", "x"])\n')
+    assert s.download_guards == [] and [x.line for x in s.network] == [2]
+
+
+def test_default_names_are_the_repository_lowercased() -> None:
+    assert kiln_add.default_name("https://github.com/Org/DeepThing.git") == "deepthing"
+    assert kiln_add.default_name("git@host:org/My.Lib") == "my-lib"
+    with pytest.raises(ConfigError, match="pass --name"):
+        kiln_add.default_name("https://host/org/...")
+
+
+def test_the_public_comparison_sees_every_decisive_key() -> None:
+    """tests/integration/test_add.py compares `kiln add`'s recipes with the hand-written
+    ones through ``public.decisive``: a change to any key it names must show."""
+    hand = public.recipe(public.WORKSPACE / "vendors" / "flashmla.toml")
+    base = public.decisive(hand)
+    changes = {
+        "source": {
+            "url": "https://example.invalid/x",
+            "commit": "0" * 40,
+            "license": "COPYING",
+            "license_id": "Apache-2.0",
+            "submodules": [],
+        },
+        "build": {
+            "kind": "inplace",
+            "arch_control": "rewrite",
+            "archs": ["sm_100f"],
+            "arch_toggles": {},
+            "env": {"X": "1"},
+            "system": [SystemRequirement(header="numa.h", package="libnuma-dev")],
+            "cxx_append_flags": ["-std=c++20"],
+            "nvcc_append_flags": ["-G"],
+            "nvcc_drop_flags": [],
+            "nvcc_threads": 3,
+            "max_jobs": 2,
+            "command": ["make"],
+            "outputs": ["x.so"],
+        },
+    }
+    assert len(changes["source"]) + len(changes["build"]) == len(base)
+    for table, fields in changes.items():
+        for key, value in fields.items():
+            part = getattr(hand, table).model_copy(update={key: value})
+            changed = public.decisive(hand.model_copy(update={table: part}))
+            assert changed != base, f"{table}.{key}"
+
+
+def test_a_build_script_alone_is_built_in_place_and_nothing_at_all_is_refused(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    shas = make_repo(
+        fixtures.root / "script.git",
+        [
+            CommitSpec("docs only", {"README.md": "# script\n", "LICENSE": BSD2}),
+            CommitSpec("a build script", {"build.sh": "nvcc -shared k.cu -o k.so\n", "k.cu": ""}),
+        ],
+    )
+    with pytest.raises(ConfigError, match="cannot tell how it is built") as exc:
+        _add(workspace, fixtures, build_python, f"{BASE_URL}script.git", shas[0], tmp_path)
+    assert "\n" not in str(exc.value) and not (workspace / "vendors" / "script.toml").exists()
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}script.git", shas[1], tmp_path)
+    build = Workspace(workspace).vendors["script"].build
+    assert (build.kind, build.command, build.outputs) == (
+        "inplace",
+        ["bash", "build.sh"],
+        ["**/*.so"],
+    )
+    # CUDA sources outside torch's extension build: the wrapper rewrites their archs.
+    assert (build.arch_control, build.archs) == ("rewrite", ["sm_100a", "sm_103a"])
+    assert "check outputs" in added.path.read_text()
