@@ -295,10 +295,7 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[s
                 f" None of {where} fits (or the list is computed): all of them; check that "
                 f"the code compiles for each."
             )
-        _say(t, why)
-        t.add("archs", keep)
-        t.add("arch_control", "rewrite")
-        b.update(archs=keep, arch_control="rewrite")
+        _choose(t, b, why, keep, "rewrite")
         return
     torch_ext = f.first("torch_extension")
     reads = [r for r in f.env_reads if r.name == "TORCH_CUDA_ARCH_LIST"]
@@ -321,10 +318,7 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[s
                 f" {', '.join(left)} left out: torch refuses family targets in "
                 f"TORCH_CUDA_ARCH_LIST (ValueError on 10.0f)."
             )
-        _say(t, why)
-        t.add("archs", keep)
-        t.add("arch_control", "torch-arch-list")
-        b.update(archs=keep, arch_control="torch-arch-list")
+        _choose(t, b, why, keep, "torch-arch-list")
         return
     _say(
         t,
@@ -335,6 +329,14 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[s
     t.add("archs", list(common))
     t.add("arch_control", "rewrite")
     b.update(archs=list(common), arch_control="rewrite")
+
+
+def _choose(t: Table, b: dict[str, Any], why: str, archs: list[str], mode: str) -> None:
+    """Write the decided ``archs`` and ``arch_control`` under the comment saying why."""
+    _say(t, why)
+    t.add("archs", archs)
+    t.add("arch_control", mode)
+    b.update(archs=archs, arch_control=mode)
 
 
 def _parallelism(t: Table, f: Findings, b: dict[str, Any]) -> None:

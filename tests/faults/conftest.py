@@ -122,3 +122,7 @@ def small_fs() -> Iterator[Callable[[str], Path]]:
     for point in mounted:
         subprocess.run(["umount", "-l", str(point)], check=False)
         point.rmdir()
+
+
+# A [[build.system]] entry no machine satisfies (preflight's and the dry run's tests).
+ABSENT = {"header": "kiln_no_such/absent.h", "package": "libkiln-absent-dev"}

@@ -16,6 +16,7 @@ from kiln.config.models import Profile, SystemRequirement
 from kiln.toolchain import buildenv
 from tests.conftest import artifacts_files, run_kiln
 from tests.faults.conftest import (
+    ABSENT,
     FAULT_PROFILE,
     build_args,
     error_lines,
@@ -25,7 +26,6 @@ from tests.faults.conftest import (
 )
 from tests.workspace import PROFILE, write
 
-ABSENT = {"header": "kiln_no_such/absent.h", "package": "libkiln-absent-dev"}
 ABSENT_LINE = (
     "vendors/tiny.toml: build.system.0: header <kiln_no_such/absent.h> not found on this "
     "machine: install it (apt-get install libkiln-absent-dev)"

@@ -20,6 +20,7 @@ from kiln.toolchain import buildenv, cudapypi
 from tests import public
 from tests.conftest import run_kiln
 from tests.faults.conftest import (
+    ABSENT,
     FAULT_PROFILE,
     build_args,
     error_lines,
@@ -29,8 +30,6 @@ from tests.faults.conftest import (
 )
 from tests.upstreams import BASE_URL
 from tests.workspace import PROFILE, write
-
-ABSENT = {"header": "kiln_no_such/absent.h", "package": "libkiln-absent-dev"}
 
 
 def snapshot(*roots: Path) -> dict[str, tuple[str, int, int]]:

@@ -20,30 +20,12 @@ from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError, KilnError, SourceError
 from kiln.sources.git import git
 from kiln.sources.gitrepo import CommitSpec, make_repo
-from tests import public
+from tests import ownext, public
 from tests import upstreams as fixture_upstreams
 from tests.upstreams import BASE_URL
 from tests.workspace import write
 
-BSD2 = """\
-Copyright (c) 2026, kiln test fixtures
-All rights reserved.
-
-Redistribution and use in source and binary forms, with or without
-modification, are permitted provided that the following conditions are met:
-
-1. Redistributions of source code must retain the above copyright notice, this
-   list of conditions and the following disclaimer.
-
-2. Redistributions in binary form must reproduce the above copyright notice,
-   this list of conditions and the following disclaimer in the documentation
-   and/or other materials provided with the distribution.
-
-THIS SOFTWARE IS PROVIDED BY THE COPYRIGHT HOLDERS AND CONTRIBUTORS "AS IS"
-AND ANY EXPRESS OR IMPLIED WARRANTIES, INCLUDING, BUT NOT LIMITED TO, THE
-IMPLIED WARRANTIES OF MERCHANTABILITY AND FITNESS FOR A PARTICULAR PURPOSE ARE
-DISCLAIMED.
-"""
+BSD2 = ownext.BSD_2_CLAUSE
 
 # An nvcc extension whose setup.py hard-codes its -gencode list (no variable changes it),
 # compiles with -lineinfo, and includes a header the build machine must provide.
