@@ -35,8 +35,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(TIME_LIMITS_S.get(folder, 300)))
 
 
-# Shared across runs (and with `nox -s demo`): the provisioned torch venv lives here.
-CACHE = Path(os.environ.get("KILN_CACHE_DIR", REPO / ".kiln-cache"))
+# Shared across test runs: the provisioned torch venv and CUDA toolchain live here.
+CACHE = Path(os.environ.get("KILN_CACHE_DIR") or REPO / ".kiln-cache")
+# Every kiln the tests start without --cache uses it too, never the user's ~/.cache/kiln
+# (kiln's default): a test run leaves nothing in the home folder.
+os.environ["KILN_CACHE_DIR"] = str(CACHE)
 
 
 @pytest.fixture(scope="session")
