@@ -62,6 +62,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ from speed_public import measured  # noqa: E402
 from kiln.build import learned  # noqa: E402
 from kiln.config.mirrors import Mirrors  # noqa: E402
 from kiln.config.workspace import Workspace, arch_to_torch  # noqa: E402
+from kiln.plan import schedule  # noqa: E402
 from kiln.plan.cpus import cpu_slots  # noqa: E402
 from kiln.sources import bundles  # noqa: E402
 
@@ -127,6 +129,7 @@ class Bench:
         self.root = root / workload
         self.root.mkdir(parents=True, exist_ok=True)
         self.workload, self.vendors, self.python = workload, vendors, args.python
+        self.out: Path | None = args.out
         self.cores = cpu_slots(None).count
         self.facts = python_facts(args.python)
         self.template = workspace_copy(self.root / "workspace", workload, vendors, self.facts)
@@ -149,12 +152,16 @@ class Bench:
             *(("--learned-from", str(learned_from)) if learned_from else ()),
             *self.vendors,
         ]
+        began = time.time()
         out = measured(cmd)
         release = home / "artifacts" / self.ws.release.name
         m = json.loads((release / "manifest.json").read_text())
         sched = m["scheduler"]
         summary = [ln for ln in out["output"].splitlines() if ln.startswith("bound: ")]
+        logs = home / "artifacts" / "logs" / self.ws.release.name
+        self._keep(run, [release / "manifest.json", *logs.glob("*.jobs"), *logs.glob("timings*")])
         return {
+            "timeline": kiln_timeline(logs, began, out["wall_s"]),
             "wall_s": out["wall_s"],
             "cpu_s": out["cpu_s"],
             "peak_gib": out["peak_gib"],
@@ -181,6 +188,17 @@ class Bench:
                 for name, v in sorted(m["vendors"].items())
             },
         }
+
+    def _keep(self, run: str, files: list[Path]) -> None:
+        """Copies of a run's records beside the results (they travel back in $OUT)."""
+        if self.out is None:
+            return
+        dest = self.out / f"{self.workload}-{run}"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        for f in files:
+            if f.is_file():
+                shutil.copy2(f, dest / f.name)
 
     # ----------------------------------------------------------------- naive
     def _hand_fixes(self) -> Path:
@@ -230,25 +248,78 @@ class Bench:
             "NVCC_THREADS": "2",
             "CUDA_HOME": CUDA_HOME,
         }
-        lines = ["set -euo pipefail", f'rm -rf "{self.root}/naive"']
+        stamps = self.root / "naive-stamps.txt"
+        lines = ["set -euo pipefail", f'rm -rf "{self.root}/naive"', f': > "{stamps}"']
         for name in self.vendors:
             vendor = self.ws.vendors[name]
             tree = self.root / "naive" / name
             src = Mirrors.load(self.mirrors).map(vendor.source.url)
             env = " ".join(f"{k}='{v}'" for k, v in {**base, **self._env(name, fix)}.items())
             lines += [
+                f'echo "{name} clone $(date +%s.%N)" >> "{stamps}"',
                 f'git clone --quiet "{src}" "{tree}"',
                 f'git -C "{tree}" checkout --quiet {vendor.source.commit}',
                 f'git -C "{tree}" -c protocol.file.allow=always {insteadof} '
                 "submodule --quiet update --init --recursive",
+                f'echo "{name} pip $(date +%s.%N)" >> "{stamps}"',
                 f'(cd "{tree}" && env PATH="{CUDA_HOME}/bin:$PATH" {env} "{self.python}" -m pip '
                 "wheel --no-build-isolation --no-deps --no-cache-dir -q "
                 f'-w "{self.root}/naive/wheels" .)',
+                f'echo "{name} done $(date +%s.%N)" >> "{stamps}"',
             ]
         script = self.root / "naive.sh"
         script.write_text("\n".join(lines) + "\n")
+        began = time.time()
         out = measured(["bash", str(script)])
-        return {k: out[k] for k in ("wall_s", "cpu_s", "peak_gib")}
+        ninja_logs = sorted((self.root / "naive").glob("*/build/*/.ninja_log"))
+        self._keep("naive", [stamps, *ninja_logs])
+        return {
+            **{k: out[k] for k in ("wall_s", "cpu_s", "peak_gib")},
+            "timeline": naive_timeline(stamps, ninja_logs, began),
+        }
+
+
+def kiln_timeline(logs: Path, began: float, wall: float) -> dict[str, Any]:
+    """Where a kiln run's wall went: from its start to the first compile, the longest
+    compile (its start and wall), the last compile's end, and the run's end (seconds from
+    the start, from the compiler wrapper's records)."""
+    jobs = [j for f in sorted(logs.glob("*.jobs")) for j in schedule.job_stats(f)]
+    compiled = [j for j in jobs if j.get("result") == "compiled" and "start" in j]
+    if not compiled:
+        return {}
+    longest = max(compiled, key=lambda j: j["wall_s"])
+    last = max(j["start"] + j["wall_s"] for j in jobs if "start" in j)
+    return {
+        "first_compile_s": round(min(j["start"] for j in compiled) - began, 1),
+        "longest_unit": longest["source"],
+        "longest_start_s": round(longest["start"] - began, 1),
+        "longest_wall_s": round(longest["wall_s"], 1),
+        "longest_cpu_s": round(longest["cpu_s"], 1),
+        "last_compiler_end_s": round(last - began, 1),
+        "end_s": round(wall, 1),
+    }
+
+
+def naive_timeline(stamps: Path, ninja_logs: list[Path], began: float) -> dict[str, Any]:
+    """The same for the naive run: each upstream's clone, pip start and end (seconds from
+    the start), and from ninja's own log its span and its longest unit."""
+    out: dict[str, Any] = {}
+    for line in stamps.read_text().splitlines():
+        name, what, at = line.split()
+        out.setdefault(name, {})[what + "_s"] = round(float(at) - began, 1)
+    for log in ninja_logs:
+        rows = [ln.split("\t") for ln in log.read_text().splitlines() if not ln.startswith("#")]
+        spans = [(int(r[0]) / 1000, int(r[1]) / 1000, r[3]) for r in rows if len(r) >= 4]
+        if not spans:
+            continue
+        longest = max(spans, key=lambda r: r[1] - r[0])
+        out.setdefault(log.parents[2].name, {}).update(
+            ninja_span_s=round(max(e for _, e, _ in spans), 1),
+            longest_unit=longest[2],
+            longest_start_s=round(longest[0], 1),
+            longest_wall_s=round(longest[1] - longest[0], 1),
+        )
+    return out
 
 
 def _load(root: Path) -> dict[str, Any]:
@@ -303,6 +374,8 @@ def report(results: dict[str, Any]) -> str:
             )
             if r.get("bound_line"):
                 notes.append(f"- {workload}, {run}: {r['bound_line']}")
+            if r.get("timeline"):
+                notes.append(f"  - timeline (s from its start): {json.dumps(r['timeline'])}")
             for name, v in (r.get("vendors") or {}).items():
                 notes.append(
                     f"  - {name}: MAX_JOBS {v['max_jobs']}, NVCC_THREADS {v['nvcc_threads']}, "
@@ -327,6 +400,13 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=REPO / "build" / "bench-manycore")
     ap.add_argument("--out", type=Path, default=None, help="copy the results here ($OUT)")
     ap.add_argument("--report", action="store_true", help="only print the stored results")
+    ap.add_argument(
+        "--learned-from",
+        type=Path,
+        default=None,
+        help="the learned run's data when the cold run's manifest is not on this machine "
+        "(a manifest, or the learned-<workload>.json a cold run left in $OUT)",
+    )
     args = ap.parse_args()
     root = args.root.resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -351,14 +431,16 @@ def main() -> None:
                         json.dumps({"schema": learned.SCHEMA_ID, "vendors": data}, indent=1)
                     )
             elif run == "learned":
-                source = runs.get("cold", {}).get("manifest")
+                source = args.learned_from or runs.get("cold", {}).get("manifest")
                 if not source or not Path(source).is_file():
                     sys.exit("the learned run reads the cold run's manifest: run cold first")
-                runs["learned"] = bench.kiln("learned", Path(source))
+                runs["learned"] = bench.kiln("learned", Path(source).resolve())
             else:
                 sys.exit(f"--runs: unknown run {run!r} (naive, cold, learned)")
             print(f"{args.workload} {run}: {runs[run]['wall_s']:.1f} s", flush=True)
             _save(root, results)
+            if args.out:  # after each run: a call cut short still brings back what ran
+                shutil.copy2(root / "results.json", args.out / "results.json")
     table = report(results)
     print(table)
     if args.out:

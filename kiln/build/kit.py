@@ -26,6 +26,7 @@ KIT_FILES = (
     "patchapply.py",
     "rebuild.py",
     "ninjaorder.py",
+    "unitsize.py",
 )
 WRAPPERS = {"gcc": "KILN_REAL_CC", "g++": "KILN_REAL_CXX", "nvcc": "KILN_REAL_NVCC"}
 WRAPPER_DEFAULTS = {"gcc": "gcc", "g++": "g++", "nvcc": "nvcc"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kiln.build.kit import install_kit
-from kiln.inside.kit import compilegate, ninjaorder, objcache
+from kiln.inside.kit import compilegate, ninjaorder, objcache, unitsize
 from kiln.plan import schedule
 from tests.unit.test_schedule import _vendor
 
@@ -177,17 +177,24 @@ def test_the_build_file_puts_learned_units_longest_first(
 
 
 @pytest.mark.skipif(shutil.which("ninja") is None, reason="no ninja on PATH")
-@pytest.mark.parametrize("learned", [True, False])
-def test_kilns_ninja_starts_the_longest_learned_unit_first(tmp_path: Path, learned: bool) -> None:
+@pytest.mark.parametrize("case", ["learned", "estimated", "neither"])
+def test_kilns_ninja_starts_the_longest_unit_first(tmp_path: Path, case: str) -> None:
     """The kit's ``order/ninja`` before the real one, ``-j1``: with learned figures the
-    longest unit runs first; without (the check can fail), the file's order."""
+    longest learned unit runs first; with none, the unit reading the most upstream code
+    (``unitsize.py``: here big.c, through an include folder the build file names); with
+    neither figures nor code to tell units apart (the check can fail), the file's order."""
     tree = tmp_path / "tree"
     (tree / "src").mkdir(parents=True)
     (tree / "obj").mkdir()
+    (tree / "include").mkdir()
     for name in "abcde":
         (tree / "src" / f"{name if name != 'b' else 'big'}.c").write_text("")
     (tree / "src" / "b.c").write_text("")
-    (tree / "build.ninja").write_text(BUILD_NINJA)
+    if case == "estimated":
+        (tree / "include" / "heavy.h").write_text("// template code\n" * 4000)
+        (tree / "src" / "big.c").write_text("#include <heavy.h>\n")
+        (tree / "src" / "c.c").write_text("int c(void) { return 3; }\n" * 10)
+    (tree / "build.ninja").write_text(f"cflags = -I{tree}/include\n" + BUILD_NINJA)
     kit = install_kit(tree)
     env = {
         **os.environ,
@@ -195,8 +202,32 @@ def test_kilns_ninja_starts_the_longest_learned_unit_first(tmp_path: Path, learn
         "KILN_OBJCACHE_PYTHON": sys.executable,
         "KILN_OBJCACHE_ROOTS": f"TREE={tree}",
     }
-    if learned:
+    if case == "learned":
         env["KILN_GATE_HINTS"] = str(_hints(tmp_path, {"big.c": 90.0, "a.c": 1.0}))
     subprocess.run(["ninja", "-j1", "all"], cwd=tree, env=env, check=True, capture_output=True)
-    first = (tree / "order.log").read_text().split()[0]
-    assert first == ("src/big.c" if learned else "src/a.c")
+    order = (tree / "order.log").read_text().split()
+    assert order[0] == ("src/a.c" if case == "neither" else "src/big.c")
+    if case == "estimated":
+        assert order[1] == "src/c.c"  # its own code, weighed more than a header's
+
+
+def test_the_estimate_counts_the_upstreams_code_once_and_nothing_outside_it(
+    tmp_path: Path,
+) -> None:
+    tree, outside = tmp_path / "tree", tmp_path / "torch"
+    for folder in (tree / "inc" / "sub", outside):
+        folder.mkdir(parents=True)
+    (outside / "huge.h").write_text("x" * 100_000)
+    (tree / "inc" / "a.h").write_text('#include "sub/b.h"\n#include <huge.h>\n')
+    (tree / "inc" / "sub" / "b.h").write_text('#include "../a.h"\nint b;\n')  # a cycle
+    (tree / "u.cu").write_text('#  include <a.h>\n#include "missing.h"\n')
+    a, b, u = (len((tree / p).read_bytes()) for p in ("inc/a.h", "inc/sub/b.h", "u.cu"))
+    build = f"cflags = -I{tree}/inc -isystem {outside}\ncuda_cflags = -I {tree}/inc\n"
+    dirs = unitsize.include_dirs(build, str(tree))
+    assert dirs == [f"{tree}/inc"]  # once; the folder outside the tree not read
+    closure = unitsize.Closure(dirs)
+    assert closure.size(str(tree / "u.cu")) == u + a + b
+    assert closure.estimate(str(tree / "u.cu")) == u * unitsize.OWN_WEIGHT + a + b
+    # With the outside folder allowed (the check can fail), huge.h would count.
+    wide = unitsize.Closure([f"{tree}/inc", str(outside)])
+    assert wide.size(str(tree / "u.cu")) == u + a + b + 100_000

@@ -10,8 +10,10 @@ the other cores idle. With learned figures (``KILN_GATE_HINTS``), the ``build``
 statements of the units are put longest first (their learned CPU time, else their
 family's: ``compilegate.hinted_priority``), each run of consecutive ``build``
 statements on its own, everything else left where it stands (a statement never moves
-past a variable, rule or include it may read). Nothing learned: the file is untouched.
-The order changes no output byte; anything unexpected leaves the file as it was.
+past a variable, rule or include it may read). Nothing learned (a first build): by the
+estimate of ``unitsize.py`` (the upstream code each unit reads), so the long units
+still start first. The order changes no output byte; anything unexpected leaves the
+file as it was.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import os
 import sys
 
 try:
-    from kiln.inside.kit import compileflags, compilegate
+    from kiln.inside.kit import compileflags, compilegate, unitsize
 except ImportError:  # run as .kiln/ninjaorder.py: the kit's copies beside it
     import compileflags  # type: ignore[no-redef]
     import compilegate  # type: ignore[no-redef]
+    import unitsize  # type: ignore[no-redef]
 
 ORDER_DIR = "order"  # .kiln/order/ninja: the wrapper kiln puts first on PATH
 
@@ -147,15 +150,24 @@ def reorder(text: str, folder: str, tree: str, priority) -> str:
 
 
 def order_build_file(path: str) -> bool:
-    """Reorder ``path`` in place when learned figures name units (True: it changed)."""
-    hints = compilegate.learned_hints()
+    """Reorder ``path`` in place, by learned figures where they name units, else by
+    the estimate from the upstream's code (True: it changed)."""
     tree = dict(compileflags.env_roots()).get("TREE")
-    if not tree or not hints.get("units") or not os.path.isfile(path):
+    if not tree or not os.path.isfile(path):
         return False
+    tree = os.path.realpath(tree)
     with open(path) as fh:
         text = fh.read()
     folder = os.path.dirname(os.path.abspath(path))
-    ordered = reorder(text, folder, os.path.realpath(tree), compilegate.hinted_priority)
+    if compilegate.learned_hints().get("units"):
+        priority = compilegate.hinted_priority
+    else:
+        closure = unitsize.Closure(unitsize.include_dirs(text, tree))
+
+        def priority(unit: str) -> float:
+            return float(closure.estimate(os.path.join(tree, unit)))
+
+    ordered = reorder(text, folder, tree, priority)
     if ordered == text:
         return False
     tmp = f"{path}.kiln-{os.getpid()}"
