@@ -3,15 +3,13 @@ library only: it runs inside build containers, in kiln's ``ninja``).
 
 Why: with nothing learned (a first build of a recipe: a CI runner, a new pod), the order
 in which ninja offers units is the upstream's, and a long unit listed late starts late
-and runs on alone while the other cores idle (FlashMLA lists its two CUTLASS FMHA units,
-about 150 s each on 16 cores, 17th and 18th of 24). A unit costs what its front end
+and runs on alone while the other cores idle (an upstream's two longest units, 150 s
+each on 16 cores, were 17th and 18th of 24 in its list). A unit costs what its front end
 reads and what it instantiates; the estimate is the bytes of the unit's include closure
-inside the upstream's tree (its submodules included: CUTLASS) plus ``OWN_WEIGHT`` times
-its own file's bytes (the kernels a unit defines are all compiled; a header's templates
-only where used). It is rough and only ranks; checked against learned CPU times
-(docs/performance.md): FlashMLA's two FMHA units (17.0 and 18.2 MB, the others 13.4 MB
-or less) come first, as they do by CPU time; DeepEP's longest three (internode.cu,
-python_api.cpp, internode_ll.cu) are its top three.
+inside the upstream's tree (its submodules included) plus ``OWN_WEIGHT`` times its own
+file's bytes (the kernels a unit defines are all compiled; a header's templates only
+where used). It is rough and only ranks; checked against learned CPU times on the public
+upstreams in docs/performance.md.
 
 How: ``#include "x"`` and ``#include <x>`` are followed through the including file's
 folder and the build file's ``-I``/``-isystem`` folders inside the tree (an estimate, not
