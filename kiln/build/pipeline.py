@@ -58,6 +58,7 @@ from kiln.release.manifest import (
 from kiln.runners.protocol import Runner
 from kiln.sources import bundles
 from kiln.sources import checkout as sources
+from kiln.timings import records
 from kiln.toolchain import compilercache
 
 log = logging.getLogger("kiln.build")
@@ -253,7 +254,10 @@ def build_vendors(run: Run) -> None:
     one. Then the first error is raised, naming the others and what was kept."""
     assert run.ctx is not None and run.stage is not None
     ctx, stage = run.ctx, run.stage
-    watch = memwatch.Watcher(os.getpid(), interval=2.0)
+    assert run.logs is not None
+    series = run.logs / records.MEMORY_SERIES  # kiln/timings/ draws it
+    series.unlink(missing_ok=True)
+    watch = memwatch.Watcher(os.getpid(), interval=2.0, series=series)
     names = {v.name for v in run.selected}
     after = {v.name: [a for a in v.build.after if a in names] for v in run.selected}
     pending = list(run.selected)
@@ -439,13 +443,44 @@ STAGES: tuple[Callable[[Run], None], ...] = (
 
 
 def build(opts: Options) -> Path:
-    """Build the selected vendors of ``opts.workspace``; return the release folder."""
+    """Build the selected vendors of ``opts.workspace``; return the release folder. With
+    ``--timings``, the timings report is written into the logs folder at the end, also
+    when the build failed (from what its steps recorded)."""
     with contextlib.ExitStack() as stack:
         run = Run(opts.resolved(), stack)
-        for stage in STAGES:
-            stage(run)
+        ok = False
+        try:
+            for stage in STAGES:
+                stage(run)
+            ok = True
+        finally:
+            if run.opts.timings and run.logs is not None and run.ctx is not None:
+                _timings(run, ok)
         assert run.release_dir is not None
         return run.release_dir
+
+
+def _timings(run: Run, ok: bool) -> None:
+    """``timings.html`` and ``timings.trace.json`` in the logs folder: from the manifest
+    just published, or, where the build failed, from its steps' records and its budget.
+    A report that cannot be made is a warning: the build's own result stands."""
+    assert run.logs is not None and run.release_dir is not None and run.budget is not None
+    from kiln import timings
+
+    try:
+        if ok:
+            timeline = records.load(run.logs, run.release_dir / manifest.FILE_NAME)
+        else:
+            timeline = records.load(
+                run.logs,
+                vendors=[v.name for v in run.selected],
+                mem_budget_gib=run.budget.mem_gib,
+                cpus=run.budget.cpus,
+            )
+        page, trace = timings.write(timeline, run.logs)
+        log.info("timings: %s (trace: %s)", page, trace)
+    except Exception as exc:  # never in place of the build's own result or error
+        log.warning("timings: no report: %s", exc)
 
 
 def _summarize(display: progress.Display) -> None:
