@@ -277,7 +277,7 @@ def findings(timeline: Timeline) -> list[str]:
         span = timeline.end - timeline.start
         began = longest.start - timeline.start
         out.append(
-            f"Longest unit: {longest.source} ({longest.vendor}) {longest.wall_s:.0f} s, started "
+            f"Longest unit: {longest.source} ({longest.vendor}) {longest.wall_s:.1f} s, started "
             f"at {clock(began)} ({began / max(span, 1e-9):.0%} into the build), ended "
             f"{clock(timeline.end - longest.end)} before the build did."
         )
@@ -285,7 +285,7 @@ def findings(timeline: Timeline) -> list[str]:
     if c:
         out.append(
             f"Critical path: {c['critical_vendor']}: {c['critical_unit']}, its links and "
-            f"packaging: {c['critical_path_s']:.0f} s of the build's "
+            f"packaging: {c['critical_path_s']:.1f} s of the build's "
             f"{timeline.end - timeline.start:.0f} s."
         )
     budget = timeline.mem_budget_gib
