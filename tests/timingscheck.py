@@ -90,8 +90,9 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def open_page(page: Path, screenshot: Path) -> tuple[str, list[str]]:
-    """(the DOM headless Chromium made of ``page``, its console lines); a screenshot kept."""
+def open_page(page: Path, screenshot: Path | None) -> tuple[str, list[str]]:
+    """(the DOM headless Chromium made of ``page``, its console lines); a screenshot kept
+    where ``screenshot`` names a file."""
     binary = chromium()
     assert binary is not None
     common = [
@@ -103,14 +104,16 @@ def open_page(page: Path, screenshot: Path) -> tuple[str, list[str]]:
         "--v=0",
         "--window-size=1400,1000",
     ]
-    screenshot.parent.mkdir(parents=True, exist_ok=True)
-    shot = subprocess.run(
-        [*common, f"--screenshot={screenshot}", page.resolve().as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    shot = subprocess.CompletedProcess([], 0, "", "")
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        shot = subprocess.run(
+            [*common, f"--screenshot={screenshot}", page.resolve().as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     dom = subprocess.run(
         [*common, "--dump-dom", page.resolve().as_uri()],
         capture_output=True,

@@ -40,7 +40,7 @@ from kiln.config import inputs
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import ConfigError, KilnError
+from kiln.errors import ConfigError, Interrupted, KilnError
 from kiln.inside import memwatch
 from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
@@ -445,31 +445,36 @@ STAGES: tuple[Callable[[Run], None], ...] = (
 def build(opts: Options) -> Path:
     """Build the selected vendors of ``opts.workspace``; return the release folder. With
     ``--timings``, the timings report is written into the logs folder at the end, also
-    when the build failed (from what its steps recorded)."""
+    when a step failed (from what the steps recorded)."""
     with contextlib.ExitStack() as stack:
         run = Run(opts.resolved(), stack)
-        ok = False
         try:
             for stage in STAGES:
                 stage(run)
-            ok = True
-        finally:
-            if run.opts.timings and run.logs is not None and run.ctx is not None:
-                _timings(run, ok)
+        except KilnError as exc:
+            if run.opts.timings and not isinstance(exc, Interrupted):
+                _timings(run, ok=False)
+            raise
+        if run.opts.timings:
+            _timings(run, ok=True)
         assert run.release_dir is not None
         return run.release_dir
 
 
 def _timings(run: Run, ok: bool) -> None:
-    """``timings.html`` and ``timings.trace.json`` in the logs folder: from the manifest
-    just published, or, where the build failed, from its steps' records and its budget.
-    A report that cannot be made is a warning: the build's own result stands."""
-    assert run.logs is not None and run.release_dir is not None and run.budget is not None
+    """``timings.html`` and ``timings.trace.json`` in the logs folder: the vendors this
+    run built, with the manifest just published, or, where the build failed, with its
+    budget. A report that cannot be made is a warning: the build's own result stands."""
+    if run.logs is None or run.ctx is None or run.budget is None:
+        return  # stopped before any step started: nothing to draw
     from kiln import timings
 
     try:
         if ok:
-            timeline = records.load(run.logs, run.release_dir / manifest.FILE_NAME)
+            assert run.release_dir is not None
+            timeline = records.load(
+                run.logs, run.release_dir / manifest.FILE_NAME, vendors=sorted(run.built)
+            )
         else:
             timeline = records.load(
                 run.logs,

@@ -262,6 +262,7 @@ def load(
             cpus = m.scheduler.cpus if cpus is None else cpus
     if vendors is None:
         vendors = sorted(p.stem for p in logs.glob("*.jobs"))
+    memory = memory_of(logs / MEMORY_SERIES)
     units: list[Unit] = []
     phases: list[Phase] = []
     estimated = []
@@ -274,6 +275,11 @@ def load(
             phases += own
             continue
         mine = units_of(jobs, vendor, notes) if jobs.is_file() else []
+        if memory and mine and max(u.end for u in mine) < memory[0][0]:
+            # records of an earlier build (a vendor this run did not build): its sampler
+            # had started before any of this run's steps ran
+            notes.append(f"{vendor}: its records are an earlier build's: left out")
+            continue
         if not own and durations.get(vendor):
             own = estimated_phases(vendor, durations[vendor], mine)
             if own:
@@ -293,7 +299,6 @@ def load(
         )
     elif not phases:
         notes.append("no phase records and no manifest: phases omitted")
-    memory = memory_of(logs / MEMORY_SERIES)
     if not memory:
         notes.append(
             f"no memory series ({MEMORY_SERIES}: a build before it): memory over time is "

@@ -131,6 +131,17 @@ def test_bad_lines_are_skipped_and_said(tmp_path: Path) -> None:
         records.unit("a", job("x.cu", 1, 1, threads=0))
 
 
+def test_an_earlier_builds_records_are_left_out(tmp_path: Path) -> None:
+    """A vendor this run did not build keeps an older .jobs: its runs all ended before
+    this run's memory sampler started."""
+    logs = write_logs(tmp_path / "logs")
+    stale = [job("old/x.cu", -5000, 10)]
+    (logs / "old.jobs").write_text(json.dumps(stale[0]) + "\n")
+    timeline = records.load(logs, vendors=["a", "b", "old"])
+    assert "old" not in timeline.vendors and not any(u.vendor == "old" for u in timeline.units)
+    assert timeline.notes == ["old: its records are an earlier build's: left out"]
+
+
 def test_lanes_never_overlap_and_an_overlap_is_found() -> None:
     units = [
         records.unit("v", job(f"u{i}.cu", start=(i * 7) % 13, wall=3 + i % 5)) for i in range(30)
