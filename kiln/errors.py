@@ -23,6 +23,7 @@ containers raises these too.
 | 14 | PublishError: a release that fails its check, a bad target, no token, the Hub refused |
 | 15 | Busy: another kiln build holds the artifacts or work folder (its pid and command named) |
 | 16 | GpuTestError: kiln gpu-test could not run, or the upstream's GPU test failed |
+| 17 | TimingsError: kiln timings: no such folder, or no build records in it |
 | 130 | Interrupted: Ctrl-C or SIGTERM; nothing was published |
 """
 
@@ -148,6 +149,12 @@ class GpuTestError(KilnError):
     """A GPU test could not run, or ran and failed."""
 
     exit_code = 16
+
+
+class TimingsError(KilnError):
+    """``kiln timings`` (or ``build --timings``): no build records to draw."""
+
+    exit_code = 17
 
 
 class Interrupted(KilnError):

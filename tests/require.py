@@ -11,7 +11,8 @@ import pytest
 
 
 def required(name: str) -> bool:
-    """Whether the resource ``name`` (DOCKER, BUNDLES, FLEET, CGROUP, ROOT) must be here."""
+    """Whether the resource ``name`` (DOCKER, BUNDLES, FLEET, CGROUP, ROOT, CHROMIUM) must
+    be here."""
     return "1" in (os.environ.get("KILN_REQUIRE_ALL"), os.environ.get(f"KILN_REQUIRE_{name}"))
 
 

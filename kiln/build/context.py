@@ -4,6 +4,7 @@ build kind follows (timings, one file name per vendor, a failed step explained).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -74,14 +75,42 @@ class Step:
     mem_gib: float
 
 
+class Timings(dict[str, float]):
+    """A step's phase durations (the manifest's ``vendors.<name>.timings``, unchanged)
+    that also appends each timed block's start and end, epoch seconds, to ``phases``
+    (``<logs>/<vendor>.phases``, one JSON line per block: the timings report's phases,
+    ``kiln/timings/``)."""
+
+    def __init__(self, phases: Path | None = None) -> None:
+        super().__init__()
+        self.phases = phases
+
+
+def phases_file(logs: Path, vendor: str) -> Path:
+    return logs / f"{vendor}.phases"
+
+
 @contextmanager
 def timed(timings: dict[str, float], step: str) -> Iterator[None]:
-    """Add the time the block takes to ``timings[step]`` (a step timed in parts adds up)."""
+    """Add the time the block takes to ``timings[step]`` (a step timed in parts adds up);
+    where ``timings`` is a :class:`Timings` with a file, the block's start and end too."""
     start = time.monotonic()
+    wall = time.time()
     try:
         yield
     finally:
-        timings[step] = round(timings.get(step, 0.0) + time.monotonic() - start, 3)
+        took = time.monotonic() - start
+        timings[step] = round(timings.get(step, 0.0) + took, 3)
+        phases = getattr(timings, "phases", None)
+        if phases is not None:
+            line = json.dumps(
+                {"phase": step, "start": round(wall, 3), "end": round(wall + took, 3)}
+            )
+            try:
+                with open(phases, "a") as fh:
+                    fh.write(line + "\n")
+            except OSError:
+                pass  # a report's input: never a reason to fail the build
 
 
 def run_step(ctx: Context, step: Step) -> None:

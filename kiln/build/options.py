@@ -52,6 +52,7 @@ class Options:
     # place of this cache's (build/learned.py). Default: the workspace's learned.json.
     learned_from: Path | None = None
     save_learned: bool = False  # write what this build knows into <workspace>/learned.json
+    timings: bool = False  # timings.html and timings.trace.json in the logs folder (kiln/timings)
 
     def resolved(self) -> Options:
         """The same, with the folders a build writes made absolute (steps run elsewhere)."""

@@ -40,7 +40,7 @@ from kiln.config import inputs
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import ConfigError, KilnError
+from kiln.errors import ConfigError, Interrupted, KilnError
 from kiln.inside import memwatch
 from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
@@ -58,6 +58,7 @@ from kiln.release.manifest import (
 from kiln.runners.protocol import Runner
 from kiln.sources import bundles
 from kiln.sources import checkout as sources
+from kiln.timings import records
 from kiln.toolchain import compilercache
 
 log = logging.getLogger("kiln.build")
@@ -253,7 +254,10 @@ def build_vendors(run: Run) -> None:
     one. Then the first error is raised, naming the others and what was kept."""
     assert run.ctx is not None and run.stage is not None
     ctx, stage = run.ctx, run.stage
-    watch = memwatch.Watcher(os.getpid(), interval=2.0)
+    assert run.logs is not None
+    series = run.logs / records.MEMORY_SERIES  # kiln/timings/ draws it
+    series.unlink(missing_ok=True)
+    watch = memwatch.Watcher(os.getpid(), interval=2.0, series=series)
     names = {v.name for v in run.selected}
     after = {v.name: [a for a in v.build.after if a in names] for v in run.selected}
     pending = list(run.selected)
@@ -439,13 +443,49 @@ STAGES: tuple[Callable[[Run], None], ...] = (
 
 
 def build(opts: Options) -> Path:
-    """Build the selected vendors of ``opts.workspace``; return the release folder."""
+    """Build the selected vendors of ``opts.workspace``; return the release folder. With
+    ``--timings``, the timings report is written into the logs folder at the end, also
+    when a step failed (from what the steps recorded)."""
     with contextlib.ExitStack() as stack:
         run = Run(opts.resolved(), stack)
-        for stage in STAGES:
-            stage(run)
+        try:
+            for stage in STAGES:
+                stage(run)
+        except KilnError as exc:
+            if run.opts.timings and not isinstance(exc, Interrupted):
+                _timings(run, ok=False)
+            raise
+        if run.opts.timings:
+            _timings(run, ok=True)
         assert run.release_dir is not None
         return run.release_dir
+
+
+def _timings(run: Run, ok: bool) -> None:
+    """``timings.html`` and ``timings.trace.json`` in the logs folder: the vendors this
+    run built, with the manifest just published, or, where the build failed, with its
+    budget. A report that cannot be made is a warning: the build's own result stands."""
+    if run.logs is None or run.ctx is None or run.budget is None:
+        return  # stopped before any step started: nothing to draw
+    from kiln import timings
+
+    try:
+        if ok:
+            assert run.release_dir is not None
+            timeline = records.load(
+                run.logs, run.release_dir / manifest.FILE_NAME, vendors=sorted(run.built)
+            )
+        else:
+            timeline = records.load(
+                run.logs,
+                vendors=[v.name for v in run.selected],
+                mem_budget_gib=run.budget.mem_gib,
+                cpus=run.budget.cpus,
+            )
+        page, trace = timings.write(timeline, run.logs)
+        log.info("timings: %s (trace: %s)", page, trace)
+    except Exception as exc:  # never in place of the build's own result or error
+        log.warning("timings: no report: %s", exc)
 
 
 def _summarize(display: progress.Display) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from kiln import fsutil
 from kiln.build import failure, kit, learned
-from kiln.build.context import Context, Step, timed
+from kiln.build.context import Context, Step, Timings, phases_file, timed
 from kiln.build.kinds import KINDS, Job
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
@@ -213,7 +213,9 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
     """The vendor's entry: reused from the artifact cache, else built and kept there.
     A miss holds the key's lock until the entry is stored, so a build from another
     checkout sharing the cache that needs the same key waits, then reuses it."""
-    timings: dict[str, float] = {}
+    phases = phases_file(ctx.logs, vendor.name)
+    phases.unlink(missing_ok=True)
+    timings = Timings(phases)
     ctx.display.update(vendor.name, "fetching", runner=ctx.runner.kind)
     with timed(timings, "fetch"):
         key, material = cache_key(ctx, vendor)
@@ -316,7 +318,7 @@ def _build(
         toolchain_fixes=fixes,
         runner=runner_info(ctx),
         outputs=outputs,
-        timings=timings,
+        timings=dict(timings),
         schedule=Schedule.model_validate({**choice.to_json(), **measured}),
         caches=Caches(
             artifact=ArtifactCacheInfo(status="miss" if ctx.acache else "off", key=key),

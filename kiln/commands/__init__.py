@@ -27,6 +27,7 @@ VERBS = (
     "publish",
     "gpu_test",
     "verify_wheel",
+    "timings",
 )
 
 

@@ -460,6 +460,16 @@ SAVE_LEARNED = Option(
     env="KILN_SAVE_LEARNED",
     field="save_learned",
 )
+TIMINGS = Option(
+    "--timings",
+    "write the build's timings into its logs folder: timings.html (a Gantt chart of every "
+    "compile per slot, phases, concurrency and memory against the budget; opens offline) "
+    "and timings.trace.json (for ui.perfetto.dev or chrome://tracing); docs/timings.md",
+    group="speed and caches",
+    kind="flag",
+    env="KILN_TIMINGS",
+    field="timings",
+)
 
 BUILD: tuple[Option, ...] = (
     WORKSPACE,
@@ -485,6 +495,7 @@ BUILD: tuple[Option, ...] = (
     MEM_BUDGET,
     LEARNED_FROM,
     SAVE_LEARNED,
+    TIMINGS,
     COMPILER_CACHE,
     NO_COMPILER_CACHE,
     COMPILER_CACHE_BACKEND,
@@ -503,6 +514,14 @@ DRY_RUN = Option(
     kind="flag",
 )
 JSON = Option("--json", "with --dry-run: the plan as JSON", kind="flag")
+TIMINGS_OUT = Option(
+    "--out",
+    "folder for timings.html and timings.trace.json",
+    type=Path,
+    default_text="the build's logs folder",
+    metavar="DIR",
+    dest="timings_out",
+)
 INTO = Option(
     "--into",
     "folder for the rebuild",

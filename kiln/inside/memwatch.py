@@ -3,8 +3,10 @@
 The resident set sizes of a process and all its descendants are summed every
 ``interval`` seconds; the peak and the latest sum are kept and, when a file is
 given, written there as JSON so another process (kiln's progress display, the
-manifest) can read them. Shared pages are counted once per process, so the sum
-overstates a little: the safe side for a memory budget.
+manifest) can read them. With ``series``, each sample is also appended there as one
+JSON line ``{"t": epoch seconds, "rss_gib": ...}`` (the timings report's memory over
+time). Shared pages are counted once per process, so the sum overstates a little: the
+safe side for a memory budget.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -78,8 +81,10 @@ def tree_rss_kib(root: int, known: dict[int, int] | None = None) -> int:
 class Watcher:
     """Samples ``tree_rss_kib(pid)`` in a daemon thread until :meth:`stop`."""
 
-    def __init__(self, pid: int, out: Path | None = None, interval: float = 1.0) -> None:
-        self.pid, self.out, self.interval = pid, out, interval
+    def __init__(
+        self, pid: int, out: Path | None = None, interval: float = 1.0, series: Path | None = None
+    ) -> None:
+        self.pid, self.out, self.interval, self.series = pid, out, interval, series
         self.peak_kib = self.current_kib = 0
         self._known: dict[int, int] = {}  # pid -> ppid, read once per process
         self._stop = threading.Event()
@@ -95,6 +100,13 @@ class Watcher:
     def _sample(self) -> None:
         self.current_kib = tree_rss_kib(self.pid, self._known)
         self.peak_kib = max(self.peak_kib, self.current_kib)
+        if self.series is not None:
+            sample = {"t": round(time.time(), 3), "rss_gib": round(self.current_kib / 2**20, 4)}
+            try:
+                with open(self.series, "a") as fh:
+                    fh.write(json.dumps(sample) + "\n")
+            except OSError:
+                pass
         if self.out is not None:
             tmp = self.out.with_name(self.out.name + ".tmp")
             try:

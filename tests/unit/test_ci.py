@@ -287,6 +287,27 @@ def test_every_build_job_is_scheduled_from_learned_data_and_keeps_what_it_learne
     assert "--save-learned" in helped.stdout and "--learned-from FILE" in helped.stdout
 
 
+def test_every_build_job_keeps_its_timings_report_and_links_it() -> None:
+    """--timings in each build, both files uploaded (also when the build failed) and named
+    in the job's step summary with the artifact's link (issue 25)."""
+    steps = workflow()["jobs"]["build"]["steps"]
+    (build,) = [s for s in steps if "python -m kiln build" in s.get("run", "")]
+    assert "--timings" in build["run"]
+    (keep,) = [s for s in steps if "timings.html" in s.get("with", {}).get("path", "")]
+    assert keep["uses"].startswith("actions/upload-artifact@") and keep["if"] == "always()"
+    assert keep["with"]["path"].splitlines() == [
+        "partial/logs/${{ matrix.release }}/timings.html",
+        "partial/logs/${{ matrix.release }}/timings.trace.json",
+    ]
+    (summary,) = [s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
+    assert summary["env"]["TIMINGS_URL"] == f"${{{{ steps.{keep['id']}.outputs.artifact-url }}}}"
+    assert "timings.html" in summary["run"] and "ui.perfetto.dev" in summary["run"]
+    assert steps.index(build) < steps.index(keep) < steps.index(summary)
+    assert summary["if"] == "always()"
+    helped = run_kiln("build", "--help")
+    assert "--timings" in helped.stdout and "KILN_TIMINGS" in helped.stdout
+
+
 # --------------------------------------------------------------------------- cibuildwheel
 
 

@@ -31,6 +31,7 @@ LAYERS = [
     {"config"},
     {"sources", "toolchain"},
     {"plan", "verify", "runners", "release"},
+    {"timings"},
     {"build"},
     {"verbs"},
     {"commands"},

@@ -1,0 +1,143 @@
+"""The timeline as Chrome trace-event JSON (the format Perfetto, ui.perfetto.dev, and
+chrome://tracing open; the spec: "Trace Event Format", Google, JSON object form).
+
+- process 1 "compile slots": one thread (track) per lane (``timings.slots``), an ``X``
+  (complete) event per compiler run, ``ts``/``dur`` in microseconds from the build's
+  first record; its ``args`` hold the record (vendor, unit, kind, where, CPU, memory,
+  waited, threads, critical);
+- process 2 "steps": one track per vendor, an ``X`` event per phase (fetch, patch,
+  build, package, verify; ``args.estimated`` where drawn from durations alone);
+- ``C`` (counter) events on process 1: "compiles at once" (compiles, CPU slots held),
+  "memory GiB" (sampled in use where recorded, the compiles' peaks summed, the budget);
+- ``M`` metadata events naming the processes and threads and ordering the tracks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.timings import series, slots
+from kiln.timings.records import Timeline, Unit
+
+SLOTS_PID, STEPS_PID = 1, 2
+
+
+def _us(t: float, t0: float) -> int:
+    return round((t - t0) * 1e6)
+
+
+def is_critical(u: Unit, timeline: Timeline) -> bool:
+    """The critical path's runs: its step's longest unit and that step's links."""
+    c = timeline.critical
+    if not c or u.vendor != c.get("critical_vendor"):
+        return False
+    return (u.kind == "compile" and u.source == c.get("critical_unit")) or u.kind == "link"
+
+
+def _meta(pid: int, tid: int | None, name: str, value: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {"ph": "M", "pid": pid, "name": name, "args": value}
+    if tid is not None:
+        event["tid"] = tid
+    return event
+
+
+def build(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> dict[str, Any]:
+    t0 = timeline.start
+    lanes = slots.lanes(assigned)
+    tid = {lane: i + 1 for i, lane in enumerate(lanes)}
+    events: list[dict[str, Any]] = [
+        _meta(SLOTS_PID, None, "process_name", {"name": "compile slots"}),
+        _meta(SLOTS_PID, None, "process_sort_index", {"sort_index": 1}),
+        _meta(STEPS_PID, None, "process_name", {"name": "steps"}),
+        _meta(STEPS_PID, None, "process_sort_index", {"sort_index": 0}),
+    ]
+    for lane, n in tid.items():
+        events.append(_meta(SLOTS_PID, n, "thread_name", {"name": lane.name}))
+        events.append(_meta(SLOTS_PID, n, "thread_sort_index", {"sort_index": n}))
+    for i, vendor in enumerate(timeline.vendors + timeline.reused):
+        events.append(_meta(STEPS_PID, i + 1, "thread_name", {"name": vendor}))
+    step_tid = {v: i + 1 for i, v in enumerate(timeline.vendors + timeline.reused)}
+    for u, lane in assigned:
+        events.append(
+            {
+                "ph": "X",
+                "pid": SLOTS_PID,
+                "tid": tid[lane],
+                "name": u.label,
+                "cat": f"{u.kind},{u.where},{u.vendor}",
+                "ts": _us(u.start, t0),
+                "dur": max(_us(u.end, t0) - _us(u.start, t0), 0),
+                "args": {
+                    "vendor": u.vendor,
+                    "unit": u.source,
+                    "kind": u.kind,
+                    "where": u.where,
+                    "compiler": u.compiler,
+                    "rc": u.rc,
+                    "wall_s": round(u.wall_s, 3),
+                    "cpu_s": round(u.cpu_s, 3),
+                    "peak_gib": round(u.rss_gib, 3),
+                    "waited_s": round(u.waited_s, 3),
+                    "threads": u.threads,
+                    "start_epoch": u.start,
+                    "critical": is_critical(u, timeline),
+                },
+            }
+        )
+    for p in timeline.phases:
+        events.append(
+            {
+                "ph": "X",
+                "pid": STEPS_PID,
+                "tid": step_tid.get(p.vendor, 0),
+                "name": p.name,
+                "cat": f"phase,{p.vendor}",
+                "ts": _us(p.start, t0),
+                "dur": max(_us(p.end, t0) - _us(p.start, t0), 0),
+                "args": {"vendor": p.vendor, "estimated": p.estimated},
+            }
+        )
+    for t, compiles, held in series.at_once(timeline.units):
+        events.append(
+            {
+                "ph": "C",
+                "pid": SLOTS_PID,
+                "name": "compiles at once",
+                "ts": _us(t, t0),
+                "args": {"compiles": compiles, "CPU slots held": held},
+            }
+        )
+    budget = timeline.mem_budget_gib
+    for t, gib in series.peak_memory(timeline.units):
+        args = {"compiles' peaks summed": gib}
+        if budget is not None:
+            args["budget"] = budget
+        events.append(
+            {"ph": "C", "pid": SLOTS_PID, "name": "memory GiB", "ts": _us(t, t0), "args": args}
+        )
+    for t, gib in timeline.memory:
+        args = {"in use (sampled)": gib}
+        if budget is not None:
+            args["budget"] = budget
+        events.append(
+            {
+                "ph": "C",
+                "pid": SLOTS_PID,
+                "name": "memory in use GiB",
+                "ts": _us(t, t0),
+                "args": args,
+            }
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "release": timeline.title,
+            "t0_epoch": t0,
+            "cpus": timeline.cpus,
+            "mem_budget_gib": budget,
+            "critical": timeline.critical,
+            "reused": timeline.reused,
+            "notes": timeline.notes,
+        },
+    }

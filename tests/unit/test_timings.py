@@ -1,0 +1,243 @@
+"""The timings report's pieces (kiln/timings/) on records written here: a .jobs file's bad
+lines skipped and said, slot lanes that never overlap, the trace checked against the
+records (and corrupted traces caught), the page's parts, and kiln timings' one-line
+refusal of a folder without records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kiln import timings
+from kiln.errors import TimingsError
+from kiln.timings import html, records, series, slots, trace
+from tests.conftest import run_kiln
+from tests.timingscheck import problems
+
+T0 = 1_800_000_000.0
+
+
+def job(source: str, start: float, wall: float, **extra: object) -> dict[str, object]:
+    return {
+        "compiler": "nvcc",
+        "source": source,
+        "result": "compiled",
+        "rc": 0,
+        "rss_kib": 1_048_576,
+        "cpu_s": wall,
+        "wall_s": wall,
+        "start": T0 + start,
+        "waited_s": 0.5,
+        "where": "local",
+        **extra,
+    }
+
+
+def write_logs(logs: Path, with_phases: bool = True, with_memory: bool = True) -> Path:
+    """Two steps: a (three units, two at once, one of them 2 nvcc threads, then a link)
+    and b (one unit, a remote one, an object-cache hit)."""
+    logs.mkdir(parents=True)
+    a = [
+        job("csrc/a1.cu", 10, 20, threads=2),
+        job("csrc/a2.cu", 10, 5),
+        job("csrc/a3.cu", 15.2, 10),
+        {**job("", 31, 2), "compiler": "g++", "result": "other"},
+    ]
+    b = [
+        job("b/long.cu", 12, 25),
+        job("b/far.cu", 12, 8, where="remote"),
+        {**job("b/hit.cu", 13, 0), "result": "objcache-hit"},
+    ]
+    for name, lines in (("a", a), ("b", b)):
+        (logs / f"{name}.jobs").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        if with_phases:
+            spans = [("fetch", 0, 3), ("patch", 3, 4), ("build", 5, 40), ("package", 40, 42)]
+            (logs / f"{name}.phases").write_text(
+                "".join(
+                    json.dumps({"phase": p, "start": T0 + s, "end": T0 + e}) + "\n"
+                    for p, s, e in spans
+                )
+            )
+    if with_memory:
+        (logs / records.MEMORY_SERIES).write_text(
+            "".join(json.dumps({"t": T0 + t, "rss_gib": t / 10}) + "\n" for t in range(0, 44, 2))
+        )
+    return logs
+
+
+def made(logs: Path) -> tuple[records.Timeline, dict]:
+    timeline = records.load(logs, vendors=["a", "b"], mem_budget_gib=8.0, cpus=3)
+    return timeline, trace.build(timeline, slots.assign(timeline.units))
+
+
+def test_the_trace_holds_every_compile_once_on_a_slot_inside_its_step(tmp_path: Path) -> None:
+    logs = write_logs(tmp_path / "logs")
+    timeline, data = made(logs)
+    assert timeline.notes == []
+    assert problems(data, logs, ["a", "b"]) == []
+    lanes = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"} - {
+        "a",
+        "b",
+    }
+    # a1 and a2 at once, then a3 where a2 ended; b's long unit beside them: 3 slots
+    assert lanes == {"slot 1", "slot 2", "slot 3", "remote 1", "cache hits"}
+    counters = {e["name"] for e in data["traceEvents"] if e["ph"] == "C"}
+    assert counters == {"compiles at once", "memory GiB", "memory in use GiB"}
+    held = max(
+        e["args"]["CPU slots held"]
+        for e in data["traceEvents"]
+        if e["ph"] == "C" and e["name"] == "compiles at once"
+    )
+    assert held == 4  # a1 (2 threads) + a2 + b/long: the remote one holds no local slot
+
+
+@pytest.mark.parametrize("corrupt", ["drop", "twice", "outside", "overlap", "counter"])
+def test_the_trace_check_catches_a_corrupted_trace(tmp_path: Path, corrupt: str) -> None:
+    logs = write_logs(tmp_path / "logs")
+    _, data = made(logs)
+    events = data["traceEvents"]
+    i = next(
+        i for i, e in enumerate(events) if e["ph"] == "X" and e["args"].get("unit") == "csrc/a3.cu"
+    )
+    if corrupt == "drop":
+        del events[i]
+    elif corrupt == "twice":
+        events.append(dict(events[i]))
+    elif corrupt == "outside":
+        events[i] = {**events[i], "ts": events[i]["ts"] + 30_000_000}
+    elif corrupt == "overlap":
+        other = next(e for e in events if e["ph"] == "X" and e["args"].get("unit") == "csrc/a1.cu")
+        events[i] = {**events[i], "tid": other["tid"]}
+    else:
+        data["traceEvents"] = [e for e in events if e["name"] != "compiles at once"]
+    assert problems(data, logs, ["a", "b"]) != []
+
+
+def test_bad_lines_are_skipped_and_said(tmp_path: Path) -> None:
+    logs = write_logs(tmp_path / "logs")
+    with (logs / "a.jobs").open("a") as fh:
+        fh.write("not json\n")
+        fh.write(json.dumps(job("csrc/neg.cu", 12, -3)) + "\n")
+        fh.write(json.dumps({**job("csrc/nostart.cu", 12, 3), "start": None}) + "\n")
+        fh.write("[1, 2]\n")
+    timeline, _ = made(logs)
+    assert not any(u.source in ("csrc/neg.cu", "csrc/nostart.cu") for u in timeline.units)
+    assert timeline.notes == [
+        "a.jobs: 4 line(s) skipped, not a compiler run (first: wall_s: -3.0 is negative)"
+    ]
+    with pytest.raises(ValueError, match="threads: 0"):
+        records.unit("a", job("x.cu", 1, 1, threads=0))
+
+
+def test_an_earlier_builds_records_are_left_out(tmp_path: Path) -> None:
+    """A vendor this run did not build keeps an older .jobs: its runs all ended before
+    this run's memory sampler started."""
+    logs = write_logs(tmp_path / "logs")
+    stale = [job("old/x.cu", -5000, 10)]
+    (logs / "old.jobs").write_text(json.dumps(stale[0]) + "\n")
+    timeline = records.load(logs, vendors=["a", "b", "old"])
+    assert "old" not in timeline.vendors and not any(u.vendor == "old" for u in timeline.units)
+    assert timeline.notes == ["old: its records are an earlier build's: left out"]
+
+
+def test_lanes_never_overlap_and_an_overlap_is_found() -> None:
+    units = [
+        records.unit("v", job(f"u{i}.cu", start=(i * 7) % 13, wall=3 + i % 5)) for i in range(30)
+    ]
+    assigned = slots.assign(units)
+    assert slots.overlaps(assigned) == []
+    most = max(c for _, c, _ in series.at_once(units))
+    assert len(slots.lanes(assigned)) == most  # as few lanes as ever ran at once
+    (u0, lane0), (u1, _) = assigned[0], assigned[1]
+    assert u0.start <= u1.start < u0.end  # the first two ran at once...
+    bad = [(u0, lane0), (u1, lane0), *assigned[2:]]
+    assert slots.overlaps(bad) != []  # ...so on one lane they are an overlap
+
+
+def test_an_older_build_degrades_and_says_so(tmp_path: Path) -> None:
+    logs = write_logs(tmp_path / "logs", with_phases=False, with_memory=False)
+    timeline, _ = made(logs)
+    assert timeline.phases == []
+    assert timeline.notes == [
+        "no phase records and no manifest: phases omitted",
+        "no memory series (memory.jsonl: a build before it): memory over time is estimated "
+        "from each compile's peak (summed while it ran), not sampled",
+    ]
+    page = html.render(timeline, slots.assign(timeline.units))
+    assert "phases omitted" in page and 'id="memory"' in page
+    est = records.estimated_phases(
+        "a", {"fetch": 2, "patch": 1, "build": 40, "package": 3}, timeline.units
+    )
+    build = next(p for p in est if p.name == "build")
+    mine = [u for u in timeline.units if u.vendor == "a"]
+    assert build.estimated and all(build.start <= u.start and u.end <= build.end for u in mine)
+    assert [p.name for p in est] == ["fetch", "patch", "build", "package", "verify"]
+
+
+def test_the_page_draws_every_compile_and_marks_the_critical_path(tmp_path: Path) -> None:
+    logs = write_logs(tmp_path / "logs")
+    timeline, _ = made(logs)
+    assert timeline.critical is not None
+    assert (timeline.critical["critical_vendor"], timeline.critical["critical_unit"]) == (
+        "b",
+        "b/long.cu",
+    )
+    page_file, trace_file = timings.write(timeline, tmp_path / "out")
+    page = page_file.read_text()
+    assert page.count('class="unit compile') == len(timeline.compiles()) == 5
+    assert page.count('class="unit compile remote') == 1
+    assert page.count('class="unit hit') == 1
+    assert 'class="unit compile local critical"' in page
+    assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")
+    assert (
+        json.loads(trace_file.read_text())["otherData"]["critical"]["critical_unit"] == "b/long.cu"
+    )
+
+
+def test_kiln_timings_refuses_a_folder_without_records_in_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "logs" / "rel"
+    empty.mkdir(parents=True)
+    (empty / "x-build.log").write_text("nothing\n")
+    res = run_kiln("timings", empty)
+    assert res.returncode == TimingsError.exit_code, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "no compiler records" in res.stderr
+    assert sorted(p.name for p in empty.iterdir()) == ["x-build.log"]  # nothing written
+    res = run_kiln("timings", tmp_path / "absent")
+    assert res.returncode == TimingsError.exit_code and "no such folder" in res.stderr
+
+
+def test_kiln_timings_writes_both_files_where_asked(tmp_path: Path) -> None:
+    logs = write_logs(tmp_path / "logs")
+    res = run_kiln("timings", logs, "--out", tmp_path / "report")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [
+        str(tmp_path / "report" / timings.HTML_NAME),
+        str(tmp_path / "report" / timings.TRACE_NAME),
+    ]
+
+
+def test_a_step_records_its_phases_and_the_sampler_its_memory(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from kiln.build.context import Timings, timed
+    from kiln.inside import memwatch
+
+    spent = Timings(tmp_path / "v.phases")
+    for _ in range(2):
+        with timed(spent, "build"):
+            time.sleep(0.01)
+    lines = [json.loads(x) for x in (tmp_path / "v.phases").read_text().splitlines()]
+    assert [x["phase"] for x in lines] == ["build", "build"]
+    assert all(x["end"] >= x["start"] for x in lines) and lines[1]["start"] >= lines[0]["end"]
+    assert dict(spent) == {"build": pytest.approx(0.02, abs=0.05)}  # the manifest's, as before
+    plain: dict[str, float] = {}
+    with timed(plain, "fetch"):  # a plain dict: durations only, no file
+        pass
+    assert set(plain) == {"fetch"}
+    with memwatch.Watcher(os.getpid(), interval=0.05, series=tmp_path / "m.jsonl"):
+        time.sleep(0.2)
+    samples = records.memory_of(tmp_path / "m.jsonl")
+    assert len(samples) >= 3 and all(gib > 0 for _, gib in samples)
