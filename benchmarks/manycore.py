@@ -148,7 +148,7 @@ class Bench:
             *("--artifacts", str(home / "artifacts"), "--work", str(home / "work")),
             *("--cache", str(home / "cache"), "--mirrors", str(self.mirrors), "--offline"),
             *("--runner", "local", "--python", self.python),
-            *("--no-compiler-cache", "--no-artifact-cache"),
+            *("--no-compiler-cache", "--no-artifact-cache", "--timings"),
             *(("--learned-from", str(learned_from)) if learned_from else ()),
             *self.vendors,
         ]
