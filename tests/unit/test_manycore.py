@@ -209,6 +209,18 @@ def test_kilns_ninja_starts_the_longest_unit_first(tmp_path: Path, case: str) ->
     assert order[0] == ("src/a.c" if case == "neither" else "src/big.c")
     if case == "estimated":
         assert order[1] == "src/c.c"  # its own code, weighed more than a header's
+    # The gate gets the same estimates (compiles reach it in no set order): a first
+    # build's units rank by them, a learned build's are left to what it learned.
+    kept = tree / compilegate.ESTIMATES
+    assert kept.is_file() == (case != "learned")
+    if case == "estimated":
+        os.environ["KILN_OBJCACHE_ROOTS"] = f"TREE={tree}"
+        try:
+            ranks = [compilegate.hinted_priority(f"src/{u}.c") for u in ("big", "c", "a")]
+        finally:
+            del os.environ["KILN_OBJCACHE_ROOTS"]
+        assert ranks[0] > ranks[1] > ranks[2] >= 0.0
+        assert ranks[0] < 1e-3  # a tie-break: never above a learned second
 
 
 def test_the_estimate_counts_the_upstreams_code_once_and_nothing_outside_it(

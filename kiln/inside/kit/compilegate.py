@@ -47,6 +47,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+try:
+    from kiln.inside.kit import compileflags
+except ImportError:  # run from a tree's .kiln/: the kit's copies beside it
+    import compileflags  # type: ignore[no-redef]
+
 POLL_S = 0.25  # how often a waiter whose turn may come next looks at ``changed``
 IDLE_POLL_S = 2.0  # ... and one further back in the queue (many wait: keep them cheap)
 RESCAN_S = 30.0  # look again at least this often, even when nothing says it changed
@@ -254,10 +259,40 @@ def _unit_hint(source: str | None, key: str) -> float | None:
     return None
 
 
+ESTIMATES = os.path.join(".kiln", "host", "estimates.json")  # in the tree, never packed
+ESTIMATE_SCALE = 1e-9  # bytes to a tie-break far below any learned second
+
+
+def write_estimates(tree: str, estimates: dict[str, int]) -> None:
+    """Keep the kit's ``ninja``'s estimates of a first build's units (``unitsize.py``)
+    for the gate (written whole, then renamed)."""
+    path = os.path.join(tree, ESTIMATES)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(estimates, fh)
+    os.replace(tmp, path)
+
+
+def _estimate(source: str) -> float | None:
+    """The kit's ``ninja``'s estimate of a unit with nothing learned (None: none)."""
+    tree = dict(compileflags.env_roots()).get("TREE")
+    if not tree:
+        return None
+    try:
+        with open(os.path.join(tree, ESTIMATES)) as fh:
+            found = json.load(fh).get(source)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(found) if isinstance(found, int | float) else None
+
+
 def hinted_priority(source: str | None) -> float:
     """A compile's priority: its learned CPU seconds (else its family's, else the step's
     default) plus its step's learned links (``tail_cpu_s``: what runs after the step's
-    last compile)."""
+    last compile). A unit nothing was learned of adds the kit's ``ninja``'s estimate
+    (``unitsize.py``), scaled to a tie-break: compiles that reach the gate together then
+    go in the order ninja meant, and no learned second is outranked."""
     hints = learned_hints()
     tail = hints.get("tail_cpu_s", 0.0)
     tail = float(tail) if isinstance(tail, int | float) else 0.0
@@ -265,7 +300,8 @@ def hinted_priority(source: str | None) -> float:
     if learned is not None:
         return learned + tail
     default = hints.get("default_cpu_s", 0.0)
-    return (float(default) if isinstance(default, int | float) else 0.0) + tail
+    guess = (_estimate(source) or 0.0) * ESTIMATE_SCALE if source else 0.0
+    return (float(default) if isinstance(default, int | float) else 0.0) + tail + guess
 
 
 def mem_per_thread(source: str | None) -> float:

@@ -163,11 +163,17 @@ def order_build_file(path: str) -> bool:
         priority = compilegate.hinted_priority
     else:
         closure = unitsize.Closure(unitsize.include_dirs(text, tree))
+        estimates: dict[str, int] = {}
 
         def priority(unit: str) -> float:
-            return float(closure.estimate(os.path.join(tree, unit)))
+            estimates[unit] = closure.estimate(os.path.join(tree, unit))
+            return float(estimates[unit])
 
     ordered = reorder(text, folder, tree, priority)
+    if not compilegate.learned_hints().get("units"):
+        # The gate ranks compiles that wait together by the same estimate: ninja starts
+        # them in this order, but they reach the gate in whatever order they happen to.
+        compilegate.write_estimates(tree, estimates)
     if ordered == text:
         return False
     tmp = f"{path}.kiln-{os.getpid()}"
