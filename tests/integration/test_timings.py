@@ -16,24 +16,13 @@ import pytest
 from kiln import timings
 from kiln.errors import BuildError
 from kiln.sources.gitrepo import CommitSpec, make_repo
-from tests import timingscheck
+from tests import ninjafix, timingscheck
 from tests.conftest import REPO, run_kiln, shared_cache
 from tests.require import missing
 from tests.upstreams import BASE_URL
 from tests.workspace import write
 
 VENDORS = ("alpha", "beta", "gamma")
-BUILD_NINJA = "rule cc\n  command = $$CC -O1 -fPIC -c $in -o $out\n" + "".join(
-    f"build obj/{n}.o: cc src/{n}.c\n" for n in ("a", "b", "c", "big")
-)
-BUILD_SH = 'set -e\nninja -j "$MAX_JOBS"\n"$CC" -shared -o libfix.so obj/*.o\n'
-HEAVY = """double f{i}(const double* x, int n) {{
-  double s = 0;
-  for (int a = 0; a < n; ++a) for (int b = 0; b < n; ++b)
-    s += x[(a * {i} + b * 7) % n] * (a ^ b) / (1.0 + b + {i});
-  return s;
-}}
-"""
 SHOTS = REPO / "build" / "test-output" / "timings"
 
 
@@ -42,25 +31,10 @@ def _build(root: Path, build_python: Path, names: tuple[str, ...], fails: str = 
     with --timings; (the finished kiln, its logs folder)."""
     vendors = {}
     for k, name in enumerate(names):
-        files = {
-            "build.ninja": BUILD_NINJA,
-            "build.sh": BUILD_SH + ("exit 3\n" if name == fails else ""),
-            "LICENSE": "MIT License\n",
-            "src/big.c": "".join(HEAVY.format(i=i + 3) for i in range(10 + 10 * k)),
-            **{f"src/{n}.c": f"int {n}_{name}(void) {{ return {k}; }}\n" for n in "abc"},
-        }
+        files = ninjafix.files("libfix.so", ninjafix.heavy(10 + 10 * k, deep=False), name, k, "-O1")
+        files["build.sh"] += "exit 3\n" if name == fails else ""
         (commit,) = make_repo(root / "up" / f"{name}.git", [CommitSpec(name, files)])
-        vendors[name] = {
-            "source": {"url": f"{BASE_URL}{name}.git", "commit": commit},
-            "build": {
-                "kind": "inplace",
-                "archs": [],
-                "arch_control": "none",
-                "command": ["sh", "build.sh"],
-                "outputs": ["libfix.so"],
-                "mem_per_job_gib": 0.5,
-            },
-        }
+        vendors[name] = ninjafix.vendor(f"{BASE_URL}{name}.git", commit, "libfix.so", 0.5)
     (root / "up" / "mirrors.toml").write_text(f'[mirrors]\n"{BASE_URL}" = "{root}/up/"\n')
     ws = write(root / "ws", vendors)
     res = run_kiln(
