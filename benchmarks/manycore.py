@@ -129,6 +129,7 @@ class Bench:
         self.root = root / workload
         self.root.mkdir(parents=True, exist_ok=True)
         self.workload, self.vendors, self.python = workload, vendors, args.python
+        self.profile: str | None = args.profile
         self.out: Path | None = args.out
         self.cores = cpu_slots(None).count
         self.facts = python_facts(args.python)
@@ -136,7 +137,7 @@ class Bench:
         self.mirrors = bundles.mirrors_from_bundles(
             self.template, args.bundles.resolve(), root / "mirrors"
         )
-        self.ws = Workspace(self.template)
+        self.ws = Workspace(self.template, self.profile)
 
     # ------------------------------------------------------------------ kiln
     def kiln(self, run: str, learned_from: Path | None = None) -> dict[str, Any]:
@@ -150,6 +151,7 @@ class Bench:
             *("--runner", "local", "--python", self.python),
             *("--no-compiler-cache", "--no-artifact-cache", "--timings"),
             *(("--learned-from", str(learned_from)) if learned_from else ()),
+            *(("--profile", self.profile) if self.profile else ()),
             *self.vendors,
         ]
         began = time.time()
@@ -337,7 +339,7 @@ def report(results: dict[str, Any]) -> str:
     lines = [
         f"machine: {machine.get('cores')} CPU slots, {machine.get('mem_gib', 0):.0f} GiB; "
         f"build Python {machine.get('python')} with torch {machine.get('torch')}; "
-        f"nvcc from {CUDA_HOME}",
+        f"nvcc from {CUDA_HOME}; profile {machine.get('profile', 'default')}",
         "",
         "| workload | run | wall (s) | CPU (s) | CPU floor (s) | critical path (s) | "
         "wall / bound | vs naive | compiles at once | target |",
@@ -393,6 +395,12 @@ def main() -> None:
     ap.add_argument("--vendors", nargs="+", default=None, help="the public workload's vendors")
     ap.add_argument("--python", default="python3", help="the build Python (torch in it)")
     ap.add_argument(
+        "--profile",
+        default=None,
+        help="the workspace profile (sm100: FlashMLA without its sm_90a kernels, as CI "
+        "builds; for 2 cores, where both archs double FlashMLA's time)",
+    )
+    ap.add_argument(
         "--bundles",
         type=Path,
         default=Path(os.environ.get("KILN_BUNDLES", REPO.parent / "shared" / "upstreams")),
@@ -418,7 +426,12 @@ def main() -> None:
         bench = Bench(root, args.workload, vendors, args)
         with open("/proc/meminfo") as fh:
             mem = int(fh.readline().split()[1]) / 2**20
-        results["machine"] = {"cores": bench.cores, "mem_gib": mem, **bench.facts}
+        results["machine"] = {
+            "cores": bench.cores,
+            "mem_gib": mem,
+            "profile": args.profile or "default",
+            **bench.facts,
+        }
         runs = results.setdefault(args.workload, {})
         for run in args.runs.split(","):
             if run == "naive":
