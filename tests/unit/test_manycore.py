@@ -128,6 +128,41 @@ def test_a_unit_without_figures_of_its_own_is_planned_from_its_family(
     assert compilegate.mem_per_thread("csrc/fmha/bwd.cu") == 11.25  # its own
 
 
+def test_a_first_build_reserves_what_the_units_family_took_in_this_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing learned: a unit reserves the recipe's estimate until a compile of its
+    family finishes in this build, then that compile's peak times the margin; failed
+    compiles, other families and compiles sent to build servers teach nothing, and
+    learned data still comes first."""
+    stats = tmp_path / "step.jobs"
+    monkeypatch.setenv("KILN_JOB_STATS", str(stats))
+    monkeypatch.setenv("KILN_GATE_MEM_GIB", "9.5")
+    monkeypatch.delenv("KILN_GATE_HINTS", raising=False)
+    assert compilegate.mem_per_thread("csrc/decode/inst/b.cu") == 9.5  # no file yet
+    unit = {"result": "compiled", "rc": 0}
+    lines = [
+        {**unit, "source": "csrc/decode/inst/fp16.cu", "rc": 1, "rss_kib": 1 << 20},
+        {**unit, "source": "csrc/fmha/bwd.cu", "rss_kib": 9 << 20},
+        {**unit, "source": "csrc/decode/inst/v32.cu", "rss_kib": 3 << 20, "where": "remote"},
+        {"result": "other", "rc": 0, "source": "", "rss_kib": 5 << 20},
+    ]
+    stats.write_text("".join(json.dumps(r) + "\n" for r in lines) + "not json\n")
+    assert compilegate.mem_per_thread("csrc/decode/inst/b.cu") == 9.5  # nothing of its own
+    stats.write_text(
+        stats.read_text()
+        + json.dumps({**unit, "source": "csrc/decode/inst/a.cu", "rss_kib": 2 << 20})
+        + "\n"
+    )
+    assert compilegate.mem_per_thread("csrc/decode/inst/b.cu") == 2.0 * 1.25
+    assert compilegate.mem_per_thread("csrc/decode/other.cu") == 9.5  # another family
+    assert compilegate.IN_BUILD_MARGIN == schedule.LEARNED_MARGIN
+    hints = tmp_path / "hints.json"
+    hints.write_text(json.dumps({"units": {"csrc/decode/inst/b.cu": {"mem_gib": 4.0}}}))
+    monkeypatch.setenv("KILN_GATE_HINTS", str(hints))
+    assert compilegate.mem_per_thread("csrc/decode/inst/b.cu") == 4.0  # learned first
+
+
 BUILD_NINJA = """ninja_required_version = 1.3
 rule compile
   command = echo $in >> order.log && touch $out

@@ -304,12 +304,53 @@ def hinted_priority(source: str | None) -> float:
     return (float(default) if isinstance(default, int | float) else 0.0) + tail + guess
 
 
+IN_BUILD_MARGIN = 1.25  # plan.schedule.LEARNED_MARGIN (the kit imports nothing of kiln)
+
+
+def family_peak_here(source: str) -> float | None:
+    """The largest peak (GiB, one process: what one nvcc thread took) of the compiles of
+    ``source``'s family that already finished in this build (``KILN_JOB_STATS``), times
+    the margin; None where none has. What a first build learns as it goes: its recipe's
+    estimate is its heaviest unit's (a CUTLASS FMHA unit's 9.2 GiB), which stood in for
+    every unit of a step whose others took 1-2.6 GiB, so fewer ran at once than memory
+    allowed. Compiles sent to build servers (their local peak is sccache's) do not count."""
+    path = os.environ.get("KILN_JOB_STATS")
+    if not path:
+        return None
+    want = _family(source)
+    peak = None
+    try:
+        with open(path) as fh:
+            lines = fh.readlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(r, dict)
+            and r.get("result") == "compiled"
+            and r.get("rc") == 0
+            and r.get("where", "local") == "local"
+            and isinstance(r.get("rss_kib"), int | float)
+            and _family(str(r.get("source") or "")) == want
+        ):
+            peak = max(peak or 0.0, float(r["rss_kib"]) / 2**20)
+    return None if peak is None else round(peak * IN_BUILD_MARGIN, 3)
+
+
 def mem_per_thread(source: str | None) -> float:
     """What one nvcc thread of this unit reserves: its learned peak (or its family's)
-    times the margin, else the step's estimate (``KILN_GATE_MEM_GIB``)."""
+    times the margin; else the largest of its family's compiles that finished in this
+    build (``family_peak_here``); else the step's estimate (``KILN_GATE_MEM_GIB``)."""
     learned = _unit_hint(source, "mem_gib") if source else None
     if learned is not None:
         return learned
+    here = family_peak_here(source) if source else None
+    if here is not None:
+        return here
     return float(os.environ.get("KILN_GATE_MEM_GIB", "0") or 0)
 
 
