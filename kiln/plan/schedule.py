@@ -243,12 +243,24 @@ def check_fits(vendors: list[Vendor], peaks: PeakStore, budget: Budget) -> None:
             )
 
 
-def step_slots(budget: Budget, lightest_gib: float, remote_slots: int = 0) -> int:
+def step_slots(
+    budget: Budget, lightest_gib: float, remote_slots: int = 0, threads: int = 1
+) -> int:
     """The most compiles one step can get at one moment: the run's CPU slots (a step
-    alone gets them all), fewer where the memory budget holds fewer of its lightest
-    compile, plus the build servers' slots (sccache-dist: no local CPU or memory)."""
-    by_mem = int(budget.mem_gib // lightest_gib) if lightest_gib > 0 else budget.cpus
-    return max(1, min(budget.cpus, by_mem)) + max(remote_slots, 0)
+    alone gets them all) over the CPU slots one compile holds (its nvcc ``threads``),
+    fewer where the memory budget holds fewer of its lightest compile, plus the build
+    servers' slots (sccache-dist: no local CPU or memory).
+
+    Why not more: ninja offers MAX_JOBS units in its order (longest first) and they
+    reach the gate within a second, in no set order; the first to arrive take the free
+    slots. Offered 16 on 16 CPUs with 2 threads each, 8 ran and the second-longest unit
+    (137 s) lost the race to small ones, started 27 s late and ended 16 s after the
+    longest: the build's wall (docs/performance.md)."""
+    threads = max(threads, 1)
+    by_cpu = max(budget.cpus // threads, 1)
+    per_compile = lightest_gib * threads
+    by_mem = int(budget.mem_gib // per_compile) if per_compile > 0 else by_cpu
+    return max(1, min(by_cpu, by_mem)) + max(remote_slots, 0)
 
 
 def nvcc_threads(vendor: Vendor, per_job: float, budget: Budget) -> int | None:
@@ -291,7 +303,7 @@ def choose(
         ),
         default=per_job,
     )
-    slots = step_slots(budget, lightest, remote_slots)
+    slots = step_slots(budget, lightest, remote_slots, threads or 1)
     jobs = max(1, min(max(tus, 1), slots, b.max_jobs or slots))
     return Choice(jobs, threads, per_job, source, round(per_compile, 3), tus)
 

@@ -62,6 +62,12 @@ def test_a_step_offers_no_more_compiles_than_it_can_run_at_once(tmp_path: Path) 
     peaks.remember(v, 5.0, schedule.learned_units(stats))
     learned = schedule.choose(v, tree, peaks, schedule.Budget(9.0, 16, "t"))
     assert learned.max_jobs == 10  # 9 GiB / (0.5 GiB x 1.25): 14, but the step has 10 units
+    # Two nvcc threads a compile (two archs): 16 CPUs run 8 at once, so 8 are offered
+    # (16 offered, the second-longest unit lost the race to the gate: issue 24)
+    two = _vendor(nvcc_threads=2, archs=["sm_100a", "sm_103a"], mem_per_job_gib=1.0)
+    threaded = schedule.choose(two, many, peaks, schedule.Budget(100, 16, "t"))
+    assert (threaded.nvcc_threads, threaded.max_jobs) == (2, 8)
+    assert schedule.choose(two, many, peaks, schedule.Budget(6.0, 16, "t")).max_jobs == 3
 
 
 @pytest.mark.parametrize("cpus", [1, 2, 16, 64])
