@@ -243,9 +243,7 @@ def check_fits(vendors: list[Vendor], peaks: PeakStore, budget: Budget) -> None:
             )
 
 
-def step_slots(
-    budget: Budget, lightest_gib: float, remote_slots: int = 0, threads: int = 1
-) -> int:
+def step_slots(budget: Budget, lightest_gib: float, remote_slots: int = 0, threads: int = 1) -> int:
     """The most compiles one step can get at one moment: the run's CPU slots (a step
     alone gets them all) over the CPU slots one compile holds (its nvcc ``threads``),
     fewer where the memory budget holds fewer of its lightest compile, plus the build
