@@ -31,27 +31,31 @@ once, in the project's root::
     cp ../shared/upstreams/*.bundle .device/upstreams/   # all five: 53 MB, fits "only just"
     # FlashMLA alone needs only FlashMLA.bundle and cutlass.bundle (32 MB)
 
-Then ``run`` with ``kind`` nvidia-h200, ``carry`` [".device"], ``timeout_s`` 600, one
-call per line below, back to back (a machine stays warm 30 s after a call; the results
-collect in build/bench-manycore/results.json there between calls; each call's files
-come back from $OUT)::
+Then ``run`` with ``kind`` nvidia-h200, ``carry`` [".device"], ``timeout_s`` 600. The
+three FlashMLA runs together take longer than one call's 10 minutes, so the first call
+starts the benchmark in a process session of its own (``setsid``: it outlives the
+call, until the machine goes back) and waits; the next call, made within the 30 s the
+machine stays warm, waits for the end and brings the results back (at most 8 files
+come back from $OUT: the records travel as one tarball)::
 
-    set -e; source .device/pack/kiln-setup.sh .device/pack; export PYTHONUNBUFFERED=1;
-    /tmp/kiln-venv/bin/python benchmarks/manycore.py --python "$PY" \\
-      --bundles .device/upstreams --workload flashmla --out "$OUT" 2>&1 | tee "$OUT/flashmla.log"
+    set -e; source .device/pack/kiln-setup.sh .device/pack; B=build/bm; mkdir -p $B
+    setsid nohup env PYTHONUNBUFFERED=1 /tmp/kiln-venv/bin/python benchmarks/manycore.py \
+      --python "$PY" --bundles .device/upstreams --workload flashmla --out $B/out \
+      > $B/log 2>&1 < /dev/null & echo $! > $B/pid
+    for i in $(seq 585); do kill -0 $(cat $B/pid) 2>/dev/null || break; sleep 1; done
+    tail -3 $B/log
 
-    ... the same with --workload public --runs naive   (DeepGEMM's one unit is long alone)
-    ... the same with --workload public --runs cold,learned
-    ... /tmp/kiln-venv/bin/python benchmarks/manycore.py --report --out "$OUT"
+    B=build/bm; for i in $(seq 590); do kill -0 $(cat $B/pid) 2>/dev/null || break; sleep 1; done
+    cat $B/log; cp $B/out/manycore.md $B/out/results.json $OUT/; tar czf $OUT/records.tgz -C $B out
 
-FlashMLA (both archs) is about 140 s per run on that machine (issue 24), so its three
-runs fit one 10-minute call; the public three take about twice that per kiln run and
-longer for naive, hence two calls. ``--report`` prints (and writes to $OUT/manycore.md)
-the table of every stored run; each workload's kiln cold run leaves
-``learned-<workload>.json`` in $OUT: what to commit as examples/public/learned.json.
-If the machine lacks DeepEP's ``infiniband/mlx5dv.h`` (libibverbs-dev), kiln's preflight
-says so and the public workload stops before building: run it with
-``--vendors deepgemm flashmla``.
+The public three (``--workload public``) build DeepEP, which needs an NCCL whose
+``nccl.h`` declares ``ncclCommProperties``: the GPU machine's torch 2.11 brings NCCL
+2.28.9, which does not, and the 252 MB ``nvidia-nccl-cu13`` wheel that would does not fit
+a carry; there, ``--vendors deepgemm flashmla``. ``--report`` prints (and writes to
+``--out``/manycore.md) the table of every stored run; each workload's kiln cold run
+leaves ``learned-<workload>.json`` in ``--out``: what to commit as
+examples/public/learned.json. If the machine lacks DeepEP's ``infiniband/mlx5dv.h``
+(libibverbs-dev), kiln's preflight says so and the public workload stops before building.
 """
 
 from __future__ import annotations
@@ -324,6 +328,20 @@ def naive_timeline(stamps: Path, ninja_logs: list[Path], began: float) -> dict[s
     return out
 
 
+def threads_per_core() -> int | None:
+    """CPUs per physical core (2: hyperthreads share one core's units), None unknown."""
+    siblings = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list")
+    try:
+        text = siblings.read_text().strip()
+    except OSError:
+        return None
+    count = 0
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        count += int(hi) - int(lo) + 1 if hi else 1
+    return count
+
+
 def _load(root: Path) -> dict[str, Any]:
     path = root / "results.json"
     return json.loads(path.read_text()) if path.is_file() else {}
@@ -337,7 +355,8 @@ def report(results: dict[str, Any]) -> str:
     """The table: each run's wall against its bound (the naive run against kiln's)."""
     machine = results.get("machine", {})
     lines = [
-        f"machine: {machine.get('cores')} CPU slots, {machine.get('mem_gib', 0):.0f} GiB; "
+        f"machine: {machine.get('cores')} CPU slots ({machine.get('threads_per_core')} per "
+        f"core), {machine.get('mem_gib', 0):.0f} GiB; "
         f"build Python {machine.get('python')} with torch {machine.get('torch')}; "
         f"nvcc from {CUDA_HOME}; profile {machine.get('profile', 'default')}",
         "",
@@ -428,6 +447,7 @@ def main() -> None:
             mem = int(fh.readline().split()[1]) / 2**20
         results["machine"] = {
             "cores": bench.cores,
+            "threads_per_core": threads_per_core(),
             "mem_gib": mem,
             "profile": args.profile or "default",
             **bench.facts,

@@ -54,7 +54,11 @@ def has_shared_objects(wheel: Path) -> bool:
 
 def repair(wheel: Path, epoch: int, dest_dir: Path) -> Path:
     """``auditwheel repair`` of ``wheel`` into ``dest_dir`` (the tightest manylinux tag its
-    shared objects allow); a wheel without shared objects is returned as it is."""
+    shared objects allow); a wheel without shared objects is returned as it is.
+
+    The repaired wheel is written uncompressed (``-z 0``): ``normalize`` re-packs every
+    member anyway, so compressing here only costs time after the step's last compile,
+    on the critical path (FlashMLA's wheel for two archs: seconds per pass)."""
     if not has_shared_objects(wheel):
         return wheel
     bin_dir = str(Path(sys.executable).parent)
@@ -67,7 +71,7 @@ def repair(wheel: Path, epoch: int, dest_dir: Path) -> Path:
     dest_dir.mkdir(parents=True, exist_ok=True)
     excludes = [a for glob in PROVIDED_AT_RUN_TIME for a in ("--exclude", glob)]
     proc.run(
-        [sys.executable, "-m", "auditwheel", "repair", "-w", dest_dir, *excludes, wheel],
+        [sys.executable, "-m", "auditwheel", "repair", "-z", "0", "-w", dest_dir, *excludes, wheel],
         env={**os.environ, "PATH": path, "SOURCE_DATE_EPOCH": str(max(epoch, 315532800))},
         what=f"auditwheel repair of {wheel.name}",
         error=BuildError,

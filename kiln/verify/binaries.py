@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -217,20 +218,31 @@ def verify_wheel(
     cibuildwheel made carries what its upstream declares)."""
     name, version, tags = check_tags(wheel, profile)
     report = WheelReport(wheel.name, name, version, tags)
-    with tempfile.TemporaryDirectory(prefix="kiln-verify-") as tmp, zipfile.ZipFile(wheel) as zf:
+    # auditwheel show and each cuobjdump are processes of their own: run at once, they
+    # cost the wall of the slowest, not the sum (after a step's last compile, this is on
+    # the build's critical path).
+    with (
+        ThreadPoolExecutor(max_workers=4, thread_name_prefix="verify") as pool,
+        tempfile.TemporaryDirectory(prefix="kiln-verify-") as tmp,
+        zipfile.ZipFile(wheel) as zf,
+    ):
+        shown = pool.submit(auditwheel_show, wheel)
         members = sorted(m for m in zf.namelist() if m.endswith(".so") or ".so." in m)
+        archs = []
         for member in members:
             target = Path(tmp) / member
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(zf.read(member))
-            sass, ptx = device_archs(target)
-            needed, runpath = linkage(target)
+            archs.append(pool.submit(device_archs, target))
+        for member, found in zip(members, archs, strict=True):
+            sass, ptx = found.result()
+            needed, runpath = linkage(Path(tmp) / member)
             report.shared_objects.append(SharedObject(member, sass, ptx, needed, runpath))
         metadata = _metadata(zf)
+        report.auditwheel = shown.result()
     check_archs(wheel.name, report.shared_objects, expected)
     check_repaired(wheel, tags, report.shared_objects)
     if torch_pin:
         check_requires(wheel, metadata, profile.torch_pin)
     check_linkage(wheel.name, report.shared_objects, build_site)
-    report.auditwheel = auditwheel_show(wheel)
     return report
