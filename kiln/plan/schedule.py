@@ -246,9 +246,8 @@ def check_fits(vendors: list[Vendor], peaks: PeakStore, budget: Budget) -> None:
 def step_slots(budget: Budget, lightest_gib: float, remote_slots: int = 0, threads: int = 1) -> int:
     """The most compiles one step can get at one moment: the run's CPU slots (a step
     alone gets them all) over the CPU slots one compile holds (its nvcc ``threads``),
-    fewer where the memory budget holds fewer of its lightest learned compile
-    (``lightest_gib`` 0: none learned), plus the build servers' slots (sccache-dist: no
-    local CPU or memory).
+    fewer where the memory budget holds fewer of its lightest compile, plus the build
+    servers' slots (sccache-dist: no local CPU or memory).
 
     Why not more: ninja offers MAX_JOBS units in its order (longest first) and they
     reach the gate within a second, in no set order; the first to arrive take the free
@@ -294,19 +293,13 @@ def choose(
     tus = len(learned_units) or count_translation_units(tree)
     threads = nvcc_threads(vendor, per_job, budget)
     per_compile = per_job * (threads or 1)
-    # With no unit learned, the recipe's figure is its heaviest unit's: it says how many
-    # of those fit, not how many compiles do. The gate holds memory under the budget
-    # anyway, and lowers a unit's reservation once one of its family has finished in
-    # this build (compilegate.family_peak_here), so ninja must offer what the CPUs can
-    # take: capped by that figure, a 16-CPU FlashMLA build was offered 5 at once all
-    # the way through (its units took 0.3-2.6 GiB beside two of 9).
     lightest = min(
         (
             float(u["rss_gib"]) * LEARNED_MARGIN
             for u in learned_units.values()
             if isinstance(u, dict) and isinstance(u.get("rss_gib"), int | float) and u["rss_gib"]
         ),
-        default=0.0,
+        default=per_job,
     )
     slots = step_slots(budget, lightest, remote_slots, threads or 1)
     jobs = max(1, min(max(tus, 1), slots, b.max_jobs or slots))

@@ -40,17 +40,13 @@ def _tree(tmp_path: Path, n: int) -> Path:
 
 def test_a_step_offers_no_more_compiles_than_it_can_run_at_once(tmp_path: Path) -> None:
     """MAX_JOBS is what a step offers the compile gate: never more than the slots it can
-    get at one moment (the CPU slots, the memory for its lightest learned unit, its
-    units; plus build servers' slots), not 128 on 16 CPUs (issue 24)."""
+    get at one moment (the CPU slots, the memory for its lightest unit, its units; plus
+    build servers' slots), not 128 on 16 CPUs (issue 24)."""
     tree = _tree(tmp_path, 10)
     peaks = schedule.PeakStore(tmp_path / "peaks.json")
     v = _vendor(mem_per_job_gib=4.0)
-    # Nothing learned: the recipe's 4 GiB is its heaviest unit's; the gate admits 2 of
-    # those at first and more once a family's first compile has shown what it takes,
-    # so the step offers what its CPUs could run (16 CPUs, 10 units), not 9 // 4.
     small_budget = schedule.choose(v, tree, peaks, schedule.Budget(9.0, 16, "test"))
-    assert (small_budget.max_jobs, small_budget.translation_units) == (10, 10)
-    assert small_budget.gate_mem_gib == 4.0  # what each still reserves at the gate
+    assert (small_budget.max_jobs, small_budget.translation_units) == (2, 10)  # 2 x 4 GiB
     by_tus = schedule.choose(v, _tree(tmp_path / "small", 2), peaks, schedule.Budget(100, 16, "t"))
     assert by_tus.max_jobs == 2
     many = _tree(tmp_path / "many", 200)
@@ -71,10 +67,7 @@ def test_a_step_offers_no_more_compiles_than_it_can_run_at_once(tmp_path: Path) 
     two = _vendor(nvcc_threads=2, archs=["sm_100a", "sm_103a"], mem_per_job_gib=1.0)
     threaded = schedule.choose(two, many, peaks, schedule.Budget(100, 16, "t"))
     assert (threaded.nvcc_threads, threaded.max_jobs) == (2, 8)
-    assert schedule.choose(two, many, peaks, schedule.Budget(6.0, 16, "t")).max_jobs == 8
-    # learned 0.5 GiB x 1.25 per thread, 2 threads: 6 GiB holds 4 of the lightest
-    peaks.remember(two, 0.5, schedule.learned_units(stats))
-    assert schedule.choose(two, many, peaks, schedule.Budget(6.0, 16, "t")).max_jobs == 4
+    assert schedule.choose(two, many, peaks, schedule.Budget(6.0, 16, "t")).max_jobs == 3
 
 
 @pytest.mark.parametrize("cpus", [1, 2, 16, 64])
@@ -84,16 +77,13 @@ def test_max_jobs_is_never_above_the_slots(
     tmp_path: Path, cpus: int, mem: float, units: int
 ) -> None:
     v = _vendor(mem_per_job_gib=2.5, nvcc_threads=4)
-    peaks = schedule.PeakStore(tmp_path / "p")
-    tree = _tree(tmp_path, units)
-    choice = schedule.choose(v, tree, peaks, schedule.Budget(mem, cpus, "t"))
-    assert 1 <= choice.max_jobs <= min(cpus, units)  # nothing learned: no memory cap
-    stats = [
-        {"result": "compiled", "rc": 0, "cpu_s": 1.0, "source": "csrc/k0.cu", "rss_kib": 2 << 20}
-    ]
-    peaks.remember(v, 2.0, schedule.learned_units(stats))
-    learned = schedule.choose(v, tree, peaks, schedule.Budget(mem, cpus, "t"))
-    assert 1 <= learned.max_jobs <= min(cpus, max(int(mem // 2.5), 1), units)  # 2 x 1.25
+    choice = schedule.choose(
+        v,
+        _tree(tmp_path, units),
+        schedule.PeakStore(tmp_path / "p"),
+        schedule.Budget(mem, cpus, "t"),
+    )
+    assert 1 <= choice.max_jobs <= min(cpus, max(int(mem // 2.5), 1), units)
 
 
 def test_learned_units_become_the_gates_hints(tmp_path: Path) -> None:
