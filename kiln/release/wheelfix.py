@@ -58,7 +58,8 @@ def repair(wheel: Path, epoch: int, dest_dir: Path) -> Path:
 
     The repaired wheel is written uncompressed (``-z 0``): ``normalize`` re-packs every
     member anyway, so compressing here only costs time after the step's last compile,
-    on the critical path (FlashMLA's wheel for two archs: seconds per pass)."""
+    on the critical path (a 5 MB CUDA wheel here: repaired in 1.45 s at the default level,
+    0.8 s uncompressed; the normalized wheel is the same bytes either way)."""
     if not has_shared_objects(wheel):
         return wheel
     bin_dir = str(Path(sys.executable).parent)

@@ -1,0 +1,41 @@
+"""normalize() writes the same bytes whatever compression its input used: the repaired
+wheel in between is written uncompressed (``auditwheel repair -z 0``) to save a pass."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from kiln.release import wheelfix
+
+MEMBERS = {
+    "demo/__init__.py": b"from demo._C import *\n" * 50,
+    "demo/_C.so": bytes(range(256)) * 400,
+    "demo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n",
+    "demo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nTag: cp311-cp311-linux_x86_64\n",
+    "demo-1.0.dist-info/RECORD": b"",
+}
+
+
+def _wheel(path: Path, compression: int) -> Path:
+    with zipfile.ZipFile(path, "w", compression=compression) as zf:
+        for name, data in MEMBERS.items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_normalize_gives_the_same_bytes_from_a_stored_or_a_deflated_wheel(tmp_path: Path) -> None:
+    name = "demo-1.0-cp311-cp311-linux_x86_64.whl"
+    (tmp_path / "stored").mkdir()
+    (tmp_path / "deflated").mkdir()
+    stored = _wheel(tmp_path / "stored" / name, zipfile.ZIP_STORED)
+    deflated = _wheel(tmp_path / "deflated" / name, zipfile.ZIP_DEFLATED)
+    assert stored.read_bytes() != deflated.read_bytes()  # the inputs differ: the check can fail
+    made = [
+        wheelfix.normalize(w, "cu130.gabcdef0", 1_767_225_600, tmp_path / f"out-{w.parent.name}")
+        for w in (stored, deflated)
+    ]
+    assert made[0].name == made[1].name == "demo-1.0+cu130.gabcdef0-cp311-cp311-linux_x86_64.whl"
+    assert made[0].read_bytes() == made[1].read_bytes()
+    with zipfile.ZipFile(made[0]) as zf:
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_DEFLATED}
