@@ -24,6 +24,7 @@ containers raises these too.
 | 15 | Busy: another kiln build holds the artifacts or work folder (its pid and command named) |
 | 16 | GpuTestError: kiln gpu-test could not run, or the upstream's GPU test failed |
 | 17 | TimingsError: kiln timings: no such folder, or no build records in it |
+| 18 | ImportFailed: a built module does not load where the release lands (import proof) |
 | 130 | Interrupted: Ctrl-C or SIGTERM; nothing was published |
 """
 
@@ -155,6 +156,12 @@ class TimingsError(KilnError):
     """``kiln timings`` (or ``build --timings``): no build records to draw."""
 
     exit_code = 17
+
+
+class ImportFailed(VerifyError):
+    """A built module does not load where the release lands (the import proof)."""
+
+    exit_code = 18
 
 
 class Interrupted(KilnError):

@@ -53,6 +53,7 @@ class Options:
     learned_from: Path | None = None
     save_learned: bool = False  # write what this build knows into <workspace>/learned.json
     timings: bool = False  # timings.html and timings.trace.json in the logs folder (kiln/timings)
+    import_proof: bool = True  # every output imported where it lands (build/importproof.py)
 
     def resolved(self) -> Options:
         """The same, with the folders a build writes made absolute (steps run elsewhere)."""

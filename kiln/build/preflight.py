@@ -13,11 +13,13 @@ from kiln.build.kinds import KINDS
 from kiln.config.models import SystemRequirement, Vendor
 from kiln.config.workspace import Workspace
 from kiln.errors import KilnError, PatchError, PreflightError, ToolchainError
+from kiln.release import files
 from kiln.runners.protocol import Runner
 from kiln.sources import checkout as sources
 from kiln.sources import patches
 from kiln.toolchain import checks as toolchain
 from kiln.toolchain.provision import Provision
+from kiln.verify import imports
 
 
 def offline_advice(ws: Workspace) -> str:
@@ -178,6 +180,14 @@ def check(
                 f"vendors/{vendor.name}.toml: build.kind {vendor.build.kind!r} is not "
                 f"supported by this kiln (it knows {', '.join(KINDS)})"
             )
+    # install.sh's torch against the wheels' (before an hour of compiles, not after)
+    pinned = imports.pinned_torch_problem(
+        files.requirements(ws.root, ws.profile.torch),
+        files.requirements_source(ws.root),
+        ws.profile.torch,
+    )
+    if pinned:
+        r.problems.append(pinned)
     deferred: dict[Need, SystemRequirement] = {}
     if dry and runner is not None:
         try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln import fsutil
-from kiln.build import failure, kit, learned
+from kiln.build import failure, importproof, kit, learned
 from kiln.build.context import Context, Step, Timings, phases_file, timed
 from kiln.build.kinds import KINDS, Job
 from kiln.config.models import Vendor
@@ -96,7 +96,23 @@ def _reuse(ctx: Context, vendor: Vendor, key: str, stage: Path) -> VendorEntry |
     caches = (entry.caches or Caches()).model_copy(
         update={"artifact": ArtifactCacheInfo(status="hit", key=key)}
     )
-    return entry.model_copy(update={"caches": caches})
+    return _proven(ctx, vendor, entry.model_copy(update={"caches": caches}), stage)
+
+
+def _proven(ctx: Context, vendor: Vendor, entry: VendorEntry, stage: Path) -> VendorEntry:
+    """A reused entry keeps its import proof while the consumer environment is the one it
+    was proven in; in another (the runtime requirements changed), it is proven again."""
+    if not ctx.opts.import_proof or not importproof.stale(entry.outputs, ctx):
+        return entry
+    outputs = [
+        o.model_copy(
+            update={"import_proof": importproof.prove(ctx, vendor, stage / o.path, o.kind)}
+        )
+        if o.kind in ("wheel", "tarball")
+        else o
+        for o in entry.outputs
+    ]
+    return entry.model_copy(update={"outputs": outputs})
 
 
 def _measure(
@@ -231,7 +247,13 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
 def _reused(ctx: Context, vendor: Vendor, key: str, stage: Path) -> VendorEntry | None:
     reused = _reuse(ctx, vendor, key, stage)
     if reused is not None:
-        ctx.display.update(vendor.name, "cached", f"artifact cache {key[:12]}", cache="hit")
+        proven = importproof.summary([o.import_proof for o in reused.outputs if o.import_proof])
+        ctx.display.update(
+            vendor.name,
+            "cached",
+            f"artifact cache {key[:12]}" + (f"; {proven}" if proven else ""),
+            cache="hit",
+        )
     return reused
 
 
@@ -328,10 +350,11 @@ def _build(
     )
     if ctx.acache is not None:
         ctx.acache.store(key, material, entry, stage)
+    proven = importproof.summary([o.import_proof for o in outputs if o.import_proof])
     ctx.display.update(
         what,
         "done",
-        f"{detail}, peak {measured['peak_rss_gib']:g} GiB",
+        f"{detail}, peak {measured['peak_rss_gib']:g} GiB" + (f"; {proven}" if proven else ""),
         cache="miss, kept" if ctx.acache is not None else "off",
     )
     return entry

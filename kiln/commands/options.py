@@ -470,6 +470,16 @@ TIMINGS = Option(
     env="KILN_TIMINGS",
     field="timings",
 )
+NO_IMPORT_PROOF = Option(
+    "--no-import-proof",
+    "skip the import proof (each output installed as install.sh installs it into the "
+    "consumer's environment and imported there before anything is published)",
+    group="verification",
+    kind="flag",
+    env="KILN_NO_IMPORT_PROOF",
+    field="import_proof",
+    invert=True,
+)
 
 BUILD: tuple[Option, ...] = (
     WORKSPACE,
@@ -503,6 +513,7 @@ BUILD: tuple[Option, ...] = (
     DISTRIBUTE,
     ARTIFACT_CACHE,
     NO_ARTIFACT_CACHE,
+    NO_IMPORT_PROOF,
 )
 
 # --------------------------------------------------------------------------- other verbs' options

@@ -154,6 +154,16 @@ class Release(Strict):
             examples=["my-org/mylib-sm100-cu132"],
         )
     )
+    variant_wheels: bool = Field(
+        False,
+        description="Also write each CUDA wheel as a wheel variant (WheelNext, the PEP "
+        "817/825 drafts) in `wheels/`, whose properties are the archs kiln verified in its "
+        "SASS (`nvidia :: sm_arch`) and the CUDA it was built with "
+        "(`nvidia :: cuda_version_lower_bound`), with each distribution's "
+        "`<name>-<version>-variants.json` beside them (docs/variants.md). The plain wheel "
+        "stays what `install.sh` installs.",
+        examples=[True],
+    )
     readme_template: InsidePath = Field(
         "release/README.md.in",
         description="The release README's own prose, a file of the workspace: the "
@@ -284,6 +294,52 @@ class SystemRequirement(Strict):
         return f"header <{self.header}>" if self.header else f"library -l{self.library}"
 
 
+class RuntimeLibrary(Strict):
+    """A shared library the built files need where they land that no Python
+    distribution ships: a system package the release's README names and `install.sh`
+    checks for (the import proof refuses a `DT_NEEDED` entry nobody provides)."""
+
+    soname: Annotated[str, Field(pattern=r"^lib[A-Za-z0-9_.+-]+\.so(\.[0-9]+)*$")] = Field(
+        description="The library as the built files name it (their `DT_NEEDED` entry).",
+        examples=["libibverbs.so.1"],
+    )
+    package: str = Field(
+        description="The system package that provides it (`apt-get install PACKAGE`).",
+        examples=["libibverbs1"],
+    )
+
+
+class ImportProofSettings(Strict):
+    """How the import proof treats this upstream's modules. Every extension module of
+    its output and its top-level packages are imported in the consumer's environment
+    (what `install.sh` makes) on every build; these keys add modules, and say which need
+    a GPU or are left out."""
+
+    modules: list[Module] = Field(
+        default_factory=list,
+        description="More modules to import, beside every extension module and top-level "
+        "package kiln finds.",
+        examples=[["mylib.ops"]],
+    )
+    needs_gpu: list[Module] = Field(
+        default_factory=list,
+        description="Modules whose import needs a GPU: imported where one is, recorded as "
+        "skipped (with that reason) where none is. A module not listed here that fails "
+        "for want of a GPU fails the build.",
+        examples=[["mylib.autotune"]],
+    )
+    skip: dict[Module, str] = Field(
+        default_factory=dict,
+        description="Modules never imported, each with the reason (recorded in the manifest).",
+        examples=[{"mylib.contrib": "needs the optional triton backend"}],
+    )
+    timeout_s: Annotated[int, Field(ge=1)] = Field(
+        120,
+        description="Each import's time limit in seconds.",
+        examples=[300],
+    )
+
+
 class GpuTest(Strict):
     """The upstream's own GPU test, run by `kiln gpu-test` against the release's wheel:
     the files of the pinned tree it needs (copied into a scratch folder) and the command
@@ -412,6 +468,17 @@ class Build(Strict):
         "(`[[build.system]]` tables), checked before any work.",
         examples=[[{"header": "infiniband/mlx5dv.h", "package": "libibverbs-dev"}]],
     )
+    runtime_libraries: list[RuntimeLibrary] = Field(
+        default_factory=list,
+        description="Shared libraries the built files need where they land from the "
+        "system (`[[build.runtime_libraries]]`): named in the release README, checked by "
+        "`install.sh`.",
+        examples=[[{"soname": "libibverbs.so.1", "package": "libibverbs1"}]],
+    )
+    import_proof: ImportProofSettings = Field(
+        default_factory=ImportProofSettings,
+        description="The import proof's settings for this upstream (`[build.import_proof]`).",
+    )
     gpu_test: GpuTest | None = None
     command: list[str] | None = Field(
         None,
@@ -427,8 +494,8 @@ class Build(Strict):
     )
     import_check: Module | None = Field(
         None,
-        description='`kind = "inplace"`: a module to import from the built tree as a '
-        "smoke test (skipped, and recorded as such, where no GPU driver is present).",
+        description='`kind = "inplace"`: a module the import proof imports from the '
+        "installed tree, beside its extension modules and top-level package.",
         examples=["mylib._C"],
     )
     exclude: list[str] = Field(

@@ -1,4 +1,4 @@
-"""``python -m kiln.inside step SPEC | probe [...]``: what runners run where builds run.
+"""``python -m kiln.inside step SPEC | probe [...] | prove SPEC``: what runners run.
 
 Standard library only (as all of ``kiln.inside``): in a builder container kiln's
 dependencies are not installed; the container gets kiln's source, read-only, on
@@ -37,6 +37,12 @@ def _probe(args: argparse.Namespace) -> None:
     sys.stdout.write(json.dumps(found) + "\n")
 
 
+def _prove(args: argparse.Namespace) -> None:
+    from kiln.inside import importproof
+
+    importproof.main(args.spec)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kiln.inside", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -48,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cuda-home", default=None)
     p.add_argument("--system", default=None, help="JSON: which of these system files are missing")
     p.set_defaults(func=_probe)
+    p = sub.add_parser("prove", help="import a release's modules in its consumer environment")
+    p.add_argument("spec", type=Path)
+    p.set_defaults(func=_prove)
     args = ap.parse_args(argv)
     os.umask(0o022)
     try:

@@ -14,6 +14,15 @@ CCCL, torch, the CUDA runtime or driver: the header resolved, its package and ve
 pin a newer one), ``missing_library`` (``cannot find -lX``: the package, where the linker
 looked) and ``undefined_symbol`` (the library that defines it, what the link named, where
 it looked).
+
+Its second part (``LOAD_ROWS``) says why a built module does not import where the release
+lands (the import proof): ``load_timeout``, ``load_missing_library`` (torch's library
+before torch is imported; a library the environment has but the loader does not search;
+a library nobody ships: the wheel, the requirement or the ``[[build.runtime_libraries]]``
+entry), ``load_abi_mismatch`` (built against another torch than the one it lands with),
+``load_left_off_link`` (defined in a library the extension does not link),
+``load_never_compiled`` (declared, defined in a source the build never compiled, or
+defined nowhere), ``load_needs_gpu``, ``load_missing_module`` and ``load_python_error``.
 """
 
 from __future__ import annotations
@@ -644,3 +653,213 @@ def explain(
         if cause is not None:
             return cause
     return None
+
+
+# --------------------------------------------------------------------------- imports
+# The same table's second part: why a built module does not import where the release
+# lands (the import proof, kiln/build/importproof.py). The facts come from the host
+# (kiln/verify/loadfacts.py: nm, c++filt, the tree); the rows only read them.
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """What is known of one failed import."""
+
+    vendor: str
+    module: str
+    shared_object: str | None  # the extension that failed, as the output holds it
+    message: str  # the import's last line
+    symbol: str | None = None  # an undefined symbol, mangled
+    demangled: str | None = None
+    definers: tuple[str, ...] = ()  # libraries of the environment that define it exactly
+    linked: bool = False  # whether the extension's DT_NEEDED names one of them
+    same_name: tuple[str, ...] = ()  # "lib (owner): other signature" of the same name
+    dependency: str | None = None  # the dependency whose namespace the symbol is in
+    torch_pin: str | None = None  # the torch the output was compiled against
+    torch_environment: str | None = None  # the torch the consumer environment holds
+    declared_at: tuple[str, ...] = ()  # tree:line of its declarations in headers
+    defined_uncompiled: tuple[str, ...] = ()  # tree:line of definitions never compiled
+    library: str | None = None  # a library the loader could not open
+    library_owner: str | None = None  # the distribution of the environment that has it
+    library_is_torch: bool = False
+    python_error: str | None = None
+    frame: str | None = None  # the innermost traceback frame
+    timed_out: bool = False
+    gpu: bool = False  # the output reads like a missing GPU or driver
+
+
+def _so(f: LoadFailure) -> str:
+    return f.shared_object or f.module
+
+
+def load_timeout(f: LoadFailure) -> Cause | None:
+    if not f.timed_out:
+        return None
+    return Cause(
+        "import-timeout",
+        f"importing {f.module} did not finish within its time limit",
+        f"find what the import waits for (a lock, a download, a GPU); raise "
+        f"build.import_proof.timeout_s in vendors/{f.vendor}.toml if it is only slow",
+    )
+
+
+def load_abi_mismatch(f: LoadFailure) -> Cause | None:
+    if not f.symbol or f.definers or not (f.same_name or f.dependency):
+        return None
+    dep = f.dependency or "its dependency"
+    other = f"; the environment has {f.same_name[0]}" if f.same_name else ""
+    envs = (
+        f" (compiled against {f.torch_pin}; the environment holds torch {f.torch_environment})"
+        if dep == "torch" and f.torch_pin
+        else ""
+    )
+    return Cause(
+        "abi-mismatch",
+        f"{_so(f)} needs {f.demangled or f.symbol}, which the consumer environment's {dep} "
+        f"does not define{other}: the output was built against another {dep} than the one "
+        f"it lands with{envs}",
+        f"build against the {dep} the release installs: the profile's torch (kiln.toml) and "
+        "the torch of runtime-requirements.txt (pinned by `kiln lock` into "
+        "runtime-requirements.lock) must be the same version",
+    )
+
+
+def load_left_off_link(f: LoadFailure) -> Cause | None:
+    if not f.symbol or not f.definers or f.linked:
+        return None
+    lib = f.definers[0].split(" ", 1)[0]
+    name = re.sub(r"^lib|\.so.*$", "", lib)
+    return Cause(
+        "library-left-off-link",
+        f"{f.demangled or f.symbol} is defined in {f.definers[0]}, which {_so(f)} does not "
+        f"link (no DT_NEEDED {lib}): nothing loads that library before it",
+        f"link it: add {name!r} to the extension's libraries in setup.py (-l{name}, a patch "
+        f"in patches/), so the extension records NEEDED {lib}",
+    )
+
+
+def load_never_compiled(f: LoadFailure) -> Cause | None:
+    if not f.symbol or f.definers:
+        return None
+    what = f.demangled or f.symbol
+    if f.defined_uncompiled:
+        where = f.defined_uncompiled[0]
+        source = where.rsplit(":", 1)[0]
+        return Cause(
+            "declared-never-compiled",
+            f"{what} is declared"
+            + (f" at {f.declared_at[0]}" if f.declared_at else "")
+            + f" and defined at {where}, which the build never compiled: no library of the "
+            "consumer environment defines it either",
+            f"add {source} to the extension's sources in setup.py (a patch in patches/)",
+        )
+    declared = f" (declared at {f.declared_at[0]})" if f.declared_at else ""
+    return Cause(
+        "declared-never-compiled",
+        f"{what}{declared} is defined by no source the build compiled and by no library of "
+        "the consumer environment",
+        "define it, or add the source that defines it to the extension's sources in "
+        "setup.py (a patch in patches/); a library that should provide it belongs in the "
+        "extension's libraries",
+    )
+
+
+def load_missing_library(f: LoadFailure) -> Cause | None:
+    if not f.library:
+        return None
+    if f.library_is_torch:
+        return Cause(
+            "imports-before-torch",
+            f"{f.module} loads an extension that links torch's {f.library} before torch is "
+            "imported (torch's libraries are found only once torch is loaded)",
+            "import torch first in the package's __init__.py (a patch), as torch extensions do",
+        )
+    if f.library_owner:
+        return Cause(
+            "library-not-found",
+            f"{_so(f)} needs {f.library}, which the consumer environment has ({f.library_owner}) "
+            "but the loader does not search there",
+            "give the extension a RUNPATH to it ($ORIGIN-relative, e.g. -Wl,-rpath,"
+            "'$ORIGIN/../nvidia/<pkg>/lib'), or import the package that loads it first",
+        )
+    stem = re.sub(r"^lib|\.so.*$", "", f.library)
+    deb, pip = LIBRARY_PACKAGES.get(stem, (None, None))
+    ship = (
+        f"add {pip} to runtime-requirements.txt and the wheel's dependencies"
+        if pip
+        else (
+            "add the wheel that ships it to runtime-requirements.txt and the wheel's dependencies"
+        )
+    )
+    system = (deb or "PACKAGE").removesuffix("-dev")
+    return Cause(
+        "library-nobody-ships",
+        f"{_so(f)} needs {f.library}, and no declared dependency ships it: not the output, "
+        "not a distribution of the consumer environment, not the system's C/C++ runtime",
+        f"{ship}; or graft it into the wheel (auditwheel repair without excluding it); or "
+        f"declare it a system requirement in vendors/{f.vendor}.toml: "
+        f'[[build.runtime_libraries]] soname = "{f.library}", package = "{system}"',
+    )
+
+
+def load_needs_gpu(f: LoadFailure) -> Cause | None:
+    if not f.gpu:
+        return None
+    return Cause(
+        "needs-gpu",
+        f"importing {f.module} needs a GPU (or its driver), and this machine has none: {f.message}",
+        f"list it in build.import_proof.needs_gpu in vendors/{f.vendor}.toml (imported where "
+        "a GPU is, recorded as skipped elsewhere), or make the GPU work lazy (on first use, "
+        "not at import)",
+    )
+
+
+def load_missing_module(f: LoadFailure) -> Cause | None:
+    m = re.match(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)'", f.python_error or "")
+    if not m:
+        return None
+    top = m["name"].split(".")[0]
+    return Cause(
+        "missing-python-dependency",
+        f"importing {f.module} needs the module {m['name']}, which neither the output nor "
+        "the consumer environment holds" + (f" (at {f.frame})" if f.frame else ""),
+        f"add the distribution that provides {top} to the wheel's dependencies and to "
+        "runtime-requirements.txt (then `kiln lock`); or, for an optional part, skip the "
+        f"module: build.import_proof.skip in vendors/{f.vendor}.toml",
+    )
+
+
+def load_python_error(f: LoadFailure) -> Cause | None:
+    if not f.python_error:
+        return None
+    return Cause(
+        "raises-at-import",
+        f"importing {f.module} raises {f.python_error}" + (f" at {f.frame}" if f.frame else ""),
+        "fix the code that runs at import (a patch in patches/), or skip the module with "
+        f"its reason: build.import_proof.skip in vendors/{f.vendor}.toml",
+    )
+
+
+LOAD_ROWS: tuple[Callable[[LoadFailure], Cause | None], ...] = (
+    load_timeout,
+    load_missing_library,
+    load_abi_mismatch,
+    load_left_off_link,
+    load_never_compiled,
+    load_needs_gpu,
+    load_missing_module,
+    load_python_error,
+)
+
+
+def explain_load(f: LoadFailure) -> Cause:
+    """The first import row that knows this failure (always one: the last is general)."""
+    for row in LOAD_ROWS:
+        cause = row(f)
+        if cause is not None:
+            return cause
+    return Cause(
+        "import-failed",
+        f"importing {f.module} failed: {f.message}",
+        "see the import's output in the log",
+    )

@@ -18,10 +18,12 @@ from typing import Any
 from packaging.version import Version
 
 from kiln import __version__, fsutil
-from kiln.release import provenance
+from kiln.release import provenance, variants
 from kiln.release.manifest import Manifest, Output, ReleaseFile
 from kiln.release.manifest import read as read_manifest
 from kiln.release.readme import render as render_readme
+from kiln.release.readme import runtime_packages
+from kiln.toolchain.consumerenv import pip_requirement_args
 
 REQUIREMENTS = "runtime-requirements.txt"
 DEFAULT_INSTALL_ROOT = "/opt/kiln"
@@ -63,6 +65,16 @@ def requirements(root: Path, torch: str | None, locked: bool = True) -> str:
     )
 
 
+def requirements_source(root: Path) -> str:
+    """Which of :func:`requirements`' sources a workspace at ``root`` has (the manifest
+    and the import proof's screens name it)."""
+    if (root / "runtime-requirements.lock").is_file():
+        return "runtime-requirements.lock"
+    if (root / REQUIREMENTS).is_file():
+        return REQUIREMENTS
+    return "the profile's torch"
+
+
 def _template(name: str, values: dict[str, str]) -> str:
     text = resources.files("kiln").joinpath(f"templates/{name}").read_text()
     for key, value in values.items():
@@ -76,14 +88,15 @@ def inplace_vendors(m: Manifest) -> list[str]:
     return [n for n, v in m.vendors.items() if v.recipe["kind"] == "inplace"]
 
 
-def install_script(m: Manifest, hashed: bool) -> str:
+def install_script(m: Manifest, reqs: str) -> str:
     trees = "\n".join(
         f'echo "$target/{name}" >"$site/kiln-{name}.pth"\n'
         f'echo "$vpython" >"$target/{name}/.kiln/python"'
         for name in inplace_vendors(m)
     )
     p = m.profile
-    index = f"--extra-index-url {p.torch_index} " if p.torch_index else ""
+    # The same arguments as the import proof's consumer environment (one definition).
+    pip_args = "".join(f"{shlex.quote(a)} " for a in pip_requirement_args(reqs, p.torch_index))
     wheels = sorted(o.path for v in m.vendors.values() for o in v.outputs if o.kind == "wheel")
     return _template(
         "install.sh",
@@ -92,8 +105,10 @@ def install_script(m: Manifest, hashed: bool) -> str:
             "KILN_VERSION": __version__,
             "PYTHON": p.python,
             "CUDA_MAJOR": p.cuda.split(".")[0],
-            "REQUIRE_HASHES": "--require-hashes " if hashed else "",
-            "INDEX": index,
+            "PIP_ARGS": pip_args,
+            "RUNTIME_LIBRARIES": " ".join(
+                shlex.quote(f"{soname}={pkg}") for soname, pkg in runtime_packages(m).items()
+            ),
             "TREES": trees,
             "WHEELS": " ".join(shlex.quote(w) for w in wheels),
         },
@@ -163,15 +178,6 @@ def build_script(m: Manifest) -> str:
     )
 
 
-def _all_hashed(text: str) -> bool:
-    reqs = [
-        ln
-        for ln in text.replace("\\\n", " ").splitlines()
-        if ln.strip() and not ln.lstrip().startswith(("#", "-"))
-    ]
-    return bool(reqs) and all("--hash=" in ln for ln in reqs)
-
-
 def _keep_jit_caches(previous: Path, stage: Path) -> list[ReleaseFile]:
     try:
         old = read_manifest(previous / "manifest.json")
@@ -195,10 +201,12 @@ def write_files(
     install.sh installs); return their entries (README.md last: it describes all the
     others). JIT caches of the release in ``previous`` are kept."""
     files = _keep_jit_caches(previous, stage) if previous is not None else []
+    if m.release.variant_wheels:
+        files += variant_files(stage, m)
     (stage / "requirements.txt").write_text(reqs)
     files.append(file_entry(stage / "requirements.txt", stage, "requirements"))
     script = stage / "install.sh"
-    script.write_text(install_script(m, _all_hashed(reqs)))
+    script.write_text(install_script(m, reqs))
     script.chmod(0o755)
     files.append(file_entry(script, stage, "install-script"))
     for vendor in inplace_vendors(m):
@@ -221,6 +229,31 @@ def write_files(
         sbom.write_text(provenance.sbom(m, subjects))
         files.append(file_entry(sbom, stage, "sbom"))
     return finish_readme(stage, m.model_copy(update={"files": files}))
+
+
+def variant_files(stage: Path, m: Manifest) -> list[ReleaseFile]:
+    """``[release] variant_wheels``: each CUDA wheel (its shared objects hold SASS or PTX)
+    again as a wheel variant beside it, and each distribution's index
+    (:mod:`kiln.release.variants`), from the manifest's verified archs."""
+    made: dict[str, list[Path]] = {}
+    for v in m.vendors.values():
+        for o in v.outputs_of("wheel"):
+            sass = sorted({a for s in o.shared_objects or [] for a in s.sass})
+            ptx = sorted({a for s in o.shared_objects or [] for a in s.ptx})
+            if not sass and not ptx:
+                continue
+            wheel = stage / o.path
+            variant = variants.make_variant(
+                wheel, sass, ptx, m.toolchain.nvcc_version, v.source.commit_time, wheel.parent
+            )
+            made.setdefault(variants.index_name(variant), []).append(variant)
+    out = []
+    for index, wheels in sorted(made.items()):
+        out += [file_entry(w, stage, "variant-wheel") for w in wheels]
+        path = wheels[0].parent / index
+        path.write_text(variants.index_text(wheels))
+        out.append(file_entry(path, stage, "variants-index"))
+    return out
 
 
 def finish_readme(stage: Path, m: Manifest) -> list[ReleaseFile]:

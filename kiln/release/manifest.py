@@ -40,6 +40,8 @@ FileKind = Literal[
     "jit-cache",
     "provenance",
     "sbom",
+    "variant-wheel",
+    "variants-index",
 ]
 
 
@@ -64,6 +66,7 @@ class ReleaseInfo(Model):
     install_root: str | None = None
     jit_caches: list[JitCacheInfo] = Field(default_factory=list)
     hub_repo: str | None = None
+    variant_wheels: bool = False
     readme_template: str | None = Field(
         default=None, description="the workspace's README template, as a path in it"
     )
@@ -154,10 +157,46 @@ class SharedObjectInfo(Model):
     runpath: list[str] = Field(default_factory=list)
 
 
-class ImportCheck(Model):
+class ImportedModule(Model):
+    """One module of the import proof: imported in the consumer's environment (or
+    skipped, with the reason: the recipe's, or a GPU it needs and this machine lacks)."""
+
     module: str
+    kind: Literal["extension", "package", "declared"] = Field(
+        description="extension: a shared object of the output exporting PyInit_<name>; "
+        "package: a top-level package or module; declared: named by the recipe"
+    )
+    shared_object: str | None = Field(
+        default=None, description="the extension's file, as the output holds it"
+    )
     status: Literal["ok", "skipped"]
-    reason: str | None = None
+    seconds: float | None = Field(default=None, description="its import's wall time")
+    reason: str | None = Field(default=None, description="why it was skipped")
+
+
+class ImportProof(Model):
+    """What the import proof (``kiln/build/importproof.py``) found: the output installed
+    as ``install.sh`` installs it into the consumer's environment, every module imported
+    there with ``LD_BIND_NOW=1``, and every ``DT_NEEDED`` entry of its shared objects
+    provided by someone."""
+
+    environment: str = Field(description="the consumer environment's key (its inputs' digest)")
+    requirements: str = Field(
+        description="what the environment installs: runtime-requirements.lock, "
+        "runtime-requirements.txt or the profile's torch"
+    )
+    python: str
+    torch: str | None = Field(default=None, description="the torch the imports loaded")
+    driver: str = Field(description="'found', or the libcuda stub that answered dlopen")
+    seconds: float = Field(description="the proof's wall time (the environment made before)")
+    modules: list[ImportedModule]
+    needed: dict[str, str] = Field(
+        default_factory=dict,
+        description="every DT_NEEDED entry of the output's shared objects -> who provides "
+        "it where the release lands (the output itself, a distribution of the "
+        "environment, the system's C and C++ runtime, the GPU driver, or a declared "
+        "system package)",
+    )
 
 
 class Output(Model):
@@ -172,7 +211,7 @@ class Output(Model):
     tags: list[str] | None = None
     shared_objects: list[SharedObjectInfo] | None = None
     auditwheel: dict[str, Any] | None = None
-    import_check: ImportCheck | None = None
+    import_proof: ImportProof | None = None
 
 
 class ReleaseFile(Model):

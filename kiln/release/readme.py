@@ -28,6 +28,14 @@ def _contents(m: Manifest) -> list[str]:
             f"| wheels/ | {listed}; CUDA {m.profile.cuda}, "
             f"cp{m.profile.python.replace('.', '')}, {', '.join(platforms) or m.profile.platform} |"
         )
+    variant_wheels = [f for f in m.files if f.kind == "variant-wheel"]
+    if variant_wheels:
+        rows.append(
+            f"| wheels/*-LABEL.whl | The {len(variant_wheels)} CUDA wheels again as wheel "
+            "variants (WheelNext): `nvidia :: sm_arch` the archs verified in their SASS, "
+            "`nvidia :: cuda_version_lower_bound` the CUDA they were built with; "
+            "`<name>-<version>-variants.json` indexes them |"
+        )
     for name, v in m.vendors.items():
         for o in v.outputs_of("tarball"):
             so = ", ".join(s.path for s in o.shared_objects or [])
@@ -73,6 +81,15 @@ def _contents(m: Manifest) -> list[str]:
             "| sbom.cdx.json | CycloneDX SBOM of the upstreams, submodules, patches and outputs |"
         )
     return ["| Path | What |", "| --- | --- |", *rows]
+
+
+def runtime_packages(m: Manifest) -> dict[str, str]:
+    """soname -> system package of every recipe's ``build.runtime_libraries``."""
+    return {
+        r["soname"]: r["package"]
+        for v in m.vendors.values()
+        for r in v.recipe.get("runtime_libraries") or []
+    }
 
 
 def _jit_caches(release: ReleaseInfo, root: str) -> list[str]:
@@ -200,11 +217,18 @@ def _sections(m: Manifest) -> dict[str, list[str]]:
     root = release.install_root or "/opt/kiln"
     repo = release.hub_repo or "ORG/NAME"
     sections: dict[str, list[str]] = {}
+    proven = [o for v in m.vendors.values() for o in v.outputs if o.import_proof is not None]
     sections["summary"] = [
         f"Built by kiln {m.kiln_version} from pinned sources for "
         f"{', '.join(p.archs)} with CUDA {p.cuda}, Python {p.python} and torch "
         f"{p.torch}. `manifest.json` lists every file here with its sha256; "
-        f"check them with `python -m kiln manifest check manifest.json`.",
+        f"check them with `python -m kiln manifest check manifest.json`."
+        + (
+            " Every wheel and tree was installed as install.sh installs it and each of "
+            "its modules imported there before release (`import_proof` in the manifest)."
+            if proven
+            else ""
+        ),
         "",
     ]
     sections["contents"] = [
@@ -216,6 +240,7 @@ def _sections(m: Manifest) -> dict[str, list[str]]:
         "(requirements.txt).",
         "",
     ]
+    system = runtime_packages(m)
     sections["install"] = [
         "## Install",
         "",
@@ -224,7 +249,9 @@ def _sections(m: Manifest) -> dict[str, list[str]]:
         + p.python
         + ", a CUDA "
         + p.cuda.split(".")[0]
-        + " toolkit with nvcc, zstd)",
+        + " toolkit with nvcc, zstd"
+        + "".join(f", {pkg} ({soname})" for soname, pkg in system.items())
+        + ")",
         f"hf download {repo} --local-dir {root}/release"
         + ("" if release.hub_repo else "   # ORG/NAME: the Hub repository it was published to"),
         f"bash {root}/release/install.sh {root}/venv {root}",

@@ -129,12 +129,7 @@ def normalize(
     stem = wheel.name.removesuffix(".whl")
     dist, tag_text = stem.split("-", 1)[0], stem.rsplit("-", 3)[-3:]
     new_version = f"{version.public}+{label}"
-    with zipfile.ZipFile(wheel) as zf:
-        members = {
-            i.filename: (zf.read(i), bool((i.external_attr >> 16) & 0o111))
-            for i in zf.infolist()
-            if not i.is_dir()
-        }
+    members = read_members(wheel)
     old_info = [m.split("/")[0] for m in members if m.split("/")[0].endswith(".dist-info")]
     if len(set(old_info)) != 1:
         raise VerifyError(f"{wheel.name}: expected one .dist-info folder, found {set(old_info)}")
@@ -154,20 +149,40 @@ def normalize(
     if requires:
         metadata = _pin_requirement(metadata, requires)
     renamed[f"{info_dir}/METADATA"] = (metadata.encode(), False)
-    renamed.pop(f"{info_dir}/RECORD", None)
-    order = sorted(m for m in renamed if not m.startswith(info_dir + "/")) + sorted(
-        m for m in renamed if m.startswith(info_dir + "/")
-    )
-    record = [_record_line(m, renamed[m][0]) for m in order] + [f"{info_dir}/RECORD,,"]
-    renamed[f"{info_dir}/RECORD"] = (("\n".join(record) + "\n").encode(), False)
-    order.append(f"{info_dir}/RECORD")
     dest = dest_dir / f"{new_prefix}-{'-'.join(tag_text)}.whl"
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    return write_wheel(renamed, info_dir, dest, epoch)
+
+
+Members = dict[str, tuple[bytes, bool]]  # name -> (data, executable)
+
+
+def read_members(wheel: Path) -> Members:
+    with zipfile.ZipFile(wheel) as zf:
+        return {
+            i.filename: (zf.read(i), bool((i.external_attr >> 16) & 0o111))
+            for i in zf.infolist()
+            if not i.is_dir()
+        }
+
+
+def write_wheel(members: Members, info_dir: str, dest: Path, epoch: int) -> Path:
+    """``members`` as a wheel at ``dest``, the same bytes for the same input: a RECORD
+    made anew, the package's files sorted before the ``.dist-info``'s, every entry
+    stamped ``epoch``, deflated, mode 644 (755 for executables); written beside and
+    renamed into place."""
+    files = {m: v for m, v in members.items() if m != f"{info_dir}/RECORD"}
+    order = sorted(m for m in files if not m.startswith(info_dir + "/")) + sorted(
+        m for m in files if m.startswith(info_dir + "/")
+    )
+    record = [_record_line(m, files[m][0]) for m in order] + [f"{info_dir}/RECORD,,"]
+    files[f"{info_dir}/RECORD"] = (("\n".join(record) + "\n").encode(), False)
+    order.append(f"{info_dir}/RECORD")
+    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.part")
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as out:
             for member in order:
-                data, executable = renamed[member]
+                data, executable = files[member]
                 info = zipfile.ZipInfo(member, date_time=_zip_time(epoch))
                 info.compress_type = zipfile.ZIP_DEFLATED
                 info.create_system = 3

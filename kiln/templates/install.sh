@@ -59,11 +59,18 @@ have_cuda=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 [ "$have_cuda" = "$want_cuda" ] ||
   die "nvcc at $nvcc is CUDA $have_cuda, this release needs CUDA $want_cuda (set CUDA_HOME)"
 command -v zstd >/dev/null 2>&1 || die "zstd not found: install it (apt-get install zstd)"
+# The system libraries the built files need (the recipes' build.runtime_libraries).
+runtime_libraries=(@RUNTIME_LIBRARIES@)
+ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
+for need in "${runtime_libraries[@]}"; do
+  "$ldconfig" -p 2>/dev/null | grep -q "[[:space:]]${need%%=*} " ||
+    die "${need%%=*} not found: install the system package ${need#*=} (apt-get install ${need#*=})"
+done
 
 "$python" -m venv "$venv"
 vpython=$venv/bin/python
 if grep -qvE '^[[:space:]]*(#|$)' "$here/requirements.txt"; then
-  "$vpython" -m pip install --quiet --disable-pip-version-check @REQUIRE_HASHES@@INDEX@"${pip_args[@]}" \
+  "$vpython" -m pip install --quiet --disable-pip-version-check @PIP_ARGS@"${pip_args[@]}" \
     -r "$here/requirements.txt"
 fi
 if [ ${#wheels[@]} -gt 0 ]; then

@@ -116,7 +116,7 @@ def test_stub_links_and_records_only_the_drivers_name(tmp_path: Path) -> None:
     cuda_h = CUDA_H.replace("cuInit_v9", "cuInit")
     needed = _link_against_stub(tmp_path, cuda_h)
     assert "libcuda.so.1" in needed and "libnvrtc.so.13" in needed
-    assert "void cuInit_v9(void)" in pipcuda.stub_source(str(_h(tmp_path, CUDA_H)))
+    assert "int cuInit_v9(void) { return 34; }" in pipcuda.stub_source(str(_h(tmp_path, CUDA_H)))
 
 
 def _h(tmp_path: Path, text: str) -> Path:

@@ -6,9 +6,11 @@ Before the upstream's own build command runs, kiln puts a small kit into the tre
 ``bin/``) and ``rebuild.py``, both stand-alone. The build's compiles go through the
 object cache, so the tarball carries every object it made; ``rebuild_c`` on an
 installed tree then recompiles only what a patch changed. After the build kiln
-verifies the declared outputs (SASS archs), tries the import, and writes
-``.kiln/tree.json`` (what was built, how to rebuild) and ``.kiln/applied/`` (the
-patches as applied, so an edited patch can be swapped in later).
+verifies the declared outputs (SASS archs), writes ``.kiln/tree.json`` (what was built,
+how to rebuild) and ``.kiln/applied/`` (the patches as applied, so an edited patch can
+be swapped in later), packs the tarball, and proves that the tree unpacked from it as
+install.sh unpacks it imports in the consumer's environment
+(:mod:`kiln.build.importproof`).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kiln.build.context import Context, run_step, timed
+from kiln.build import importproof
+from kiln.build.context import run_step, timed
 from kiln.build.kinds import Job
 from kiln.build.kit import KIT
 from kiln.config.models import Profile, Vendor
 from kiln.errors import ConfigError, VerifyError
 from kiln.release import archive, files
 from kiln.release.manifest import Output
-from kiln.runners.protocol import Command
 from kiln.sources.patches import AppliedPatch
 from kiln.verify.binaries import SharedObject, check_archs, check_linkage, device_archs, linkage
 
@@ -66,17 +68,6 @@ def verify_outputs(tree: Path, vendor: Vendor) -> list[SharedObject]:
     check_archs(vendor.name, objects, list(vendor.build.archs))
     check_linkage(vendor.name, objects)
     return objects
-
-
-def judge_import(module: str, returncode: int, output: str) -> dict[str, Any]:
-    """An import that worked is "ok"; a missing driver (libcuda) means "skipped" here;
-    any other failure is an error: a module that cannot load is not a build."""
-    if returncode == 0:
-        return {"module": module, "status": "ok"}
-    last = (output.strip().splitlines() or ["no output"])[-1]
-    if "libcuda.so" in output or "no CUDA-capable device" in output:
-        return {"module": module, "status": "skipped", "reason": last}
-    raise VerifyError(f"import {module} from the built tree failed: {last}")
 
 
 def write_tree_metadata(
@@ -126,21 +117,6 @@ def pack_tree(tree: Path, dest: Path, vendor: Vendor, mtime: int) -> Path:
     return archive.pack([(tree, vendor.name)], dest, mtime, exclude)
 
 
-def _import_check(ctx: Context, tree: Path, module: str) -> dict[str, Any]:
-    env = {**ctx.runner.base_env(), "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    res = ctx.runner.run(
-        Command(
-            [ctx.tc.python, "-c", f"import {module}"],
-            tree,
-            env,
-            f"import {module}",
-            writable=[tree],
-            check=False,
-        )
-    )
-    return judge_import(module, res.returncode, res.output)
-
-
 class InplaceKind:
     name = "inplace"
 
@@ -155,14 +131,11 @@ class InplaceKind:
             run_step(ctx, step)
         with timed(timings, "verify"):
             objects = verify_outputs(tree, vendor)
-            module = vendor.build.import_check
-            smoke = _import_check(ctx, tree, module) if module else None
         log.info(
-            "%s: %s verified (%s)%s",
+            "%s: %s verified (%s)",
             vendor.name,
             ", ".join(o.path for o in objects),
             ", ".join(sorted({a for o in objects for a in o.sass})) or "host only",
-            f"; import {smoke['status']}" if smoke else "",
         )
         write_tree_metadata(tree, vendor, co.commit, applied, ctx.ws.patches_dir, job.recorded_env)
         tag = ctx.ws.series.tags.get(vendor.name) or ("unpatched" if not applied else None)
@@ -176,8 +149,9 @@ class InplaceKind:
             tarball = pack_tree(tree, stage / name, vendor, co.commit_time)
         ctx.claim(tarball.name, vendor.name)
         extra: dict[str, Any] = {"shared_objects": [o.__dict__ for o in objects]}
-        if smoke:
-            extra["import_check"] = smoke
+        if ctx.opts.import_proof:
+            with timed(timings, "verify"):
+                extra["import_proof"] = importproof.prove(ctx, vendor, tarball, "tarball").data()
         return [files.output_entry(tarball, stage, "tarball", **extra)]
 
 

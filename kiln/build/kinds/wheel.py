@@ -1,7 +1,8 @@
 """Build kind ``wheel``: the tree's wheel with build isolation off (the step: its PEP 517
 backend called once, what ``pip wheel --no-build-isolation`` makes), then the
 wheel repaired to its manylinux tag, re-packed under kiln's version label with the torch
-pin in METADATA, held to its size budget, verified, and placed in ``wheels/``."""
+pin in METADATA, held to its size budget, verified, placed in ``wheels/`` and proven to
+import where it lands (:mod:`kiln.build.importproof`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from kiln.build import importproof
 from kiln.build.context import run_step, timed
 from kiln.build.kinds import Job
 from kiln.config.models import Vendor
@@ -53,6 +55,10 @@ class WheelKind:
         archs = sorted({a for o in report.shared_objects for a in o.sass})
         log.info("%s: %s verified (%s)", vendor.name, wheel.name, ", ".join(archs) or "host only")
         details = {k: v for k, v in report.to_json().items() if k != "file"}
+        if ctx.opts.import_proof:
+            # installed from the staging folder as install.sh installs it, imported there
+            with timed(timings, "verify"):
+                details["import_proof"] = importproof.prove(ctx, vendor, wheel, "wheel").data()
         return [files.output_entry(wheel, stage, "wheel", **details)]
 
 

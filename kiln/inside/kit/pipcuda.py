@@ -157,8 +157,10 @@ def materialize(found: dict, links_dir: str, cc: str = "gcc") -> None:
 
 
 def stub_source(cuda_h: str | None, cc: str = "gcc") -> str:
-    """C source of the libcuda stub: an empty function per driver function of ``cuda.h``
-    (after its macros, so ``cuMemAlloc`` is ``cuMemAlloc_v2`` as in the driver)."""
+    """C source of the libcuda stub: a function per driver function of ``cuda.h`` (after
+    its macros, so ``cuMemAlloc`` is ``cuMemAlloc_v2`` as in the driver), each returning
+    ``CUDA_ERROR_STUB_LIBRARY`` (34) as the toolkit's stub does: linked against, it only
+    names the driver; loaded where no driver is (the import proof), a call says so."""
     names: list[str] = []
     if cuda_h:
         res = subprocess.run(
@@ -168,7 +170,7 @@ def stub_source(cuda_h: str | None, cc: str = "gcc") -> str:
             check=False,
         )
         names = sorted(set(_DRIVER_FN.findall(res.stdout))) if res.returncode == 0 else []
-    body = "".join(f"void {n}(void) {{}}\n" for n in names)
+    body = "".join(f"int {n}(void) {{ return 34; }}\n" for n in names)
     return f"/* kiln: link-time stand-in for the driver's {STUB_SONAME} */\n{body}"
 
 

@@ -1,0 +1,587 @@
+"""The import proof: a vendor's output installed where the release lands and imported
+there, before anything is published (on by default; ``--no-import-proof``).
+
+1. The consumer's environment (:mod:`kiln.toolchain.consumerenv`): what ``install.sh``
+   makes from the release's ``requirements.txt``, with the profile's Python, made once
+   per set of inputs through the build's runner (in the builder container for the
+   Docker runner) and reused.
+2. The output installed from the release's staging folder, as ``install.sh`` installs
+   it (a wheel ``--no-deps --no-index``; a tarball unpacked, its tree on a ``.pth``),
+   into a small venv of its own that sees the environment after itself.
+3. Its ``Requires-Dist`` held against what the environment has (a runtime lock that
+   pins another torch fails here, with the pin to change).
+4. Every extension module, top-level package and declared module imported by
+   ``python -m kiln.inside prove`` (:mod:`kiln.inside.importproof`: ``LD_BIND_NOW=1``,
+   a time limit, a libcuda stub where no driver is).
+5. Every ``DT_NEEDED`` entry provided by someone (:func:`kiln.verify.imports.closure`).
+
+A failure fails the vendor with one screen: the module, the symbol demangled or the
+library, the cause and fix from the cause table (:func:`kiln.inside.causes.
+explain_load`), the log. The result goes into the output's manifest entry
+(``import_proof``), which the artifact cache keeps: an unchanged vendor is proven again
+only when the consumer environment changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from kiln import fsutil
+from kiln.build import failure as failure_record
+from kiln.build.context import Context
+from kiln.config.models import Vendor
+from kiln.errors import BuildError, ImportFailed, ToolchainError
+from kiln.inside import causes
+from kiln.plan import schedule
+from kiln.release import archive, files
+from kiln.release.manifest import ImportedModule, ImportProof, Output
+from kiln.runners.protocol import Command, step_env
+from kiln.toolchain import consumerenv
+from kiln.toolchain.consumerenv import ConsumerEnv
+from kiln.verify import imports, loadfacts
+from kiln.verify.binaries import linkage
+
+log = logging.getLogger("kiln.importproof")
+
+
+@dataclass(frozen=True)
+class Landed:
+    """An output installed into a proof venv: its Python, its shared objects on disk
+    (path in the output -> file), their DT_NEEDED, its top-level names, its
+    ``Requires-Dist``."""
+
+    python: Path
+    shared_objects: dict[str, Path]
+    needed: dict[str, list[str]]
+    packages: list[str]
+    requires: list[str]
+
+
+def _run(ctx: Context, argv: list[str], what: str, log_file: Path, **extra: Any) -> None:
+    ctx.runner.run(
+        Command(
+            argv,
+            Path(extra.pop("cwd", ctx.opts.work)),
+            step_env(ctx.runner.base_env()),
+            what,
+            log_file=log_file,
+            **extra,
+        )
+    )
+
+
+def planned_environment(ctx: Context) -> ConsumerEnv:
+    """This build's consumer environment, made or not: its inputs are the workspace's
+    runtime requirements, the build's Python and what the build runs in."""
+    ws = ctx.ws
+    return consumerenv.plan(
+        ctx.opts.cache,
+        ws.profile.python,
+        ctx.tc.python,
+        files.requirements(ws.root, ws.profile.torch),
+        ws.profile.torch_index,
+        f"{ctx.runner.kind}:{ctx.runner.builder or ''}",
+    )
+
+
+def environment(ctx: Context) -> ConsumerEnv:
+    """The consumer environment of this build, made where the build runs if it is not
+    yet (once per set of inputs; its first making is timed and said on its own)."""
+    ws = ctx.ws
+    env = planned_environment(ctx)
+    if env.made():
+        return env
+    log_file = ctx.logs / "consumer-env.log"
+
+    def make() -> None:
+        started = time.monotonic()
+        log.info(
+            "import proof: making the consumer environment (what install.sh makes: %s) at %s, once",
+            files.requirements_source(ws.root),
+            env.root,
+        )
+        if env.root.exists():
+            shutil.rmtree(env.root)
+        env.root.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            for i, (argv, what) in enumerate(env.commands()):
+                if i == 1:
+                    (env.root / consumerenv.REQUIREMENTS_FILE).write_text(env.requirements)
+                _run(
+                    ctx,
+                    argv,
+                    f"making {what}",
+                    log_file,
+                    cwd=env.root.parent,
+                    writable=[env.root.parent],
+                    network=True,
+                )
+        except BuildError as exc:
+            source = files.requirements_source(ws.root)
+            raise ToolchainError(
+                f"the consumer environment (what the release's install.sh makes from "
+                f"{source}) could not be made: {str(exc).splitlines()[0]}; fix {source} "
+                f"(`kiln lock` pins it) or pass --no-import-proof"
+            ) from None
+        consumerenv.mark_made(env)
+        log.info(
+            "import proof: consumer environment made in %.1f s (%s; later builds reuse it)",
+            time.monotonic() - started,
+            env.root,
+        )
+
+    fsutil.made_once(env.root, env.made, make, "the consumer environment")
+    return env
+
+
+def _overlay(ctx: Context, env: ConsumerEnv, root: Path, log_file: Path) -> tuple[Path, Path]:
+    """A venv at ``root`` that sees ``env``'s packages after its own: (python, site)."""
+    _run(
+        ctx,
+        [str(env.python), "-m", "venv", "--without-pip", str(root)],
+        "making the proof's venv",
+        log_file,
+        writable=[root.parent],
+    )
+    site = sorted((root / "lib").glob("python3*/site-packages"))[0]
+    # addsitedir, not a plain path: the environment's own .pth files count too.
+    (site / "_kiln_consumer_env.pth").write_text(
+        f"import site; site.addsitedir({str(env.site_packages())!r})\n"
+    )
+    return root / "bin" / "python", site
+
+
+def _extract_shared_objects(members: dict[str, bytes], dest: Path) -> dict[str, Path]:
+    out = {}
+    for rel, data in members.items():
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        out[rel] = path
+    return out
+
+
+def land_wheel(ctx: Context, env: ConsumerEnv, wheel: Path, root: Path, log_file: Path) -> Landed:
+    python, _site = _overlay(ctx, env, root / "venv", log_file)
+    _run(
+        ctx,
+        [
+            str(env.python),
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            *consumerenv.PIP_QUIET,
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        f"installing {wheel.name} as install.sh does",
+        log_file,
+        writable=[root],
+        readonly=[wheel],
+    )
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        sos = {m: zf.read(m) for m in names if m.endswith(".so") or ".so." in m}
+        info = [m for m in names if m.count("/") == 1 and m.split("/")[0].endswith(".dist-info")]
+        meta = next((zf.read(m).decode() for m in info if m.endswith("/METADATA")), "")
+        tops = next((zf.read(m).decode() for m in info if m.endswith("/top_level.txt")), None)
+    shared = _extract_shared_objects(sos, root / "objects")
+    return Landed(
+        python,
+        shared,
+        _needed(shared),
+        imports.top_level(names, tops),
+        imports.requires_dist(meta),
+    )
+
+
+def land_tree(
+    ctx: Context, env: ConsumerEnv, tarball: Path, vendor: Vendor, root: Path, log_file: Path
+) -> Landed:
+    python, site = _overlay(ctx, env, root / "venv", log_file)
+    target = root / "target"
+    archive.unpack(tarball, target)
+    tree = target / vendor.name
+    # install.sh's own line: the tree on a .pth of the venv
+    (site / f"kiln-{vendor.name}.pth").write_text(f"{tree}\n")
+    shared = {
+        str(p.relative_to(tree)): p
+        for pattern in vendor.build.outputs
+        for p in sorted(tree.glob(pattern))
+        if p.is_file()
+    }
+    members = [str(p.relative_to(tree)) for p in tree.glob("*/__init__.py")]
+    tops = sorted({m.split("/")[0] for m in members} & {r.split("/")[0] for r in shared})
+    return Landed(python, shared, _needed(shared), tops, [])
+
+
+def _needed(shared: dict[str, Path]) -> dict[str, list[str]]:
+    return {rel: linkage(path)[0] for rel, path in shared.items()}
+
+
+def _driver_here(ctx: Context) -> bool:
+    """Whether a GPU driver answers where the build runs (asked of its Python)."""
+    probe = (
+        "import ctypes\ntry:\n ctypes.CDLL('libcuda.so.1')\nexcept OSError:\n raise SystemExit(3)"
+    )
+    res = ctx.runner.run(
+        Command(
+            [ctx.tc.python, "-c", probe],
+            ctx.opts.work,
+            ctx.runner.base_env(),
+            "looking for a GPU driver",
+            check=False,
+        )
+    )
+    return res.returncode == 0
+
+
+def _fail(
+    ctx: Context,
+    vendor: str,
+    headline: str,
+    cause: causes.Cause,
+    details: list[str],
+    log_file: Path,
+    unit: str | None = None,
+) -> ImportFailed:
+    """The error for people (one screen), and the failure record the summary and the
+    timings report read."""
+    lines = [f"{vendor}: {headline}", *(f"    {d}" for d in details if d)]
+    lines += [f"  cause: {cause.cause}", f"  fix: {cause.fix}", f"  full log: {log_file}"]
+    record = {
+        "vendor": vendor,
+        "unit": unit,
+        "errors": [{"text": d} for d in details if d][:5],
+        "cause": {"row": cause.row, "cause": cause.cause, "fix": cause.fix},
+        "log": str(log_file),
+    }
+    path = failure_record.record_path(ctx.logs, vendor)
+    fsutil.write_atomic(path, json.dumps(record, indent=1, sort_keys=True))
+    error = ImportFailed("\n".join(lines))
+    error.record = record  # type: ignore[attr-defined]  (the summary table reads it)
+    return error
+
+
+def _check_requirements(
+    ctx: Context, vendor: str, landed: Landed, versions: dict[str, str], log_file: Path
+) -> None:
+    problems = imports.requirement_problems(landed.requires, versions)
+    if not problems:
+        return
+    source = files.requirements_source(ctx.ws.root)
+    pin = ctx.ws.profile.torch_pin
+    fix = (
+        f"pin {pin} in runtime-requirements.txt and run `kiln lock` (or set the profile's "
+        "torch to the version the environment has, and rebuild)"
+        if pin and any(p.startswith("torch") for p in problems)
+        else "add them to runtime-requirements.txt (then `kiln lock`), so install.sh installs them"
+    )
+    raise _fail(
+        ctx,
+        vendor,
+        f"the consumer environment ({source}) cannot hold the output: it requires",
+        causes.Cause(
+            "requirements-unmet",
+            f"install.sh installs {source} and then the wheels with --no-deps: the wheel's "
+            f"requirements are not met there, so it would load against something else",
+            fix,
+        ),
+        problems,
+        log_file,
+    )
+
+
+def _judge(
+    ctx: Context,
+    vendor: Vendor,
+    planned: list[imports.PlannedModule],
+    results: dict[str, dict[str, Any]],
+    landed: Landed,
+    env: ConsumerEnv,
+    versions: dict[str, str],
+    log_file: Path,
+) -> list[ImportedModule]:
+    site = str(env.site_packages())
+    done: list[ImportedModule] = []
+    for mod in planned:
+        if mod.skip is not None:
+            done.append(
+                ImportedModule(
+                    module=mod.name,
+                    kind=mod.kind,  # type: ignore[arg-type]
+                    shared_object=mod.shared_object,
+                    status="skipped",
+                    reason=mod.skip,
+                )
+            )
+            continue
+        res = results[mod.name]
+        with log_file.open("a") as fh:
+            fh.write(f"\n$ import {mod.name} (after {', '.join(mod.preload) or 'nothing'})\n")
+            fh.write(res["output"] + f"\n(exit code {res['returncode']}, {res['seconds']} s)\n")
+        if res["returncode"] == 0:
+            _check_torch(ctx, vendor.name, mod.name, res.get("facts") or {}, site, log_file)
+            done.append(
+                ImportedModule(
+                    module=mod.name,
+                    kind=mod.kind,  # type: ignore[arg-type]
+                    shared_object=mod.shared_object,
+                    status="ok",
+                    seconds=res["seconds"],
+                )
+            )
+            continue
+        raise _explain(ctx, vendor, mod, res, landed, env, versions, log_file)
+    return done
+
+
+def _check_torch(
+    ctx: Context, vendor: str, module: str, facts: dict[str, Any], site: str, log_file: Path
+) -> None:
+    """The torch an import loaded is the environment's, of the profile's version."""
+    torch = facts.get("torch") or {}
+    want = ctx.ws.profile.torch
+    if not torch or not want:
+        return
+    where = str(torch.get("file") or "")
+    version = str(torch.get("version") or "")
+    if where.startswith(site.rstrip("/") + "/") and Version(version) == Version(want):
+        return
+    raise _fail(
+        ctx,
+        vendor,
+        f"importing {module} loaded another torch than the release's:",
+        causes.Cause(
+            "another-torch",
+            f"it loaded torch {version} from {where}; the wheels are compiled against torch "
+            f"{want} and the consumer environment's is under {site}",
+            f"pin torch=={Version(want).public} in runtime-requirements.txt (then `kiln lock`), "
+            "and keep other torch installs off the environment's path",
+        ),
+        [f"torch {version} from {where}"],
+        log_file,
+        unit=module,
+    )
+
+
+def _explain(
+    ctx: Context,
+    vendor: Vendor,
+    mod: imports.PlannedModule,
+    res: dict[str, Any],
+    landed: Landed,
+    env: ConsumerEnv,
+    versions: dict[str, str],
+    log_file: Path,
+) -> ImportFailed:
+    read = imports.read_failure(mod.name, res["output"], bool(res["timed_out"]))
+    so = mod.shared_object
+    if read.symbol_file:
+        so = next(
+            (rel for rel, p in landed.shared_objects.items() if read.symbol_file.endswith(rel)),
+            so,
+        )
+    tree = ctx.opts.work / ctx.ws.release.name / vendor.name
+    compiled = {
+        str(s["source"])
+        for s in schedule.job_stats(ctx.logs / f"{vendor.name}.jobs")
+        if s.get("source")
+    }
+    facts = loadfacts.gather(
+        vendor.name,
+        read,
+        so,
+        landed.needed.get(so or "", []),
+        consumerenv.libraries(env.site_packages()),
+        versions,
+        landed.shared_objects,
+        tree if tree.is_dir() else None,
+        compiled,
+        ctx.ws.profile.torch_pin,
+    )
+    cause = causes.explain_load(facts)
+    shown = [read.last_line]
+    if facts.demangled and facts.demangled != facts.symbol:
+        shown.append(f"the symbol: {facts.demangled} (undefined in {so})")
+    if facts.definers:
+        shown.append(f"defined in: {', '.join(facts.definers)}")
+    return _fail(
+        ctx,
+        vendor.name,
+        f"{mod.name} does not import where the release lands (its consumer environment):",
+        cause,
+        shown,
+        log_file,
+        unit=so or mod.name,
+    )
+
+
+def _closure(
+    ctx: Context,
+    vendor: Vendor,
+    landed: Landed,
+    env: ConsumerEnv,
+    versions: dict[str, str],
+    platform: str,
+    log_file: Path,
+) -> dict[str, str]:
+    result = imports.closure(
+        landed.needed,
+        [Path(rel).name for rel in landed.shared_objects],
+        consumerenv.libraries(env.site_packages()),
+        versions,
+        imports.system_libraries(platform),
+        {r.soname: r.package for r in vendor.build.runtime_libraries},
+    )
+    if result.missing:
+        so, name = result.missing[0]
+        facts = causes.LoadFailure(
+            vendor=vendor.name,
+            module=so,
+            shared_object=so,
+            message=f"NEEDED {name}",
+            library=name,
+        )
+        raise _fail(
+            ctx,
+            vendor.name,
+            f"{so} needs {name}, and nothing provides it where the release lands:",
+            causes.explain_load(facts),
+            [f"{s}: NEEDED {n}" for s, n in result.missing],
+            log_file,
+            unit=so,
+        )
+    return result.provided
+
+
+def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
+    """Install ``output`` (a wheel, or an in-place tarball) as install.sh does and import
+    it; raises :class:`ImportFailed` (one screen) when it does not load."""
+    started_env = time.monotonic()
+    env = environment(ctx)
+    env_s = time.monotonic() - started_env
+    started = time.monotonic()
+    log_file = ctx.logs / f"{vendor.name}-import.log"
+    log_file.write_text(f"# kiln import proof of {output.name} in {env.root}\n")
+    ctx.display.update(vendor.name, "proving", f"importing {output.name}")
+    scratch = ctx.opts.work / ".kiln-proof"
+    scratch.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=f"{vendor.name}-", dir=scratch))
+    try:
+        if kind == "wheel":
+            landed = land_wheel(ctx, env, output, root, log_file)
+            platform = output.name.removesuffix(".whl").rsplit("-", 1)[-1]
+            declared: list[str] = []
+        else:
+            landed = land_tree(ctx, env, output, vendor, root, log_file)
+            platform = ctx.ws.profile.platform
+            declared = [vendor.build.import_check] if vendor.build.import_check else []
+        versions = consumerenv.distributions(env.site_packages())
+        _check_requirements(ctx, vendor.name, landed, versions, log_file)
+        provided = _closure(ctx, vendor, landed, env, versions, platform, log_file)
+        driver = _driver_here(ctx)
+        planned = imports.plan_modules(
+            landed.shared_objects,
+            landed.needed,
+            landed.packages,
+            declared,
+            vendor.build.import_proof,
+            driver,
+        )
+        todo = [m for m in planned if m.skip is None]
+        spec_file = root / "spec.json"
+        out_file = root / "results.json"
+        spec_file.write_text(
+            json.dumps(
+                {
+                    "python": str(landed.python),
+                    "modules": [{"name": m.name, "preload": list(m.preload)} for m in todo],
+                    "timeout_s": vendor.build.import_proof.timeout_s,
+                    "cuda_home": ctx.tc.cuda_home,
+                    "work": str(root / "work"),
+                    "out": str(out_file),
+                    "jobs": ctx.budget.cpus,
+                }
+            )
+        )
+        found: dict[str, Any] = {"driver": "found" if driver else "none", "modules": []}
+        if todo:
+            _run(
+                ctx,
+                [ctx.tc.python, "-m", "kiln.inside", "prove", str(spec_file)],
+                f"importing {vendor.name}'s modules",
+                log_file,
+                writable=[root],
+                readonly=[env.root],
+            )
+            found = json.loads(out_file.read_text())
+        results = {r["name"]: r for r in found["modules"]}
+        modules = _judge(ctx, vendor, planned, results, landed, env, versions, log_file)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    seconds = round(time.monotonic() - started, 2)
+    loaded = next(
+        (
+            r["facts"]["torch"]["version"]
+            for r in found["modules"]
+            if (r.get("facts") or {}).get("torch")
+        ),
+        None,
+    )
+    proof = ImportProof(
+        environment=env.key,
+        requirements=files.requirements_source(ctx.ws.root),
+        python=ctx.ws.profile.python,
+        torch=loaded,
+        driver=found["driver"],
+        seconds=seconds,
+        modules=modules,
+        needed=provided,
+    )
+    ok = [m.module for m in modules if m.status == "ok"]
+    skipped = [m.module for m in modules if m.status == "skipped"]
+    log.info(
+        "%s: import proof: %s imported in %.1f s%s%s (libcuda: %s)",
+        vendor.name,
+        ", ".join(ok) or "nothing",
+        seconds,
+        f"; skipped {', '.join(skipped)}" if skipped else "",
+        f" (the environment took {env_s:.1f} s)" if env_s > 1.0 else "",
+        found["driver"],
+    )
+    return proof
+
+
+def summary(proofs: list[ImportProof]) -> str:
+    """The summary table's cell: what imported and in how long."""
+    if not proofs:
+        return ""
+    ok = sum(1 for p in proofs for m in p.modules if m.status == "ok")
+    skipped = sum(1 for p in proofs for m in p.modules if m.status == "skipped")
+    seconds = sum(p.seconds for p in proofs)
+    return f"{ok} imported" + (f", {skipped} skipped" if skipped else "") + f" ({seconds:.1f} s)"
+
+
+def stale(outputs: list[Output], ctx: Context) -> bool:
+    """Whether a reused entry's proof was made in another consumer environment (or
+    none): then it is proven again."""
+    env_key = planned_environment(ctx).key
+    return any(
+        o.import_proof is None or o.import_proof.environment != env_key
+        for o in outputs
+        if o.kind in ("wheel", "tarball")
+    )

@@ -1,0 +1,156 @@
+"""The consumer's environment: what a release's ``install.sh`` makes where the release
+lands, for the import proof (:mod:`kiln.build.importproof`).
+
+``install.sh`` makes a venv with the profile's Python and installs ``requirements.txt``
+into it (the workspace's hash-pinned ``runtime-requirements.lock``, else its
+``runtime-requirements.txt``, else the profile's torch: :func:`kiln.release.files.
+requirements`) with the pip arguments of :func:`pip_requirement_args`; then the
+release's wheels, ``--no-deps --no-index``. kiln makes the first part the same way,
+with the same requirements text and the same arguments, once per set of inputs under
+its cache (``envs/consumer-*``), where the build runs (through its runner: in the
+builder container for the Docker runner), and reuses it: a minute for torch the first
+time, nothing after. Each proof then puts one wheel (or one unpacked tree) into a small
+venv of its own that sees this one's packages after its own (:func:`overlay_pth`), so
+the shared environment is never changed.
+
+A venv cannot be renamed into place (its scripts and ``pyvenv.cfg`` name its path): it
+is made where it stays, under the entry's lock, and trusted only once its marker,
+written last, is there (as the build venv, :mod:`kiln.toolchain.buildenv`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+LAYOUT = 1  # part of every environment's identity: a change here makes them anew
+MARKER = ".kiln-complete"
+REQUIREMENTS_FILE = "kiln-requirements.txt"
+PIP_QUIET = ("--quiet", "--disable-pip-version-check")
+
+
+def has_requirements(text: str) -> bool:
+    """Whether a requirements text names anything (install.sh skips pip otherwise)."""
+    return any(ln.strip() and not ln.lstrip().startswith("#") for ln in text.splitlines())
+
+
+def all_hashed(text: str) -> bool:
+    """Every requirement carries ``--hash=``: pip installs it with ``--require-hashes``."""
+    reqs = [
+        ln
+        for ln in text.replace("\\\n", " ").splitlines()
+        if ln.strip() and not ln.lstrip().startswith(("#", "-"))
+    ]
+    return bool(reqs) and all("--hash=" in ln for ln in reqs)
+
+
+def pip_requirement_args(text: str, torch_index: str | None) -> list[str]:
+    """The arguments ``install.sh`` gives ``pip install -r requirements.txt`` (its
+    template is filled from this list): hashes required where every line has one, the
+    profile's torch index as an extra index."""
+    args = ["--require-hashes"] if all_hashed(text) else []
+    if torch_index:
+        args += ["--extra-index-url", torch_index]
+    return args
+
+
+@dataclass(frozen=True)
+class ConsumerEnv:
+    """One consumer environment, made or not: where it is and what makes it."""
+
+    root: Path
+    base_python: str  # the Python it is made from (the build's: the profile's version)
+    requirements: str
+    pip_args: tuple[str, ...]
+    key: str
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    def made(self) -> bool:
+        return (self.root / MARKER).is_file()
+
+    def site_packages(self) -> Path:
+        found = sorted((self.root / "lib").glob("python3*/site-packages"))
+        if not found:
+            raise FileNotFoundError(f"{self.root}: no lib/python3*/site-packages")
+        return found[0]
+
+    def commands(self) -> list[tuple[list[str], str]]:
+        """(argv, what) in order: the venv, then the requirements (when there are any)."""
+        out = [([self.base_python, "-m", "venv", str(self.root)], "the consumer venv")]
+        if has_requirements(self.requirements):
+            out.append(
+                (
+                    [
+                        str(self.python),
+                        "-m",
+                        "pip",
+                        "install",
+                        *PIP_QUIET,
+                        *self.pip_args,
+                        "-r",
+                        str(self.root / REQUIREMENTS_FILE),
+                    ],
+                    "the runtime requirements into the consumer venv",
+                )
+            )
+        return out
+
+
+def plan(
+    cache: Path,
+    python_version: str,
+    base_python: str,
+    requirements: str,
+    torch_index: str | None,
+    where: str,
+) -> ConsumerEnv:
+    """The environment for these inputs (``where``: what the build runs in, e.g. the
+    runner and its builder image, so that a container's environment is never used here)."""
+    args = pip_requirement_args(requirements, torch_index)
+    spec = {
+        "python": python_version,
+        "base": base_python,
+        "requirements": hashlib.sha256(requirements.encode()).hexdigest(),
+        "pip": args,
+        "where": where,
+        "layout": LAYOUT,
+    }
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    root = cache / "envs" / f"consumer-py{python_version}-{digest}"
+    return ConsumerEnv(root, base_python, requirements, tuple(args), digest)
+
+
+def mark_made(env: ConsumerEnv) -> None:
+    (env.root / MARKER).write_text(json.dumps({"key": env.key}, sort_keys=True))
+
+
+def distributions(site: Path) -> dict[str, str]:
+    """Canonical name -> version of every distribution installed in ``site``."""
+    out: dict[str, str] = {}
+    for dist in metadata.distributions(path=[str(site)]):
+        name = dist.metadata["Name"]
+        if name:
+            out[canonicalize_name(name)] = dist.version
+    return out
+
+
+def libraries(site: Path) -> dict[str, list[tuple[str, str]]]:
+    """File name -> [(path, distribution)] of every shared library in ``site`` (from the
+    distributions' RECORDs: the files each one installed)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for dist in metadata.distributions(path=[str(site)]):
+        name = canonicalize_name(dist.metadata["Name"] or "?")
+        for f in dist.files or []:
+            base = os.path.basename(str(f))
+            if base.endswith(".so") or ".so." in base:
+                out.setdefault(base, []).append((str(site / f), name))
+    return out
