@@ -71,10 +71,11 @@ def upstreams(tmp_path_factory: pytest.TempPathFactory) -> fixture_upstreams.Ups
 
 def shared_cache(cache: Path) -> Path:
     """A test's own kiln cache that reuses what the session provisioned once: the pinned
-    CUDA toolchains (each 13 s to install from PyPI) and the build Pythons' probed facts
-    (3 s of importing torch), linked in. kiln keys both by content (a toolchain by its
-    lock's hash, facts by the Python's install stamp), so a shared entry is the one the
-    test would make; git clones, the compiler and artifact caches stay the test's own.
+    CUDA toolchains (each 13 s to install from PyPI), the build Pythons' probed facts
+    (3 s of importing torch) and the import proof's consumer environments, linked in.
+    kiln keys them by content (a toolchain by its lock's hash, facts by the Python's
+    install stamp, an environment by its inputs), so a shared entry is the one the test
+    would make; git clones, the compiler and artifact caches stay the test's own.
     Tests of provisioning itself use an empty cache instead."""
     cudapypi.provision(PROFILE["cuda"], CACHE, CACHE / "logs")  # once: then a marker check
     (cache / "toolchains").mkdir(parents=True, exist_ok=True)
@@ -85,6 +86,12 @@ def shared_cache(cache: Path) -> Path:
     (CACHE / "facts").mkdir(parents=True, exist_ok=True)
     if not (cache / "facts").exists():
         (cache / "facts").symlink_to(CACHE / "facts")
+    # The import proof's consumer environments (torch: a minute and 5 GB each), keyed by
+    # their inputs (kiln/toolchain/consumerenv.py): made once, under their lock, by the
+    # first test that needs each. (No test here makes a build venv in its own cache.)
+    (CACHE / "envs").mkdir(parents=True, exist_ok=True)
+    if not (cache / "envs").exists():
+        (cache / "envs").symlink_to(CACHE / "envs")
     return cache
 
 

@@ -65,6 +65,7 @@ class Landed:
     needed: dict[str, list[str]]
     packages: list[str]
     requires: list[str]
+    roots: tuple[Path, ...]  # where the output's files lie once installed
 
 
 def _run(ctx: Context, argv: list[str], what: str, log_file: Path, **extra: Any) -> None:
@@ -151,7 +152,9 @@ def _overlay(ctx: Context, env: ConsumerEnv, root: Path, log_file: Path) -> tupl
         [str(env.python), "-m", "venv", "--without-pip", str(root)],
         "making the proof's venv",
         log_file,
+        cwd=root.parent,
         writable=[root.parent],
+        readonly=[env.root],
     )
     site = sorted((root / "lib").glob("python3*/site-packages"))[0]
     # addsitedir, not a plain path: the environment's own .pth files count too.
@@ -172,11 +175,13 @@ def _extract_shared_objects(members: dict[str, bytes], dest: Path) -> dict[str, 
 
 
 def land_wheel(ctx: Context, env: ConsumerEnv, wheel: Path, root: Path, log_file: Path) -> Landed:
-    python, _site = _overlay(ctx, env, root / "venv", log_file)
+    python, site = _overlay(ctx, env, root / "venv", log_file)
+    # install.sh's own line (`pip install --no-deps --no-index WHEELS`), by the build
+    # Python's pip: the environment has no pip of its own where it installs nothing else
     _run(
         ctx,
         [
-            str(env.python),
+            ctx.tc.python,
             "-m",
             "pip",
             "--python",
@@ -189,8 +194,9 @@ def land_wheel(ctx: Context, env: ConsumerEnv, wheel: Path, root: Path, log_file
         ],
         f"installing {wheel.name} as install.sh does",
         log_file,
+        cwd=root,
         writable=[root],
-        readonly=[wheel],
+        readonly=[wheel, env.root],
     )
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
@@ -205,6 +211,7 @@ def land_wheel(ctx: Context, env: ConsumerEnv, wheel: Path, root: Path, log_file
         _needed(shared),
         imports.top_level(names, tops),
         imports.requires_dist(meta),
+        (site, root / "objects"),
     )
 
 
@@ -225,7 +232,7 @@ def land_tree(
     }
     members = [str(p.relative_to(tree)) for p in tree.glob("*/__init__.py")]
     tops = sorted({m.split("/")[0] for m in members} & {r.split("/")[0] for r in shared})
-    return Landed(python, shared, _needed(shared), tops, [])
+    return Landed(python, shared, _needed(shared), tops, [], (tree, site))
 
 
 def _needed(shared: dict[str, Path]) -> dict[str, list[str]]:
@@ -388,7 +395,7 @@ def _explain(
     versions: dict[str, str],
     log_file: Path,
 ) -> ImportFailed:
-    read = imports.read_failure(mod.name, res["output"], bool(res["timed_out"]))
+    read = imports.read_failure(mod.name, res["output"], bool(res["timed_out"]), landed.roots)
     so = mod.shared_object
     if read.symbol_file:
         so = next(
@@ -525,6 +532,7 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
                 [ctx.tc.python, "-m", "kiln.inside", "prove", str(spec_file)],
                 f"importing {vendor.name}'s modules",
                 log_file,
+                cwd=root,
                 writable=[root],
                 readonly=[env.root],
             )

@@ -84,9 +84,13 @@ class ConsumerEnv:
         return found[0]
 
     def commands(self) -> list[tuple[list[str], str]]:
-        """(argv, what) in order: the venv, then the requirements (when there are any)."""
-        out = [([self.base_python, "-m", "venv", str(self.root)], "the consumer venv")]
-        if has_requirements(self.requirements):
+        """(argv, what) in order: the venv, then the requirements (when there are any;
+        without any, the venv needs no pip of its own: an image's Python without
+        ``ensurepip``, Debian's without python3-venv, still makes it)."""
+        reqs = has_requirements(self.requirements)
+        venv = [self.base_python, "-m", "venv", *([] if reqs else ["--without-pip"])]
+        out = [([*venv, str(self.root)], "the consumer venv")]
+        if reqs:
             out.append(
                 (
                     [
@@ -105,6 +109,22 @@ class ConsumerEnv:
         return out
 
 
+def base_interpreter(python: str) -> str:
+    """The interpreter a venv made by ``python -m venv`` runs: ``python`` itself, or,
+    where ``python`` is a venv's (a provisioned build venv), its base (the ``home`` of
+    its ``pyvenv.cfg``): two build venvs of one interpreter make the same environment."""
+    cfg = Path(python).parent.parent / "pyvenv.cfg"
+    try:
+        lines = cfg.read_text().splitlines()
+    except OSError:
+        return python
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            return f"{value.strip()}/"
+    return python
+
+
 def plan(
     cache: Path,
     python_version: str,
@@ -118,7 +138,7 @@ def plan(
     args = pip_requirement_args(requirements, torch_index)
     spec = {
         "python": python_version,
-        "base": base_python,
+        "base": base_interpreter(base_python),
         "requirements": hashlib.sha256(requirements.encode()).hexdigest(),
         "pip": args,
         "where": where,

@@ -249,7 +249,13 @@ GPU_PATTERNS = re.compile(
 )
 
 
-def read_failure(module: str, output: str, timed_out: bool) -> ImportFailure:
+def read_failure(
+    module: str, output: str, timed_out: bool, roots: Iterable[Path] = ()
+) -> ImportFailure:
+    """``roots``: folders the output's paths are shown relative to (the proof's venv and
+    tree are throwaway: ``landing/__init__.py:3`` says where, ``/tmp/...`` does not)."""
+    for root in roots:
+        output = output.replace(str(root).rstrip("/") + "/", "")
     lines = [ln for ln in output.splitlines() if ln.strip()]
     last = lines[-1].strip() if lines else "no output"
     frames = [m for m in (_FRAME.match(ln) for ln in lines) if m]

@@ -171,6 +171,16 @@ def test_compiler_cache_is_a_volume_shared_by_docker_builds(
     assert counts[0]["tool"] == "ccache" and counts[0]["misses"] >= 1
     assert counts[1]["misses"] == 0 and counts[1]["hits"] == counts[0]["misses"]
     assert (tmp_path / "cache" / "ccache").is_dir()  # on the host: kept between containers
+    # The import proof ran in the builder image: its consumer environment is a venv of
+    # the image's Python (Debian's, not this machine's), with libcuda's stub.
+    proof = data["vendors"]["plain"]["outputs"][0]["import_proof"]
+    assert [(m["module"], m["status"]) for m in proof["modules"]] == [
+        ("plainext._host", "ok"),
+        ("plainext", "ok"),
+    ]
+    assert proof["driver"] != "found"
+    (cfg,) = (tmp_path / "cache" / "envs").glob("consumer-*/pyvenv.cfg")
+    assert "home = /usr/bin" in cfg.read_text().splitlines()
 
 
 @pytest.mark.parametrize("backend", ["ccache", "sccache"])

@@ -160,7 +160,12 @@ def test_release_layout_matches_the_model_card(tiny: dict) -> None:
     out = data["vendors"]["tinyinfer"]["outputs"][0]
     assert out["kind"] == "tarball"
     assert out["shared_objects"][0]["sass"] == ["sm_100a", "sm_103a"]
-    assert out["import_check"] == {"module": "tinyinfer._C", "status": "ok"}
+    # the tree unpacked from the tarball as install.sh unpacks it, imported there
+    proof = out["import_proof"]
+    assert [(m["module"], m["kind"], m["status"]) for m in proof["modules"]] == [
+        ("tinyinfer._C", "extension", "ok"),
+        ("tinyinfer", "package", "ok"),
+    ]
     readme = (release / "README.md").read_text()
     assert "3a0e7637e2fd8f17325b1fb722d55b6478835a70" in readme
     assert "/release/install.sh /opt/kiln/venv /opt/kiln" in readme and "hf download" in readme

@@ -1,0 +1,194 @@
+"""The import proof through ``kiln build`` (issue 34): real CUDA extension wheels
+(tests/landing.py) that build and verify, installed as the release's install.sh
+installs them into the consumer's environment and imported there. The bad inputs fail
+their vendor before anything is published, one screen each with the cause and the fix,
+exit code 18; a good release records every module's result in its manifest, and its
+variant wheels read back with variantlib carry exactly the archs it verified."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from kiln.errors import ImportFailed
+from kiln.release import manifest, variants
+from tests import landing
+from tests.conftest import artifacts_files, run_kiln, shared_cache
+from tests.workspace import PROFILE, write
+
+# No torch (its consumer environment is then a venv with nothing to install): CUDA 13.0
+# from /usr/local/cuda, both SM100 archs.
+PROFILE_NO_TORCH = {
+    **{k: v for k, v in PROFILE.items() if k != "torch"},
+    "cuda": "13.0",
+    "archs": ["sm_100a", "sm_103a"],
+}
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> landing.Landing:
+    return landing.make(tmp_path_factory.mktemp("landing"))
+
+
+def _build(tmp: Path, ws: Path, mirrors: Path, python: Path, *extra: str):
+    return run_kiln(
+        *("build", "--workspace", ws, "--runner", "local", "--toolchain", "system"),
+        *("--cuda-home", "/usr/local/cuda", "--python", python),
+        *("--artifacts", tmp / "artifacts", "--cache", shared_cache(tmp / "cache")),
+        *("--work", tmp / "work", "--mirrors", mirrors, "--offline", "--no-compiler-cache"),
+        *extra,
+    )
+
+
+def _record(tmp: Path, vendor: str) -> dict:
+    return json.loads((tmp / "artifacts/logs/test-release" / f"{vendor}.failure.json").read_text())
+
+
+def test_wheels_that_do_not_land_fail_before_anything_is_published(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """Four wheels that kiln verified (SASS, tags, linkage) and that do not work where
+    they land: a function declared and called but left out of setup.py's sources, a
+    library nobody ships, an extension whose import needs a GPU, a package that raises."""
+    bad = ("undefined-symbol", "nobody-ships", "needs-gpu", "raises")
+    ws = write(
+        tmp_path / "ws",
+        {c: landing.vendor(c, cases.commits[c]) for c in bad},
+        profile=PROFILE_NO_TORCH,
+    )
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == ImportFailed.exit_code == 18, res.stderr[-4000:]
+    assert artifacts_files(tmp_path / "artifacts") == []  # nothing published, nothing staged
+    err = res.stderr
+    # verified first, as the issue saw it: kiln's own checks pass these wheels
+    assert "undefined-symbol: landing-0.1.0+" in err and "verified (sm_100a, sm_103a)" in err
+    assert "release ready" not in err
+
+    undefined = _record(tmp_path, "undefined-symbol")
+    assert undefined["cause"]["row"] == "declared-never-compiled"
+    assert "landing._C does not import where the release lands (its consumer environment):" in err
+    assert "undefined symbol: _Z10kiln_scalei" in err
+    assert "the symbol: kiln_scale(int) (undefined in landing/_C.cpython-311" in err
+    assert "kiln_scale(int) is declared at csrc/ops.h:2 and defined at csrc/ops.cpp:2, " in err
+    assert "  fix: add csrc/ops.cpp to the extension's sources in setup.py" in err
+
+    ships = _record(tmp_path, "nobody-ships")
+    assert ships["cause"]["row"] == "library-nobody-ships"
+    assert "landing/_C.cpython-311-x86_64-linux-gnu.so needs libcudart.so.13, and nothing " in err
+    assert "  fix: add nvidia-cuda-runtime to runtime-requirements.txt" in err
+
+    gpu = _record(tmp_path, "needs-gpu")
+    assert gpu["cause"]["row"] == "needs-gpu" and gpu["unit"].startswith("landing/_gpu.")
+    assert "list it in build.import_proof.needs_gpu in vendors/needs-gpu.toml" in err
+
+    raises = _record(tmp_path, "raises")
+    assert raises["cause"]["row"] == "raises-at-import"
+    assert (
+        "  cause: importing landing._C raises RuntimeError: landing: configured for another "
+        "cluster at landing/__init__.py:3"
+    ) in err.splitlines()
+
+
+def test_a_good_release_records_each_module_and_its_variants_carry_the_verified_archs(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """``good`` imports; ``needs-gpu`` declares its GPU module, which is skipped here with
+    the reason recorded. With ``[release] variant_wheels`` each CUDA wheel is also a
+    variant wheel whose properties, read back with variantlib, are exactly the archs in
+    the manifest; ``manifest check`` covers the variant files. A rerun is a no-op that
+    keeps every proof (the artifact cache holds it)."""
+    ws = write(
+        tmp_path / "ws",
+        {
+            "good": landing.vendor("good", cases.commits["good"]),
+            "needs-gpu": landing.vendor(
+                "needs-gpu",
+                cases.commits["needs-gpu"],
+                import_proof={"needs_gpu": ["landing._gpu"]},
+            ),
+        },
+        profile=PROFILE_NO_TORCH,
+    )
+    toml = ws / "kiln.toml"
+    data = tomlkit.parse(toml.read_text())
+    data["release"]["variant_wheels"] = True  # type: ignore[index]
+    data["release"]["name"] = "test-release"  # type: ignore[index]
+    toml.write_text(tomlkit.dumps(data))
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 0, res.stderr[-4000:]
+    release = tmp_path / "artifacts" / "test-release"
+    m = manifest.read(release / "manifest.json")
+    assert manifest.check(release / "manifest.json") == []
+    good = m.vendors["good"].outputs_of("wheel")[0]
+    assert good.import_proof is not None
+    assert [(x.module, x.kind, x.status) for x in good.import_proof.modules] == [
+        ("landing._C", "extension", "ok"),
+        ("landing", "package", "ok"),
+    ]
+    assert good.import_proof.needed["libc.so.6"] == "the system (C and C++ runtime)"
+    gpu = m.vendors["needs-gpu"].outputs_of("wheel")[0].import_proof
+    assert gpu is not None
+    assert {x.module: (x.status, x.reason) for x in gpu.modules}["landing._gpu"] == (
+        "skipped",
+        "needs a GPU (build.import_proof.needs_gpu); this machine has no driver",
+    )
+    assert "good: import proof: landing._C, landing imported in " in res.stderr
+
+    variant_files = [f for f in m.files if f.kind == "variant-wheel"]
+    assert len(variant_files) == 2
+    for f in variant_files:
+        desc = variants.read_variant(release / f.path)
+        vendor = next(
+            o
+            for v in m.vendors.values()
+            for o in v.outputs_of("wheel")
+            if f.path.startswith(o.path.removesuffix(".whl"))
+        )
+        verified = sorted({a for so in vendor.shared_objects or [] for a in so.sass})
+        assert verified == ["sm_100a", "sm_103a"]
+        assert sorted(p.to_str() for p in desc.properties) == [
+            "nvidia :: cuda_version_lower_bound :: 13.0",
+            *(f"nvidia :: sm_arch :: {variants.arch_value(a)}" for a in verified),
+        ]
+    versions = sorted(o.version or "" for v in m.vendors.values() for o in v.outputs_of("wheel"))
+    assert sorted(f.path for f in m.files if f.kind == "variants-index") == [
+        f"wheels/landing-{v}-variants.json" for v in versions
+    ]
+    # a variant file changed after the release is caught by manifest check
+    variant = release / variant_files[0].path
+    variant.write_bytes(variant.read_bytes() + b"\0")
+    assert [p.path for p in manifest.check(release / "manifest.json")] == [variant_files[0].path]
+    variant.write_bytes(variant.read_bytes()[:-1])
+
+    again = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "import proof:" not in again.stderr  # the cache's entries keep their proofs
+    m2 = manifest.read(release / "manifest.json")
+    assert m2.vendors["good"].outputs_of("wheel")[0].import_proof == good.import_proof
+
+
+def test_a_runtime_lock_with_another_torch_stops_the_build_before_it_starts(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """install.sh would install torch 2.13.0 for wheels compiled against (and requiring)
+    torch 2.14.1: refused in preflight, with the pin to change, before anything is
+    fetched or compiled."""
+    ws = write(
+        tmp_path / "ws",
+        {"good": landing.vendor("good", cases.commits["good"])},
+        profile={**PROFILE, "cuda": "13.0"},
+    )
+    (ws / "runtime-requirements.txt").write_text("numpy\ntorch==2.13.0\n")
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 9, res.stderr[-3000:]
+    assert (
+        "  - runtime-requirements.txt pins torch==2.13.0, but the wheels are compiled against "
+        "the profile's torch 2.14.1+cu130 and require torch==2.14.1: install.sh would install a "
+        "torch they cannot load; pin torch==2.14.1 in runtime-requirements.txt and run `kiln "
+        "lock` (or set the profile's torch to the one pinned there)"
+    ) in res.stderr.splitlines()
+    assert "fetching" not in res.stderr
+    assert artifacts_files(tmp_path / "artifacts") == []

@@ -1,0 +1,174 @@
+"""Fixture upstreams that build, verify (SASS for sm_100a and sm_103a, tags, linkage) and
+then do not work where they land, one way each: the import proof's bad inputs
+(issue 34). Each is a real CUDA extension wheel: a kernel compiled by nvcc with the
+upstream's own hard-coded ``-gencode`` list, linked with a C++ Python module by
+setuptools (no torch headers, so each builds in seconds).
+
+``<case>.git`` holds one commit each; the vendor of the same name pins it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln.sources.gitrepo import CommitSpec, make_repo
+
+BASE_URL = "https://landing.invalid/"
+
+SETUP_PY = """\
+import json
+import os
+import subprocess
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPEC = json.load(open(os.path.join(HERE, "case.json")))
+GENCODE = ["-gencode=arch=compute_100a,code=sm_100a", "-gencode=arch=compute_103a,code=sm_103a"]
+
+
+class KernelFirst(build_ext):
+    def build_extension(self, ext):
+        nvcc = os.environ.get("NVCC") or os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+        os.makedirs(self.build_temp, exist_ok=True)
+        obj = os.path.join(self.build_temp, "kernel.o")
+        subprocess.check_call([nvcc, "-c", "-Xcompiler", "-fPIC", "-O2", *GENCODE,
+                               os.path.join(HERE, "csrc", "kernel.cu"), "-o", obj])
+        ext.extra_objects = [obj]
+        ext.library_dirs = [os.path.join(os.environ["CUDA_HOME"], "lib64")]
+        ext.libraries = SPEC.get("libraries", ["cudart_static", "rt", "pthread", "dl"])
+        super().build_extension(ext)
+
+
+setup(
+    name="landing",
+    version="0.1.0",
+    packages=["landing"],
+    ext_modules=[Extension("landing._C", SPEC["sources"], language="c++")],
+    cmdclass={"build_ext": KernelFirst},
+)
+"""
+
+KERNEL_CU = """\
+#include <cuda_runtime.h>
+__global__ void twice(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 2.0f;
+}
+extern "C" int landing_launch(float* x, int n) {
+  twice<<<(n + 255) / 256, 256>>>(x, n);
+  return (int)cudaGetLastError();
+}
+"""
+
+# The module: calls kiln_scale (declared in ops.h) at import.
+MODULE_CPP = """\
+#include <Python.h>
+#include "ops.h"
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, NULL};
+extern "C" PyMODINIT_FUNC PyInit__C(void) {
+  if (kiln_scale(2) != 4) return NULL;
+  return PyModule_Create(&mod);
+}
+"""
+OPS_H = "#pragma once\nint kiln_scale(int x);\n"
+OPS_CPP = '#include "ops.h"\nint kiln_scale(int x) { return 2 * x; }\n'
+
+# A module whose import initializes the GPU (cuInit through the driver).
+GPU_CPP = """\
+#include <Python.h>
+#include <dlfcn.h>
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_gpu", NULL, -1, NULL};
+extern "C" PyMODINIT_FUNC PyInit__gpu(void) {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW);
+  int (*init)(unsigned) = driver ? (int (*)(unsigned))dlsym(driver, "cuInit") : nullptr;
+  int rc = init ? init(0) : -1;
+  if (rc != 0) {
+    PyErr_Format(PyExc_RuntimeError, "CUDA initialization failed (cuInit returned %d): "
+                 "no CUDA-capable device is detected", rc);
+    return NULL;
+  }
+  return PyModule_Create(&mod);
+}
+"""
+
+BASE: dict[str, str] = {
+    "setup.py": SETUP_PY,
+    "landing/__init__.py": "from landing import _C\n",
+    "csrc/kernel.cu": KERNEL_CU,
+    "csrc/module.cpp": MODULE_CPP,
+    "csrc/ops.h": OPS_H,
+    "csrc/ops.cpp": OPS_CPP,
+    "LICENSE": "MIT License\n\nCopyright (c) 2026 kiln test fixtures\n",
+}
+
+# case -> (case.json, files beside BASE)
+CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
+    # lands and imports
+    "good": ({"sources": ["csrc/module.cpp", "csrc/ops.cpp"]}, {}),
+    # kiln_scale is declared, called, defined in csrc/ops.cpp: which the source list forgot
+    "undefined-symbol": ({"sources": ["csrc/module.cpp"]}, {}),
+    # linked against the CUDA runtime's shared library, which nothing where it lands ships
+    "nobody-ships": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"], "libraries": ["cudart"]},
+        {},
+    ),
+    # a second extension whose import needs a GPU
+    "needs-gpu": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
+        {
+            "csrc/gpu.cpp": GPU_CPP,
+            "setup.py": SETUP_PY.replace(
+                'ext_modules=[Extension("landing._C", SPEC["sources"], language="c++")],',
+                'ext_modules=[Extension("landing._C", SPEC["sources"], language="c++"),\n'
+                '                 Extension("landing._gpu", ["csrc/gpu.cpp"], language="c++")],',
+            ),
+        },
+    ),
+    # the package raises at import
+    "raises": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
+        {
+            "landing/__init__.py": 'from landing import _C\n\nraise RuntimeError("landing: '
+            'configured for another cluster")\n'
+        },
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Landing:
+    root: Path
+    commits: dict[str, str]  # case -> commit
+
+    @property
+    def mirrors(self) -> Path:
+        return self.root / "mirrors.toml"
+
+
+def make(root: Path) -> Landing:
+    commits = {}
+    for case, (spec, files) in CASES.items():
+        content = {**BASE, **files, "case.json": json.dumps(spec)}
+        commits[case] = make_repo(root / f"{case}.git", [CommitSpec(f"landing: {case}", content)])[
+            0
+        ]
+    (root / "mirrors.toml").write_text(f'[mirrors]\n"{BASE_URL}" = "{root}/"\n')
+    return Landing(root, commits)
+
+
+def vendor(case: str, commit: str, **build: Any) -> dict[str, Any]:
+    return {
+        "source": {"url": f"{BASE_URL}{case}.git", "commit": commit, "license": "LICENSE"},
+        "build": {
+            "kind": "wheel",
+            "archs": ["sm_100a", "sm_103a"],
+            "arch_control": "hardcoded",
+            "mem_per_job_gib": 1.0,
+            **build,
+        },
+    }

@@ -1,0 +1,389 @@
+"""The import proof's parts on real shared objects (gcc, g++, nm, c++filt, a real Python
+importing them with LD_BIND_NOW): which modules it imports, who provides each DT_NEEDED
+entry, what a failed import says, and the cause table's import rows. Each check is fed
+the bad input it exists for and goes red."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from kiln.config.models import ImportProofSettings
+from kiln.inside import causes
+from kiln.inside import importproof as inside_proof
+from kiln.verify import imports, loadfacts
+
+PY_INCLUDE = sysconfig.get_paths()["include"]
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+
+MODULE_CPP = """\
+#include <Python.h>
+#include "ops.h"
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, NULL};
+extern "C" PyMODINIT_FUNC PyInit__C(void) {
+  if (kiln_scale(2) != 4) return NULL;
+  return PyModule_Create(&mod);
+}
+"""
+OPS_H = "#pragma once\nint kiln_scale(int x);\n"
+EXTRA_CPP = '#include "ops.h"\nint kiln_scale(int x) { return 2 * x; }\n'
+
+
+def _so(tmp: Path, out: str, sources: list[Path], *flags: str, cxx: bool = True) -> Path:
+    target = tmp / out
+    target.parent.mkdir(parents=True, exist_ok=True)
+    cc = "g++" if cxx else "gcc"
+    cmd = [cc, "-shared", "-fPIC", f"-I{PY_INCLUDE}", f"-I{tmp}", *map(str, sources), "-o"]
+    subprocess.run([*cmd, str(target), *flags], check=True, capture_output=True)
+    return target
+
+
+def _tree(tmp: Path) -> Path:
+    tree = tmp / "tree"
+    (tree / "csrc").mkdir(parents=True)
+    (tree / "csrc" / "module.cpp").write_text(MODULE_CPP)
+    (tree / "csrc" / "ops.h").write_text(OPS_H)
+    (tree / "csrc" / "extra.cpp").write_text(EXTRA_CPP)
+    return tree
+
+
+def _import(path: Path, module: str) -> subprocess.CompletedProcess[str]:
+    """What the proof does: a Python of its own, -I, LD_BIND_NOW=1."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            f"import sys; sys.path.insert(0, {str(path)!r}); import {module}",
+        ],
+        capture_output=True,
+        text=True,
+        env={"LD_BIND_NOW": "1", "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+
+
+# --------------------------------------------------------------------------- modules
+
+
+def test_extension_modules_are_the_shared_objects_that_export_pyinit(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    good = _so(tmp_path, f"pkg/_C{SUFFIX}", [tree / "csrc/module.cpp", tree / "csrc/extra.cpp"])
+    helper = _so(tmp_path, "pkg/libhelper.so", [tree / "csrc/extra.cpp"])
+    graft = _so(
+        tmp_path, f"pkg.libs/_C{SUFFIX}", [tree / "csrc/module.cpp", tree / "csrc/extra.cpp"]
+    )
+    assert imports.exports_pyinit(good, "_C")
+    assert not imports.exports_pyinit(helper, "libhelper")  # a library, not a module
+    assert imports.extension_name(f"pkg/_C{SUFFIX}") == ("pkg._C", "_C")
+    assert imports.extension_name(f"pkg.libs/_C{SUFFIX}") is None  # not importable there
+    planned = imports.plan_modules(
+        {f"pkg/_C{SUFFIX}": good, "pkg/libhelper.so": helper, f"pkg.libs/_C{SUFFIX}": graft},
+        {f"pkg/_C{SUFFIX}": ["libc10.so", "libc.so.6"]},
+        ["pkg"],
+        [],
+        ImportProofSettings(),
+        driver=False,
+    )
+    assert [(m.name, m.kind, m.preload) for m in planned] == [
+        ("pkg._C", "extension", ("torch",)),  # links torch's library: torch first
+        ("pkg", "package", ()),  # what a user types: nothing first
+    ]
+
+
+def test_the_recipe_skips_a_module_with_its_reason_and_a_gpu_module_without_a_driver() -> None:
+    settings = ImportProofSettings(
+        modules=["pkg.ops"], needs_gpu=["pkg.autotune"], skip={"pkg.contrib": "optional"}
+    )
+    planned = imports.plan_modules({}, {}, ["pkg", "pkg.contrib"], [], settings, driver=False)
+    skips = {m.name: m.skip for m in planned}
+    assert skips == {
+        "pkg": None,
+        "pkg.contrib": "optional",
+        "pkg.ops": None,
+        "pkg.autotune": "needs a GPU (build.import_proof.needs_gpu); this machine has no driver",
+    }
+    with_gpu = imports.plan_modules({}, {}, [], [], settings, driver=True)
+    assert {m.name: m.skip for m in with_gpu}["pkg.autotune"] is None  # imported where a GPU is
+
+
+def test_top_level_names_come_from_top_level_txt_else_the_tree() -> None:
+    members = ["pkg/__init__.py", "pkg/_C.so", "tool.py", "pkg-1.0.dist-info/METADATA"]
+    assert imports.top_level(members) == ["pkg", "tool"]
+    assert imports.top_level(members, "pkg\n") == ["pkg"]
+
+
+# --------------------------------------------------------------------------- closure
+
+
+def test_every_needed_entry_has_a_provider_or_the_closure_names_it() -> None:
+    env = {"libc10.so": [("/env/torch/lib/libc10.so", "torch")]}
+    system = imports.system_libraries("manylinux_2_34_x86_64")
+    assert {"libc.so.6", "libstdc++.so.6", "libm.so.6"} <= system
+    needed = {
+        "pkg/_C.so": [
+            "libc10.so",
+            "libc.so.6",
+            "libcuda.so.1",
+            "libhelper.so",
+            "ld-linux-x86-64.so.2",
+        ]
+    }
+    ok = imports.closure(needed, ["libhelper.so"], env, {"torch": "2.14.1"}, system, {})
+    assert ok.missing == []
+    assert ok.provided == {
+        "ld-linux-x86-64.so.2": "the system (C and C++ runtime)",
+        "libc.so.6": "the system (C and C++ runtime)",
+        "libc10.so": "torch 2.14.1",
+        "libcuda.so.1": "the GPU driver",
+        "libhelper.so": "the output itself",
+    }
+    bad = imports.closure({"pkg/_C.so": ["libibverbs.so.1"]}, [], env, {}, system, {})
+    assert bad.missing == [("pkg/_C.so", "libibverbs.so.1")]
+    declared = imports.closure(
+        {"pkg/_C.so": ["libibverbs.so.1"]}, [], env, {}, system, {"libibverbs.so.1": "libibverbs1"}
+    )
+    assert declared.provided == {"libibverbs.so.1": "the system package libibverbs1 (declared)"}
+
+
+# --------------------------------------------------------------------------- requirements
+
+
+LOCKED_OTHER = (
+    "# Resolved by `kiln lock`\n"
+    "filelock==4.3.1 --hash=sha256:" + "a" * 64 + "\n"
+    "torch==2.13.0 --hash=sha256:" + "b" * 64 + "\n"
+)
+
+
+def test_a_runtime_lock_pinning_another_torch_is_named_with_the_pin_to_change() -> None:
+    problem = imports.pinned_torch_problem(
+        LOCKED_OTHER, "runtime-requirements.lock", "2.14.1+cu130"
+    )
+    assert problem is not None
+    assert problem.startswith("runtime-requirements.lock pins torch==2.13.0, but the wheels ")
+    assert "pin torch==2.14.1 in runtime-requirements.txt and run `kiln lock`" in problem
+    same = LOCKED_OTHER.replace("2.13.0", "2.14.1")
+    assert imports.pinned_torch_problem(same, "runtime-requirements.lock", "2.14.1+cu130") is None
+    assert imports.pinned_torch_problem("torch>=2.10\n", "x", "2.14.1+cu130") is None
+    assert imports.pinned_torch_problem(LOCKED_OTHER, "x", None) is None  # no torch built
+
+
+def test_requirements_the_environment_does_not_meet_are_named_with_what_it_has() -> None:
+    requires = ["torch==2.14.1", "numpy>=2", "einops; extra == 'dev'"]
+    assert imports.requirement_problems(requires, {"torch": "2.13.0"}) == [
+        "torch==2.14.1 (the environment has torch 2.13.0)",
+        "numpy>=2 (not installed)",
+    ]
+    assert imports.requirement_problems(requires, {"torch": "2.14.1+cu130", "numpy": "2.1"}) == []
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_a_module_calling_a_function_no_source_defines_fails_with_the_source_left_out(
+    tmp_path: Path,
+) -> None:
+    """The issue's case: declared in a header, called, defined in a source the build's list
+    left out. Built as a shared object it links (an undefined symbol is allowed there);
+    imported with LD_BIND_NOW it fails, and the cause names the source."""
+    tree = _tree(tmp_path)
+    so = _so(tmp_path, f"pkg/_C{SUFFIX}", [tree / "csrc/module.cpp"])
+    res = _import(tmp_path, "pkg._C")
+    assert res.returncode != 0
+    read = imports.read_failure("pkg._C", res.stderr, False)
+    assert read.symbol == "_Z10kiln_scalei"
+    assert read.symbol_file and read.symbol_file.endswith(f"pkg/_C{SUFFIX}")
+    facts = loadfacts.gather(
+        "mylib",
+        read,
+        f"pkg/_C{SUFFIX}",
+        [],
+        {},
+        {},
+        {f"pkg/_C{SUFFIX}": so},
+        tree,
+        {"csrc/module.cpp"},
+        None,
+    )
+    assert facts.demangled == "kiln_scale(int)"
+    assert facts.declared_at == ("csrc/ops.h:2",)
+    assert facts.defined_uncompiled == ("csrc/extra.cpp:2",)
+    cause = causes.explain_load(facts)
+    assert cause.row == "declared-never-compiled"
+    assert "defined at csrc/extra.cpp:2, which the build never compiled" in cause.cause
+    assert cause.fix.startswith("add csrc/extra.cpp to the extension's sources in setup.py")
+    # compiled after all (it is in the build's units): then nothing defines it at all
+    compiled = loadfacts.gather(
+        "mylib", read, None, [], {}, {}, {}, tree, {"csrc/module.cpp", "csrc/extra.cpp"}, None
+    )
+    assert compiled.defined_uncompiled == ()
+    assert "is defined by no source the build compiled" in causes.explain_load(compiled).cause
+
+
+def test_a_symbol_defined_in_a_library_the_extension_does_not_link(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    _so(tmp_path, f"pkg/_C{SUFFIX}", [tree / "csrc/module.cpp"])
+    lib = _so(
+        tmp_path, "env/libkilnops.so.1", [tree / "csrc/extra.cpp"], "-Wl,-soname,libkilnops.so.1"
+    )
+    read = imports.read_failure("pkg._C", _import(tmp_path, "pkg._C").stderr, False)
+    env = {"libkilnops.so.1": [(str(lib), "kilnops")]}
+    facts = loadfacts.gather(
+        "mylib",
+        read,
+        f"pkg/_C{SUFFIX}",
+        ["libc.so.6"],
+        env,
+        {"kilnops": "1.0"},
+        {},
+        None,
+        set(),
+        None,
+    )
+    assert facts.definers == ("libkilnops.so.1 (kilnops 1.0)",) and not facts.linked
+    cause = causes.explain_load(facts)
+    assert cause.row == "library-left-off-link"
+    assert "add 'kilnops' to the extension's libraries in setup.py (-lkilnops" in cause.fix
+    linked = loadfacts.gather(
+        "mylib", read, None, ["libkilnops.so.1"], env, {}, {}, None, set(), None
+    )
+    assert linked.linked and causes.explain_load(linked).row != "library-left-off-link"
+
+
+def test_the_same_name_with_another_signature_is_another_torch(tmp_path: Path) -> None:
+    """The extension wants ``c10::kiln_check(int)``; the environment's library defines
+    ``c10::kiln_check(long)``: built against another version than it lands with."""
+    src = tmp_path / "c10.cpp"
+    src.write_text("namespace c10 { int kiln_check(long x) { return (int)x; } }\n")
+    lib = _so(tmp_path, "env/libc10.so", [src])
+    facts = loadfacts.gather(
+        "mylib",
+        imports.ImportFailure(
+            "pkg._C", "ImportError: undefined symbol", symbol="_ZN3c1010kiln_checkEi"
+        ),
+        f"pkg/_C{SUFFIX}",
+        ["libc10.so"],
+        {"libc10.so": [(str(lib), "torch")]},
+        {"torch": "2.13.0"},
+        {},
+        None,
+        set(),
+        "torch==2.14.1",
+    )
+    assert facts.demangled == "c10::kiln_check(int)"
+    assert facts.same_name == ("libc10.so (torch 2.13.0): c10::kiln_check(long)",)
+    assert facts.dependency == "torch"
+    cause = causes.explain_load(facts)
+    assert cause.row == "abi-mismatch"
+    assert "(compiled against torch==2.14.1; the environment holds torch 2.13.0)" in cause.cause
+
+
+def test_a_library_nobody_ships_names_the_wheel_or_the_runtime_library_entry(
+    tmp_path: Path,
+) -> None:
+    lib = _so(
+        tmp_path,
+        "build/libkilnabsent.so.1",
+        [_tree(tmp_path) / "csrc/extra.cpp"],
+        "-Wl,-soname,libkilnabsent.so.1",
+    )
+    module = tmp_path / "needs.cpp"
+    module.write_text(MODULE_CPP)
+    (tmp_path / "ops.h").write_text(OPS_H)
+    _so(tmp_path, f"pkg/_C{SUFFIX}", [module], f"-L{lib.parent}", "-l:libkilnabsent.so.1")
+    res = _import(tmp_path, "pkg._C")
+    read = imports.read_failure("pkg._C", res.stderr, False)
+    assert read.library == "libkilnabsent.so.1"
+    facts = loadfacts.gather("mylib", read, None, [], {}, {}, {}, None, set(), None)
+    cause = causes.explain_load(facts)
+    assert cause.row == "library-nobody-ships"
+    assert '[[build.runtime_libraries]] soname = "libkilnabsent.so.1"' in cause.fix
+    cudart = causes.explain_load(causes.LoadFailure("v", "m", None, "x", library="libcudart.so.13"))
+    assert cudart.fix.startswith("add nvidia-cuda-runtime to runtime-requirements.txt")
+    torch_first = causes.explain_load(
+        causes.LoadFailure("v", "pkg", None, "x", library="libc10.so", library_is_torch=True)
+    )
+    assert torch_first.row == "imports-before-torch"
+
+
+@pytest.mark.parametrize(
+    ("output", "row"),
+    [
+        (
+            'Traceback (most recent call last):\n  File "/env/pkg/__init__.py", line 3, in '
+            "<module>\nRuntimeError: CUDA initialization failed: no CUDA-capable device\n",
+            "needs-gpu",
+        ),
+        (
+            'Traceback (most recent call last):\n  File "/env/pkg/__init__.py", line 1, in '
+            "<module>\nModuleNotFoundError: No module named 'einops'\n",
+            "missing-python-dependency",
+        ),
+        (
+            'Traceback (most recent call last):\n  File "/env/pkg/__init__.py", line 7, in '
+            "<module>\nValueError: broken on purpose\n",
+            "raises-at-import",
+        ),
+    ],
+)
+def test_python_level_failures_have_their_rows(output: str, row: str) -> None:
+    read = imports.read_failure("pkg", output, False)
+    facts = loadfacts.gather("mylib", read, None, [], {}, {}, {}, None, set(), None)
+    cause = causes.explain_load(facts)
+    assert cause.row == row
+    if row == "raises-at-import":
+        assert (
+            cause.cause
+            == "importing pkg raises ValueError: broken on purpose at /env/pkg/__init__.py:7"
+        )
+    timed_out = imports.read_failure("pkg", output, True)
+    assert (
+        causes.explain_load(
+            loadfacts.gather("mylib", timed_out, None, [], {}, {}, {}, None, set(), None)
+        ).row
+        == "import-timeout"
+    )
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+def test_the_inside_runner_imports_with_bind_now_a_stub_and_a_time_limit(tmp_path: Path) -> None:
+    """``python -m kiln.inside prove``'s own loop: a module that imports, one with an
+    undefined symbol (caught at load: LD_BIND_NOW), one that hangs (stopped at its limit);
+    libcuda is the driver here or a stub made for these imports."""
+    tree = _tree(tmp_path)
+    _so(tmp_path, "good/_C" + SUFFIX, [tree / "csrc/module.cpp", tree / "csrc/extra.cpp"])
+    _so(tmp_path, "bad/_C" + SUFFIX, [tree / "csrc/module.cpp"])
+    (tmp_path / "good" / "__init__.py").write_text("")
+    (tmp_path / "bad" / "__init__.py").write_text("")
+    (tmp_path / "slow.py").write_text("import time\ntime.sleep(30)\n")
+    (tmp_path / "cuda.py").write_text(
+        "import ctypes\nlib = ctypes.CDLL('libcuda.so.1')\nprint('cuInit', lib.cuInit(0))\n"
+    )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "fixture.pth").write_text(f"{tmp_path}\n")
+    found = inside_proof.run(
+        {
+            "python": str(venv / "bin" / "python"),
+            "modules": [{"name": n} for n in ("good._C", "bad._C", "slow", "cuda")],
+            "timeout_s": 3,
+            "cuda_home": "/usr/local/cuda",
+            "work": str(tmp_path / "work"),
+        }
+    )
+    results = {r["name"]: r for r in found["modules"]}
+    assert results["good._C"]["returncode"] == 0, results["good._C"]
+    assert results["good._C"]["facts"]["file"].endswith("good/_C" + SUFFIX)
+    assert "undefined symbol: _Z10kiln_scalei" in results["bad._C"]["output"]
+    assert results["slow"]["timed_out"] and results["slow"]["seconds"] < 10
+    assert results["cuda"]["returncode"] == 0, results["cuda"]
+    if found["driver"] != "found":  # the stub answers dlopen and says it is one
+        assert "cuInit 34" in results["cuda"]["output"]
