@@ -93,6 +93,13 @@ def bench_speed(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_import_proof(session: nox.Session) -> None:
+    """What the import proof adds to a build, no-op and cold (benchmarks/importproof.py)."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/importproof.py", *session.posargs)
+
+
+@nox.session
 def bench_fleet(session: nox.Session) -> None:
     """Builder B from builder A's shared cache, and N build servers on paper (benchmarks/)."""
     session.install("-e", ".[fleet]")

@@ -2,7 +2,8 @@
 ``test-command``: ``kiln/verify/wheels.py``), or on every wheel of a release
 (``--manifest``): the release workflow's last job re-reads the SASS of every wheel of a
 merged release with cuobjdump before publishing, and compares it with the recipe and
-with what the build job recorded.
+with what the build job recorded; it shows what the build's import proof imported where
+the release lands.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from kiln.config.models import Profile
 from kiln.errors import VerifyError
 from kiln.release import manifest
 from kiln.verify import binaries as verify
-from kiln.verify.wheels import summary
+from kiln.verify.wheels import proof_line, summary
 
 
 def verify_release(manifest_file: Path) -> list[str]:
@@ -33,4 +34,5 @@ def verify_release(manifest_file: Path) -> list[str]:
                     f"the wheel is not the one its job verified; rerun the release"
                 )
             lines.append(summary(report))
+            lines.append(proof_line(out.import_proof))
     return lines

@@ -68,12 +68,22 @@ class Landed:
     roots: tuple[Path, ...]  # where the output's files lie once installed
 
 
-def _run(ctx: Context, argv: list[str], what: str, log_file: Path, **extra: Any) -> None:
+def _run(
+    ctx: Context, argv: list[str], what: str, log_file: Path, kiln: bool = False, **extra: Any
+) -> None:
+    """One command where the build runs; ``kiln``: it imports kiln.inside (kiln's source
+    on PYTHONPATH for it alone: venv and pip get the environment as install.sh would)."""
+    base = ctx.runner.base_env()
+    if kiln:
+        env = step_env(base)
+    else:
+        env = {k: v for k, v in base.items() if k != "PYTHONPATH"}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     ctx.runner.run(
         Command(
             argv,
             Path(extra.pop("cwd", ctx.opts.work)),
-            step_env(ctx.runner.base_env()),
+            env,
             what,
             log_file=log_file,
             **extra,
@@ -532,6 +542,7 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
                 [ctx.tc.python, "-m", "kiln.inside", "prove", str(spec_file)],
                 f"importing {vendor.name}'s modules",
                 log_file,
+                kiln=True,
                 cwd=root,
                 writable=[root],
                 readonly=[env.root],

@@ -219,3 +219,50 @@ def test_provenance_and_sbom_describe_the_outputs(demo_release: Path) -> None:
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(sbom) is None
     names = {c["name"] for c in json.loads(sbom)["components"]}
     assert {"vecadd", "tinyinfer", *outputs} <= names
+
+
+def test_the_demo_release_as_wheel_variants(
+    demo_release: Path, tmp_path: Path, build_python: Path
+) -> None:
+    """The demo workspace with ``[release] variant_wheels = true``: its vendors come from
+    the artifact cache the demo's build filled (the option changes no vendor's output),
+    and its CUDA wheel gets a variant wheel and an index beside it. Read back with
+    variantlib, the variant's properties are exactly the archs the manifest verified."""
+    from kiln.release import variants
+
+    ws = tmp_path / "demo"
+    shutil.copytree(REPO / "examples" / "demo", ws)
+    toml = ws / "kiln.toml"
+    toml.write_text(toml.read_text().replace("[profile]", "variant_wheels = true\n\n[profile]", 1))
+    res = run_kiln(
+        *("demo", "--workspace", ws, "--artifacts", tmp_path / "artifacts"),
+        *("--work", tmp_path / "work", "--cache", CACHE, "--python", build_python),
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    release = tmp_path / "artifacts" / "kiln-demo"
+    data = json.loads((release / "manifest.json").read_text())
+    assert data["release"]["variant_wheels"] is True
+    (wheel,) = data["vendors"]["vecadd"]["outputs"][:1]
+    verified = sorted({a for so in wheel["shared_objects"] for a in so["sass"]})
+    assert verified == ["sm_100a", "sm_103a"]
+    kinds = {f["path"]: f["kind"] for f in data["files"]}
+    (variant,) = [p for p, k in kinds.items() if k == "variant-wheel"]
+    assert variant.startswith(wheel["path"].removesuffix(".whl") + "-")
+    desc = variants.read_variant(release / variant)
+    assert sorted(p.to_str() for p in desc.properties) == [
+        "nvidia :: cuda_version_lower_bound :: 13.2",
+        "nvidia :: sm_arch :: 100_real",
+        "nvidia :: sm_arch :: 103_real",
+    ]
+    index = f"wheels/vecadd-{wheel['version']}-variants.json"
+    assert kinds[index] == "variants-index"
+    listed = json.loads((release / index).read_text())["variants"]
+    assert listed == {
+        desc.label: {
+            "nvidia": {"cuda_version_lower_bound": ["13.2"], "sm_arch": ["100_real", "103_real"]}
+        }
+    }
+    # the plain wheel stays what install.sh installs
+    assert wheel["path"] in (release / "install.sh").read_text()
+    assert variant not in (release / "install.sh").read_text()
+    assert run_kiln("manifest", "check", release / "manifest.json").returncode == 0

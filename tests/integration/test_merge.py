@@ -205,6 +205,8 @@ def test_verify_wheel_reads_the_sass_of_a_release_again(built: Built, tmp_path: 
     res = run_kiln("verify-wheel", "--manifest", built.full / "manifest.json")
     assert res.returncode == 0, res.stderr
     assert "_kernels" in res.stdout and "sm_100a, sm_103a" in res.stdout
+    assert "  imported where it lands (the profile's torch; libcuda: " in res.stdout
+    assert "): plainext._host (" in res.stdout
 
     (wheel,) = (built.alpha / "wheels").glob("*.whl")
     ok = run_kiln("verify-wheel", wheel, "--workspace", built.ws, "--vendor", "alpha")

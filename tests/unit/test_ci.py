@@ -370,3 +370,19 @@ def test_verify_wheel_cli_checks_archs(tmp_path: Path) -> None:
     assert res.returncode == 7 and "absent.whl: no such wheel" in res.stderr
     res = run_kiln("verify-wheel")
     assert res.returncode == 1 and "name the wheel(s)" in res.stderr
+
+
+def test_the_gpu_job_tests_the_release_as_published() -> None:
+    """Issue 34: the GPU job takes the release from the publish target where the run
+    published (never a work tree), else the release job's kept release, and runs
+    ``kiln gpu-test`` on it (which checks it against its manifest first)."""
+    job = workflow()["jobs"]["gpu-test"]
+    assert job["needs"] == ["plan", "release"]
+    steps = {s["name"]: s for s in job["steps"] if "name" in s}
+    published = steps["download the published release from the publish target"]
+    assert published["if"] == "inputs.target != ''"
+    assert '.venv/bin/hf download "${KILN_TARGET#hf://}$SUFFIX"' in published["run"]
+    kept = steps["download the release the release job kept (nothing was published)"]
+    assert kept["if"] == "inputs.target == ''"
+    assert 'kiln gpu-test "artifacts/$RELEASE"' in steps["run the upstreams' GPU tests"]["run"]
+    assert not any("kiln build" in str(s.get("run", "")) for s in job["steps"])
