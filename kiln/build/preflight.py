@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from kiln.build.kinds import KINDS
 from kiln.config.models import SystemRequirement, Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import KilnError, PatchError, PreflightError, ToolchainError
+from kiln.errors import KilnError, PatchError, PreflightError, SourceError, ToolchainError
 from kiln.release import files
 from kiln.runners.protocol import Runner
 from kiln.sources import checkout as sources
@@ -125,11 +125,16 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     provision: list[Provision] = field(default_factory=list)  # made or not (dry run)
     unchecked: list[str] = field(default_factory=list)
+    # problems of the sources alone (a pinned commit its mirror lacks): nothing about the
+    # machine, so where they are all there is, the error is theirs (exit code 3)
+    source_problems: list[str] = field(default_factory=list)
 
-    def error(self, ws: Workspace) -> PreflightError | None:
+    def error(self, ws: Workspace) -> KilnError | None:
         """The error the build raises for these problems (None: none)."""
         if not self.problems:
             return None
+        if self.problems == self.source_problems:
+            return SourceError("\n".join(self.problems))
         n = len(self.problems)
         return PreflightError(
             f"cannot build {ws.release.name} here ({n} problem{'s' if n > 1 else ''}):",
@@ -224,8 +229,11 @@ def check(
     for vendor in selected:
         problem = sources.availability(cache, vendor.source.url, vendor.source.commit, vendor.name)
         if problem:
-            r.problems.append(problem)
-            r.offline = True
+            r.problems.append(str(problem))
+            if problem.reachable:  # its source answers without it: the pin or the mirror
+                r.source_problems.append(str(problem))
+            else:
+                r.offline = True
     if r.problems or runner is None:
         return r
     if pending:

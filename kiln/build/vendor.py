@@ -273,7 +273,11 @@ def _build(
     with timed(timings, "patch"):
         ctx.display.update(what, "patching", cache="miss" if ctx.acache else "off")
         applied = patches.apply_series(
-            tree, ctx.ws.patches_for(vendor.name), ctx.ws.patches_dir, what
+            tree,
+            ctx.ws.patches_for(vendor.name),
+            ctx.ws.patches_dir,
+            what,
+            ctx.logs / f"{vendor.name}-patch.log",
         )
         # -lineinfo records source mtimes: make them the commit's, not the checkout's.
         fsutil.set_mtimes(tree, co.commit_time)

@@ -173,10 +173,7 @@ class GitCache:
         check_url(url, what)
         check_url(source, what)
         if self.offline and is_remote(source):
-            raise SourceError(
-                f"{what}: {url} is not in the cache and --offline forbids fetching it; "
-                f"add a local mirror for it (--mirrors FILE) or run without --offline"
-            )
+            raise SourceError(offline_refusal(url, source, what))
         shown = url if source == url else f"{url} (mirror {source})"
         local = local_path(source)
         if local is not None and not (local / "HEAD").exists() and not (local / ".git").exists():
@@ -309,8 +306,32 @@ def _reachable(repo: Path, commit: str) -> bool:
     return res.returncode == 0 and not res.output.strip()
 
 
-def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float = 20) -> str | None:
+@dataclass(frozen=True)
+class Unavailable:
+    """Why a pinned commit cannot be had: ``reachable`` where its source answers but does
+    not hold it (a wrong SHA, an incomplete mirror: a source error, nothing about this
+    machine), else the source itself cannot be reached from here."""
+
+    problem: str
+    reachable: bool = False
+
+    def __str__(self) -> str:
+        return self.problem
+
+
+def availability(
+    cache: GitCache, url: str, sha: str, what: str, timeout: float = 20
+) -> Unavailable | None:
     """None when ``sha`` can be had (cached, or its source answers); else the problem."""
+    found = _availability(cache, url, sha, what, timeout)
+    if found is None or isinstance(found, Unavailable):
+        return found
+    return Unavailable(found)
+
+
+def _availability(
+    cache: GitCache, url: str, sha: str, what: str, timeout: float
+) -> str | Unavailable | None:
     try:
         if cache.lookup(url, sha, what):
             return None
@@ -332,10 +353,7 @@ def availability(cache: GitCache, url: str, sha: str, what: str, timeout: float 
             return None
         return _commit_problem(path, sha, source, what)
     if cache.offline:
-        return (
-            f"{what}: {url} is not in the cache and --offline forbids fetching it; "
-            f"add a local mirror for it (--mirrors FILE)"
-        )
+        return offline_refusal(url, source, what)
     try:
         res = proc.run(
             ["git", "ls-remote", "--exit-code", "--", source, "HEAD"],
@@ -362,7 +380,26 @@ def _commit_problem(mirror: Path, sha: str, source: str, what: str) -> str | Non
     if commits:
         return None
     shallow = " (a shallow mirror: it holds only its newest commits)" if is_shallow(mirror) else ""
-    return f"{what}: commit {sha} is not in mirror {source}{shallow}; check the pinned SHA"
+    return Unavailable(
+        f"{what}: commit {sha} is not in mirror {source}{shallow}; check the pinned SHA "
+        f"(vendors/{what}.toml source.commit) or update the mirror",
+        reachable=True,
+    )
+
+
+def offline_refusal(url: str, source: str, what: str) -> str:
+    """Why --offline cannot have ``url``: no mirror maps it, or the one that does is a
+    network URL (which --offline forbids as much as the upstream's)."""
+    if source != url:
+        return (
+            f"{what}: the mirror configured for {url} is a network URL ({source}), which "
+            f"--offline forbids fetching from; map it to a local mirror (a folder) or drop "
+            f"--offline"
+        )
+    return (
+        f"{what}: {url} is not in the cache and --offline forbids fetching it; "
+        f"add a local mirror for it (--mirrors FILE)"
+    )
 
 
 def checkout(cache: GitCache, source: Source, dest: Path, what: str) -> Checkout:

@@ -82,9 +82,14 @@ def _refuse(entry: PatchEntry, problem: str, what: str) -> PatchError:
 
 
 def apply_series(
-    tree: Path, entries: list[PatchEntry], patches_dir: Path, what: str
+    tree: Path,
+    entries: list[PatchEntry],
+    patches_dir: Path,
+    what: str,
+    log_file: Path | None = None,
 ) -> list[AppliedPatch]:
-    """Apply ``entries`` to ``tree``: all of them, or (on any conflict) none."""
+    """Apply ``entries`` to ``tree``: all of them, or (on any conflict) none. A conflict
+    says git's hunk line, and git's whole output goes to ``log_file``."""
     if not entries:
         return []
     require_present(entries, patches_dir)
@@ -105,9 +110,19 @@ def apply_series(
                 f"{what}: patch {entry.file} failed on {exc.detail} after passing its check; "
                 f"the tree changed during the run"
             ) from None
+        hunk = patchapply.failed_hunk(exc.output)
+        logged = ""
+        if log_file is not None and exc.output:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            log_file.write_text(
+                f"$ git apply {entry.file} (in a scratch copy of {tree})\n{exc.output}"
+            )
+            logged = f"; git's output: {log_file}"
         raise PatchError(
-            f"{what}: patch {entry.file} does not apply: {exc.detail} conflicts; the tree was "
-            f"left unchanged (refresh the patch against the pinned commit)"
+            f"{what}: patch {entry.file} does not apply: {exc.detail} conflicts"
+            + (f" (git: {hunk})" if hunk else "")
+            + "; the tree was left unchanged (refresh the patch against the pinned commit)"
+            + logged
         ) from None
     results = []
     for entry, path, status in zip(entries, paths, statuses, strict=True):

@@ -55,10 +55,17 @@ def test_series_applies_in_order(tmp_path: Path, tree: Path) -> None:
 
 def test_conflict_names_patch_and_file_and_leaves_tree_clean(tmp_path: Path, tree: Path) -> None:
     entries, d = series(tmp_path, first=GOOD, second=CONFLICT)
+    log = tmp_path / "logs" / "t-patch.log"
     with pytest.raises(PatchError) as info:
-        apply_series(tree, entries, d, "t")
+        apply_series(tree, entries, d, "t", log)
     msg = str(info.value)
-    assert "patch second.patch does not apply: src/a.txt" in msg
+    # git's own hunk line and where git's whole output is (issue 35)
+    assert msg.startswith(
+        "t: patch second.patch does not apply: src/a.txt conflicts (git: error: patch failed: "
+        "src/a.txt:"
+    ), msg
+    assert msg.endswith(f"; git's output: {log}")
+    assert "error: patch failed: src/a.txt:" in log.read_text()
     # all or nothing: the first patch, which would apply, was not applied either
     assert git_out("status", "--porcelain", cwd=tree) == ""
     assert (tree / "src/a.txt").read_text() == ORIGINAL

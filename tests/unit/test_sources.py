@@ -10,7 +10,7 @@ import pytest
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Source, Submodule
 from kiln.errors import ConfigError, SourceError
-from kiln.sources.checkout import GitCache, checkout, resolve_relative, verify
+from kiln.sources.checkout import GitCache, availability, checkout, resolve_relative, verify
 from kiln.sources.git import git, git_out
 from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests.upstreams import BASE_URL, Upstreams
@@ -148,6 +148,23 @@ def test_offline_without_mirror_refuses_to_fetch(tmp_path: Path) -> None:
     cache = GitCache(tmp_path / "cache", Mirrors(), offline=True)
     with pytest.raises(SourceError, match="--offline forbids fetching"):
         cache.resolve("https://github.com/deepseek-ai/DeepEP", "f6aa38f", "deepep")
+
+
+def test_offline_with_a_network_mirror_says_the_mirror_is_the_problem(tmp_path: Path) -> None:
+    """Issue 35: a mirror is configured, but it is an http:// URL: saying "not in the
+    cache, add a local mirror" would send the user to what they already did."""
+    url = "https://github.com/deepseek-ai/DeepEP"
+    mirrors = Mirrors({"https://github.com/deepseek-ai/": "http://git.internal/mirrors/"})
+    cache = GitCache(tmp_path / "cache", mirrors, offline=True)
+    expected = (
+        "deepep: the mirror configured for https://github.com/deepseek-ai/DeepEP is a network "
+        "URL (http://git.internal/mirrors/DeepEP), which --offline forbids fetching from; map "
+        "it to a local mirror (a folder) or drop --offline"
+    )
+    with pytest.raises(SourceError) as err:
+        cache.resolve(url, "f6aa38f", "deepep")
+    assert str(err.value) == expected
+    assert str(availability(cache, url, "f6aa38f", "deepep")) == expected
 
 
 def test_cache_is_reused_without_fetching(tmp_path: Path, upstreams: Upstreams) -> None:

@@ -50,9 +50,10 @@ class Refused(Exception):
     """A step that cannot be applied; ``kind``: "invalid", "escape", "conflict" or
     "changed" (the tree changed between the check and the change)."""
 
-    def __init__(self, kind: str, step: Step, detail: str) -> None:
+    def __init__(self, kind: str, step: Step, detail: str, output: str = "") -> None:
         super().__init__(f"{step.name}: {detail}")
         self.kind, self.step, self.detail = kind, step, detail
+        self.output = output  # git's own words (a conflict's hunk line), for the log
 
 
 def _git_apply(run: Runner, tree: Path, step: Step, *flags: str) -> tuple[bool, str]:
@@ -65,6 +66,12 @@ def _git_apply(run: Runner, tree: Path, step: Step, *flags: str) -> tuple[bool, 
 def first_error(output: str) -> str:
     lines = [ln for ln in output.splitlines() if ln.startswith("error:")]
     return lines[0].removeprefix("error: ") if lines else (output.strip().splitlines() or ["?"])[0]
+
+
+def failed_hunk(output: str) -> str | None:
+    """git's line for the hunk that failed (``error: patch failed: src/a.txt:12``)."""
+    m = re.search(r"^error: patch failed: .+:\d+$", output, re.MULTILINE)
+    return m.group(0) if m else None
 
 
 def failed_file(output: str) -> str:
@@ -149,7 +156,7 @@ def _check_in_scratch(
                 if _git_apply(run, scratch, back, "--check")[0]:
                     statuses.append(ALREADY)
                     continue
-            raise Refused("conflict", step, failed_file(out))
+            raise Refused("conflict", step, failed_file(out), out)
         return statuses
 
 
@@ -171,5 +178,5 @@ def apply(
         if status == APPLIED:
             ok, out = _git_apply(run, tree, step)
             if not ok:  # the scratch check passed: the tree changed under us
-                raise Refused("changed", step, failed_file(out))
+                raise Refused("changed", step, failed_file(out), out)
     return statuses
