@@ -13,8 +13,21 @@ from pathlib import Path
 from kiln.config.models import Profile
 from kiln.errors import VerifyError
 from kiln.release import manifest
+from kiln.release.manifest import ImportProof
 from kiln.verify import binaries as verify
-from kiln.verify.wheels import proof_line, summary
+from kiln.verify.wheels import summary
+
+
+def proof_line(proof: ImportProof | None) -> str:
+    """What the manifest says the import proof found (``kiln build`` ran it)."""
+    if proof is None:
+        return "  import proof: not run (the build had --no-import-proof)"
+    ok = ", ".join(f"{m.module} ({m.seconds:g} s)" for m in proof.modules if m.status == "ok")
+    skipped = "; ".join(f"{m.module}: {m.reason}" for m in proof.modules if m.status == "skipped")
+    where = f"{proof.requirements}" + (f", torch {proof.torch}" if proof.torch else "")
+    return f"  imported where it lands ({where}; libcuda: {proof.driver}): {ok or 'nothing'}" + (
+        f"; skipped: {skipped}" if skipped else ""
+    )
 
 
 def verify_release(manifest_file: Path) -> list[str]:

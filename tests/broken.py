@@ -47,7 +47,8 @@ static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, NULL};
 PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mod); }
 """
 
-# fault -> (unit.json, files): each one's first error is the row of the same name.
+# fault -> (unit.json, files): each one's first error is the row of the same name (or of
+# ROWS[fault]).
 FAULTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     # a header no package here provides (hwloc's; libhwloc-dev is not installed)
     "missing-header": (
@@ -94,12 +95,41 @@ FAULTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         },
         {"csrc/hopper.cu": "__global__ void k() {}\n"},
     ),
+    # the upstream's own C++20 code (a concept, std::floating_point) under its -std=c++17
+    "cxx20-code": (
+        {
+            "cuda": True,
+            "sources": ["csrc/binding.cpp", "csrc/ops.cu"],
+            "nvcc": ["-std=c++17", "-gencode=arch=compute_100a,code=sm_100a"],
+        },
+        {
+            "csrc/ops.cu": (
+                "#include <concepts>\n"
+                "template <typename T> concept Floaty = std::floating_point<T>;\n"
+                "template <Floaty T> __device__ T twice(T x) { return x + x; }\n"
+                "__global__ void k(float* x) { x[0] = twice(x[0]); }\n"
+            )
+        },
+    ),
+    # setup.py imports a module the build venv lacks (the build never reaches a compiler)
+    "setup-import": (
+        {"cuda": False, "sources": ["csrc/binding.cpp"]},
+        {"setup.py": SETUP_PY.replace("import os\n", "import os\n\nimport pybind11\n", 1)},
+    ),
     # a library that is not installed
     "missing-library": (
         {"cuda": False, "sources": ["csrc/binding.cpp"], "libraries": ["kilnabsent"]},
         {},
     ),
 }
+
+
+ROWS = {"cxx20-code": "cxx-standard"}
+
+
+def row(fault: str) -> str:
+    """The cause-table row that explains ``fault``."""
+    return ROWS.get(fault, fault)
 
 
 @dataclass(frozen=True)

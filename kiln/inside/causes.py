@@ -362,10 +362,17 @@ def nvcc_version(env: Mapping[str, str]) -> str | None:
     return m[1] if m else None
 
 
+def toml_block(table: str, /, **keys: str) -> str:
+    """A TOML table to paste into a vendor TOML, a key a line, indented under the screen's
+    ``fix:`` (what a user copies must paste: one line of keys is not TOML)."""
+    body = "".join(f'\n      {k} = "{v}"' for k, v in keys.items())
+    return f"\n      {table}{body}"
+
+
 def _system_entry(vendor: str, key: str, value: str, package: str) -> str:
     return (
-        f"declare it in vendors/{vendor}.toml so preflight checks it before the next build: "
-        f'[[build.system]] {key} = "{value}", package = "{package}"'
+        f"declare it in vendors/{vendor}.toml so preflight checks it before the next build:"
+        + toml_block("[[build.system]]", **{key: value, "package": package})
     )
 
 
@@ -472,6 +479,87 @@ def missing_identifier(f: Failure) -> Cause | None:
 _CXX_STD = re.compile(r"C\+\+\s?(?P<std>\d\d)\b")
 
 
+# What C++20 code compiled as C++17 says (nvcc's EDG front end, then g++): a C++20
+# keyword read as an identifier, or a C++20 name of std that the header left out.
+_CXX20_KEYWORD = re.compile(
+    r'identifier "(?P<a>concept|requires|consteval|constinit|co_await|co_return|co_yield|'
+    r'char8_t)" is undefined'
+    r"|[‘'](?P<b>concept|requires|consteval|constinit|co_await|co_return|co_yield)[’'] "
+    r"(?:does not name a type|was not declared in this scope|only available with)"
+)
+_CXX20_STD = re.compile(
+    r'namespace "std" has no member "(?P<a>\w+)"'
+    r"|[‘'](?P<b>\w+)[’'] is not a member of [‘']std[’']"
+)
+CXX20_NAMES = frozenset(
+    {
+        "floating_point",
+        "integral",
+        "signed_integral",
+        "unsigned_integral",
+        "same_as",
+        "derived_from",
+        "convertible_to",
+        "invocable",
+        "regular_invocable",
+        "predicate",
+        "totally_ordered",
+        "equality_comparable",
+        "three_way_comparable",
+        "span",
+        "bit_cast",
+        "remove_cvref_t",
+        "type_identity",
+        "is_constant_evaluated",
+        "source_location",
+        "ranges",
+        "format",
+        "endian",
+        "countl_zero",
+        "popcount",
+        "bit_width",
+        "to_address",
+    }
+)
+
+
+def _cxx_fix(f: Failure, std: str, unit: str | None) -> str:
+    """The flag that sets the standard, for the compiler that compiles ``unit``."""
+    if unit and unit.endswith(".cu"):
+        return (
+            f'add build.nvcc_append_flags = ["-std={std}"] to vendors/{f.vendor}.toml '
+            f"({unit} is compiled by nvcc): kiln's compiler wrapper appends it, so it wins "
+            "over the upstream's -std"
+        )
+    return (
+        f'add build.cxx_append_flags = ["-std={std}"] (C++ units) and, for CUDA units, '
+        f'build.nvcc_append_flags = ["-std={std}"] to vendors/{f.vendor}.toml: kiln\'s '
+        f"compiler wrapper appends them, so they win over the upstream's -std"
+    )
+
+
+def cxx20_code(f: Failure) -> Cause | None:
+    """The upstream's own C++20 code (a concept, std::floating_point) compiled as C++17:
+    the same cause and fix as a header that refuses C++17."""
+    for err in f.d.errors:
+        keyword = _CXX20_KEYWORD.search(err.message)
+        member = _CXX20_STD.search(err.message)
+        if keyword:
+            name = keyword["a"] or keyword["b"]
+        elif member and (member["a"] or member["b"]) in CXX20_NAMES:
+            name = f"std::{member['a'] or member['b']}"
+        else:
+            continue
+        where = f"{err.file}:{err.line}" if err.file and err.line else f.d.unit or "its code"
+        return Cause(
+            "cxx-standard",
+            f"the upstream's own code is C++20 ({name} at {where}) and this unit was compiled "
+            "with an older -std (the upstream hard-codes it)",
+            _cxx_fix(f, "c++20", err.file or f.d.unit),
+        )
+    return None
+
+
 def cxx_standard(f: Failure) -> Cause | None:
     for err in f.d.errors:
         text = err.message
@@ -486,11 +574,9 @@ def cxx_standard(f: Failure) -> Cause | None:
             "cxx-standard",
             f"a header refuses the C++ standard this unit was compiled with{where}: it needs "
             f"C++{std[3:]} or later (the upstream hard-codes an older -std)",
-            f'add build.cxx_append_flags = ["-std={std}"] (C++ units) and, for CUDA units, '
-            f'build.nvcc_append_flags = ["-std={std}"] to vendors/{f.vendor}.toml: kiln\'s '
-            f"compiler wrapper appends them, so they win over the upstream's -std",
+            _cxx_fix(f, std, f.d.unit),
         )
-    return None
+    return cxx20_code(f)
 
 
 _ARCH = re.compile(r"(?:Unsupported gpu architecture|Value) '(?:compute_|sm_)(?P<arch>\d+[af]?)'")
@@ -607,6 +693,54 @@ def undefined_symbol(f: Failure) -> Cause | None:
     )
 
 
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)', re.MULTILINE)
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)'")
+
+
+def _setup_line(f: Failure, before: int, module: str) -> str | None:
+    """The line of setup.py the traceback before ``before`` stops at: a frame of
+    setup.py itself, or setuptools' ``exec`` of it (shown as ``<string>``) where that line
+    of the tree's setup.py imports ``module``."""
+    frames = list(_FRAME.finditer(f.output[:before]))
+    if not frames:
+        return None
+    last = frames[-1]
+    if last["file"].endswith("setup.py"):
+        return last["line"]
+    if last["file"] == "<string>":
+        try:
+            lines = (f.tree / "setup.py").read_text(errors="replace").splitlines()
+            text = lines[int(last["line"]) - 1]
+        except (OSError, IndexError):
+            return None
+        if re.search(rf"\bimport\s+{re.escape(module)}\b|\bfrom\s+{re.escape(module)}\b", text):
+            return last["line"]
+    return None
+
+
+# a module setup.py imports -> the distribution that provides it (where the names differ)
+MODULE_DISTRIBUTIONS = {"yaml": "PyYAML", "cv2": "opencv-python", "PIL": "pillow"}
+
+
+def setup_import(f: Failure) -> Cause | None:
+    """setup.py imports a module the build venv lacks (pybind11, cmake, ...): the build
+    never reached a compiler. Names setup.py's line and the build_tools entry."""
+    m = _NO_MODULE.search(f.output)
+    module = m["name"].split(".")[0] if m else ""
+    line = _setup_line(f, m.start(), module) if m else None
+    if not m or line is None:
+        return None
+    dist = MODULE_DISTRIBUTIONS.get(module, module)
+    return Cause(
+        "setup-import",
+        f"setup.py:{line} imports {m['name']}, which the build venv does not have (the "
+        "build runs without isolation: setup.py's own imports come from the build venv)",
+        f'add "{dist}==VERSION" (its version pinned) to the profile\'s build_tools in '
+        'kiln.toml, e.g. build_tools = [..., "' + dist + '==VERSION"]; with --python, '
+        f"install {dist} into that Python",
+    )
+
+
 def killed(f: Failure) -> Cause | None:
     text = f.output
     if re.search(r"died due to signal 9|signal 9 \(Kill|\bKilled\b", text):
@@ -633,6 +767,7 @@ def disk_full(f: Failure) -> Cause | None:
 ROWS: tuple[Callable[[Failure], Cause | None], ...] = (
     disk_full,
     killed,
+    setup_import,
     arch_refused,
     unknown_arch,
     missing_header,
@@ -797,8 +932,8 @@ def load_missing_library(f: LoadFailure) -> Cause | None:
         f"{_so(f)} needs {f.library}, and no declared dependency ships it: not the output, "
         "not a distribution of the consumer environment, not the system's C/C++ runtime",
         f"{ship}; or graft it into the wheel (auditwheel repair without excluding it); or "
-        f"declare it a system requirement in vendors/{f.vendor}.toml: "
-        f'[[build.runtime_libraries]] soname = "{f.library}", package = "{system}"',
+        f"declare it a system requirement in vendors/{f.vendor}.toml:"
+        + toml_block("[[build.runtime_libraries]]", soname=f.library, package=system),
     )
 
 

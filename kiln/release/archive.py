@@ -218,6 +218,11 @@ def unpack(archive: Path, dest: Path) -> None:
     with archive.open("rb") as raw:
         reader = zstandard.ZstdDecompressor().stream_reader(raw)
         with tarfile.open(fileobj=reader, mode="r|") as tar:
+            if not hasattr(tarfile, "data_filter"):
+                # Python before 3.11.4 (Debian 12's 3.11.2) has no extraction filters:
+                # every member was checked above, before anything was written.
+                tar.extractall(dest)
+                return
             try:
                 tar.extractall(dest, filter="data")
             except tarfile.FilterError as exc:

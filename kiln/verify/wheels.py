@@ -11,7 +11,6 @@ from pathlib import Path
 from kiln.config.models import Profile
 from kiln.config.workspace import Workspace
 from kiln.errors import VerifyError
-from kiln.release.manifest import ImportProof
 from kiln.verify import binaries as verify
 
 
@@ -29,18 +28,6 @@ def summary(report: verify.WheelReport) -> str:
         f"{o.path} ({', '.join(o.sass) or 'host only'})" for o in report.shared_objects
     )
     return f"{report.file}: ok: {objects or 'no shared objects'}"
-
-
-def proof_line(proof: ImportProof | None) -> str:
-    """What the manifest says the import proof found (``kiln build`` ran it)."""
-    if proof is None:
-        return "  import proof: not run (the build had --no-import-proof)"
-    ok = ", ".join(f"{m.module} ({m.seconds:g} s)" for m in proof.modules if m.status == "ok")
-    skipped = "; ".join(f"{m.module}: {m.reason}" for m in proof.modules if m.status == "skipped")
-    where = f"{proof.requirements}" + (f", torch {proof.torch}" if proof.torch else "")
-    return f"  imported where it lands ({where}; libcuda: {proof.driver}): {ok or 'nothing'}" + (
-        f"; skipped: {skipped}" if skipped else ""
-    )
 
 
 def verify_wheels(wheels: list[Path], profile: Profile, archs: list[str]) -> list[str]:

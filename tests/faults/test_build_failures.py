@@ -25,8 +25,8 @@ SEEN: dict[str, list[str]] = {
         "  cause: the header hwloc.h is not installed where the build ran "
         "(included from csrc/topo.h:2)",
         "  fix: apt-get install libhwloc-dev (Debian/Ubuntu, or in the builder image); declare "
-        "it in vendors/missing-header.toml so preflight checks it before the next build: "
-        '[[build.system]] header = "hwloc.h", package = "libhwloc-dev"',
+        "it in vendors/missing-header.toml so preflight checks it before the next build:\n"
+        '      [[build.system]]\n      header = "hwloc.h"\n      package = "libhwloc-dev"\n',
     ],
     "missing-identifier": [
         "building missing-identifier failed with exit code 6, in csrc/comm.cu:",
@@ -69,8 +69,23 @@ SEEN: dict[str, list[str]] = {
         "    cannot find -lkilnabsent: No such file or directory",
         "  cause: the linker found no -lkilnabsent: it looked in LIBRARY_PATH and -L ",
         "or add its folder to build.env LIBRARY_PATH in the vendor TOML; declare it in "
-        "vendors/missing-library.toml so preflight checks it before the next build: "
-        '[[build.system]] library = "kilnabsent"',
+        "vendors/missing-library.toml so preflight checks it before the next build:\n"
+        '      [[build.system]]\n      library = "kilnabsent"\n      package = "PACKAGE"\n',
+    ],
+    # issue 35: the upstream's own C++20 code under its -std=c++17 (nvcc's words)
+    "cxx20-code": [
+        "building cxx20-code failed with exit code 6, in csrc/ops.cu:",
+        '    csrc/ops.cu:2: error: identifier "concept" is undefined',
+        "  cause: the upstream's own code is C++20 (concept at csrc/ops.cu:2) and this unit "
+        "was compiled with an older -std (the upstream hard-codes it)",
+        '  fix: add build.nvcc_append_flags = ["-std=c++20"] to vendors/cxx20-code.toml '
+        "(csrc/ops.cu is compiled by nvcc)",
+    ],
+    # issue 35: setup.py imports what the build venv lacks, at its line
+    "setup-import": [
+        "  cause: setup.py:4 imports pybind11, which the build venv does not have",
+        '  fix: add "pybind11==VERSION" (its version pinned) to the profile\'s build_tools in '
+        'kiln.toml, e.g. build_tools = [..., "pybind11==VERSION"]',
     ],
 }
 
@@ -114,13 +129,13 @@ def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
         record = json.loads(
             (tmp_path / f"artifacts/logs/test-release/{fault}.failure.json").read_text()
         )
-        assert record["cause"]["row"] == fault, record
+        assert record["cause"]["row"] == broken.row(fault), record
         assert record["log"].endswith(f"{fault}-build.log") and Path(record["log"]).is_file()
         assert f"  full log: {record['log']}" in error  # whole, never cut
     # the summary table names each failure's first error, with its row
     table = res.stderr[res.stderr.index("kiln build summary") : res.stderr.index("kiln: error:")]
     for fault in SEEN:
-        assert f"[{fault}]" in table.replace("\n", "").replace("│", ""), table
+        assert f"[{broken.row(fault)}]" in table.replace("\n", "").replace("│", ""), table
     # never the build backend's traceback as the summary
     assert "Error compiling objects for extension" not in error
     assert "Traceback" not in error
@@ -236,7 +251,10 @@ def test_public_deepep_without_its_system_entry_shows_the_header_and_package(
     assert "fatal error: infiniband/mlx5dv.h: No such file or directory" in screen, screen
     assert "cause: the header infiniband/mlx5dv.h is not installed where the build ran" in screen
     assert "fix: apt-get install libibverbs-dev" in screen
-    assert '[[build.system]] header = "infiniband/mlx5dv.h", package = "libibverbs-dev"' in screen
+    assert (
+        '      [[build.system]]\n      header = "infiniband/mlx5dv.h"\n'
+        '      package = "libibverbs-dev"'
+    ) in screen
     assert "building deepep failed with exit code 6, in csrc/" in screen
     assert len(screen.splitlines()) <= 24, screen  # the first screen
     assert artifacts_files(tmp_path / "artifacts") == []

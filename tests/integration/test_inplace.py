@@ -29,10 +29,11 @@ from kiln.errors import ArchiveError, BuildError, VerifyError
 from kiln.release import archive, manifest
 from tests.conftest import REPO, run_kiln, shared_cache
 from tests.upstreams import Upstreams
-from tests.workspace import plain_vendor, write
+from tests.workspace import PROFILE, plain_vendor, write
 
 DEMO = REPO / "examples" / "demo"
 DEP = "kiln_fixture_dep"
+NO_TORCH = {k: v for k, v in PROFILE.items() if k != "torch"}
 
 
 def make_wheel(folder: Path) -> Path:
@@ -66,7 +67,10 @@ def tiny(
     build_python: Path,
     pypi_cuda: Path,
 ) -> dict:
-    """A release of tinyinfer (in place) and plainext (a host-only wheel), built once."""
+    """A release of tinyinfer (in place) and plainext (a host-only wheel), built once.
+    Neither uses torch: the profile has none, and the release's runtime requirement is a
+    fixture wheel of a local wheelhouse, which the import proof's consumer environment
+    finds as install.sh does, through pip's own PIP_FIND_LINKS."""
     root = tmp_path_factory.mktemp("tiny")
     demo_mirrors = demo.prepare(DEMO, root / "demo-upstreams")
     mirrors = root / "mirrors.toml"
@@ -87,6 +91,7 @@ def tiny(
             ).read_text()
         },
         series=[{"file": "tinyinfer-prefix-cache.patch", "target": "tinyinfer"}],
+        profile=NO_TORCH,
     )
     series = ws / "patches/series.toml"
     series.write_text('tags = { tinyinfer = "prefixcache" }\n' + series.read_text())
@@ -107,7 +112,10 @@ def tiny(
         python=str(build_python),
         toolchain="pypi",
     )
-    release = pipeline.build(opts)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PIP_FIND_LINKS", str(wheelhouse))
+        env.setenv("PIP_NO_INDEX", "1")
+        release = pipeline.build(opts)
     return {
         "root": root,
         "ws": ws,

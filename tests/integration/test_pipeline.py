@@ -144,7 +144,7 @@ def test_absent_patch_stops_before_any_work(tmp_path: Path, upstreams: Upstreams
     # Where it belongs: the workspace's patches/, not the build's snapshot of it.
     assert f"put it at {ws.resolve()}/patches/missing.patch (" in str(info.value)
     # nothing fetched or built: the cache holds only what the tests link in (shared_cache)
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["facts", "toolchains"]
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["envs", "facts", "toolchains"]
     assert not (tmp_path / "work").exists()
 
 
