@@ -37,6 +37,7 @@ from kiln.release.artifactcache import ArtifactCache
 from kiln.runners.protocol import Runner
 from kiln.sources import bundles
 from kiln.sources import checkout as sources
+from kiln.sources.git import git as git_cmd
 from kiln.toolchain import provision as prov
 from kiln.toolchain.provision import Provision
 
@@ -98,7 +99,7 @@ def plan(opts: Options) -> dict[str, Any]:
                 "name": v.name,
                 **_sources(git, v, bundle_files),
                 **_cache(git, ws, toolchain, runner_data, acache, v, report),
-                **_schedule(v, opts.work / ws.release.name / v.name, peaks, budget),
+                **_schedule(v, opts.work / ws.release.name / v.name, peaks, budget, git),
             }
             for v in selected
         ],
@@ -257,12 +258,42 @@ def _cache(
     return {"cache": "miss", "key": key, "why": why}
 
 
+def _units_at(git: sources.GitCache, vendor: Vendor) -> int | None:
+    """The translation units of the pinned commit where its clone is cached (its own
+    files: a submodule's are counted once checked out), else None."""
+    commit = git.lookup(vendor.source.url, vendor.source.commit, vendor.name)
+    repo = git.cached(vendor.source.url)
+    if commit is None or repo is None:
+        return None
+    res = git_cmd("ls-tree", "-r", "--name-only", "-z", commit, cwd=repo, check=False)
+    if res.returncode != 0:
+        return None
+    skip = {".git", ".kiln", "build", "dist"}
+    return sum(
+        1
+        for name in res.output.split("\0")
+        if name.endswith(schedule.SOURCE_SUFFIXES) and not skip & set(name.split("/")[:-1])
+    )
+
+
 def _schedule(
-    vendor: Vendor, tree: Path, peaks: schedule.PeakStore, budget: schedule.Budget
+    vendor: Vendor,
+    tree: Path,
+    peaks: schedule.PeakStore,
+    budget: schedule.Budget,
+    git: sources.GitCache,
 ) -> dict[str, Any]:
-    learned = bool(peaks.units(vendor))
-    choice = schedule.choose(vendor, tree, peaks, budget)
-    counted = "learned" if learned else ("work tree" if tree.is_dir() else "unknown")
+    """What the build's own ``schedule.choose`` would pick: from what it learned, else
+    the work tree's units, else the pinned commit's (the clone is cached, the tree not
+    checked out), else the slots alone (said so: the units are known once fetched)."""
+    if peaks.units(vendor):
+        counted, units = "learned", None
+    elif tree.is_dir():
+        counted, units = "work tree", None
+    else:
+        units = _units_at(git, vendor)
+        counted = "the pinned commit" if units is not None else "unknown"
+    choice = schedule.choose(vendor, tree, peaks, budget, units=units)
     return {"schedule": {**choice.to_json(), "units_from": counted}}
 
 
@@ -283,10 +314,14 @@ def render(p: dict[str, Any]) -> str:
         s = v["schedule"]
         commit = (v["commit"] or v["requested"])[:12]
         threads = f", nvcc threads {s['nvcc_threads']}" if s["nvcc_threads"] else ""
-        units = s["translation_units"] if s["units_from"] != "unknown" else "?"
+        known = s["units_from"] != "unknown"
+        units = s["translation_units"] if known else "?"
+        jobs = f"MAX_JOBS {s['max_jobs']}" if known else f"MAX_JOBS up to {s['max_jobs']}"
         lines += [
             f"{v['name']} @ {commit}: artifact cache {v['cache']}: {v['why']}",
-            f"  MAX_JOBS {s['max_jobs']}{threads}; {units} units ({s['units_from']}); "
+            f"  {jobs}{threads}; {units} units ({s['units_from']}"
+            + ("" if known else ": counted once fetched")
+            + "); "
             f"{s['mem_per_job_gib']:g} GiB per compile ({s['estimate_source']}), "
             f"gate reserves {s['gate_mem_gib']:g} GiB",
         ]

@@ -276,7 +276,12 @@ def nvcc_threads(vendor: Vendor, per_job: float, budget: Budget) -> int | None:
 
 
 def choose(
-    vendor: Vendor, tree: Path, peaks: PeakStore, budget: Budget, remote_slots: int = 0
+    vendor: Vendor,
+    tree: Path,
+    peaks: PeakStore,
+    budget: Budget,
+    remote_slots: int = 0,
+    units: int | None = None,
 ) -> Choice:
     """MAX_JOBS and NVCC_THREADS for one step. ``max_jobs``/``nvcc_threads`` in the
     recipe are caps (an upstream that breaks with more), not the choice.
@@ -286,11 +291,19 @@ def choose(
     memory the budget does not count, and a step handed 128 on 16 CPUs says nothing
     true. Which units go first is the gate's choice between steps, and within a ninja
     build the kit's ``ninja`` (``kiln/inside/kit/ninjaorder.py``: learned units longest
-    first), so a step needs no queue of waiting compiles for the order."""
+    first), so a step needs no queue of waiting compiles for the order.
+
+    ``units``: the step's units where the tree is not there to count (the dry run counts
+    them in the pinned commit); with none known (nothing learned, no tree, no count),
+    MAX_JOBS is what the slots allow, as the build's would be for as many units."""
     b = vendor.build
     per_job, source = estimate(vendor, peaks)
     learned_units = peaks.units(vendor)
-    tus = len(learned_units) or count_translation_units(tree)
+    known = bool(learned_units) or units is not None or tree.is_dir()
+    if learned_units:
+        tus = len(learned_units)
+    else:
+        tus = units if units is not None else count_translation_units(tree)
     threads = nvcc_threads(vendor, per_job, budget)
     per_compile = per_job * (threads or 1)
     lightest = min(
@@ -302,7 +315,7 @@ def choose(
         default=per_job,
     )
     slots = step_slots(budget, lightest, remote_slots, threads or 1)
-    jobs = max(1, min(max(tus, 1), slots, b.max_jobs or slots))
+    jobs = max(1, min(max(tus, 1) if known else slots, slots, b.max_jobs or slots))
     return Choice(jobs, threads, per_job, source, round(per_compile, 3), tus)
 
 

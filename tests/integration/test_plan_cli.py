@@ -42,7 +42,9 @@ def test_dry_run_says_what_would_be_fetched_then_that_the_build_is_a_hit(
     assert vendor["name"] == "tiny" and vendor["commit"] is None
     assert len(vendor["fetch"]) == 1 and commit in vendor["fetch"][0]
     assert vendor["cache"] == "unknown" and "not fetched" in vendor["why"]
-    assert vendor["schedule"]["max_jobs"] >= 1 and before["problems"] == []
+    assert vendor["schedule"]["units_from"] == "unknown" and before["problems"] == []
+    # nothing to count yet: what the slots allow, as the build would offer (issue 35)
+    assert vendor["schedule"]["max_jobs"] == before["budget"]["cpus"]
     assert before["budget"]["cpus"] >= 1 and before["budget"]["cpus_from"]
     assert artifacts_files(tmp_path / "artifacts") == []
     assert not (tmp_path / "work").exists() or not any((tmp_path / "work").rglob("*.so"))
@@ -61,6 +63,14 @@ def test_dry_run_says_what_would_be_fetched_then_that_the_build_is_a_hit(
     (vendor,) = after["vendors"]
     assert vendor["commit"] == commit and vendor["fetch"] == []
     assert vendor["cache"] == "hit", vendor
+    # fetched, its work tree elsewhere (another --work): its units counted in the pinned
+    # commit, and the figures are the build's own
+    elsewhere = _plan(ws, tmp_path, mirrors, "--work", str(tmp_path / "other-work"))
+    (vendor,) = elsewhere["vendors"]
+    built = manifest["vendors"]["tiny"]["schedule"]
+    assert vendor["schedule"]["units_from"] == "the pinned commit", vendor
+    assert vendor["schedule"]["translation_units"] == built["translation_units"]
+    assert vendor["schedule"]["max_jobs"] == built["max_jobs"]
 
     text = run_kiln(*build_args(ws, tmp_path, mirrors, "--offline", "--dry-run"))
     assert text.returncode == 0, text.stderr[-2000:]
