@@ -123,7 +123,9 @@ def snapshot_inputs(run: Run) -> None:
         run.opts = replace(run.opts, mirrors=mirrors, offline=True)
     run.logs = run.opts.artifacts / "logs" / run.ws.release.name
     run.logs.mkdir(parents=True, exist_ok=True)
-    run.snapshot = inputs.Snapshot(run.ws, run.logs / ".inputs" / "patches")
+    run.snapshot = inputs.Snapshot(
+        run.ws, run.logs / ".inputs" / "patches", [v.name for v in run.selected]
+    )
 
 
 def choose_runner(run: Run) -> None:

@@ -17,19 +17,27 @@ from kiln.config.workspace import Workspace
 from kiln.fsutil import sha256_file
 
 
-def _inputs(root: Path) -> dict[str, str]:
-    files = [root / "kiln.toml", *sorted((root / "vendors").glob("*.toml"))]
-    patches = root / "patches"
-    if patches.is_dir():
-        files += sorted(p for p in patches.rglob("*") if p.is_file())
+def _inputs(root: Path, read: list[str]) -> dict[str, str]:
+    """The hash of each input of ``read`` (paths in the workspace) that exists."""
+    files = [root / rel for rel in read]
     return {str(p.relative_to(root)): sha256_file(p) for p in files if p.is_file()}
 
 
+def read_by(ws: Workspace, vendors: list[str]) -> list[str]:
+    """What a build of ``vendors`` reads: kiln.toml, their TOMLs, the series and their
+    patches (a vendor TOML added meanwhile, or another vendor's patch, is none of its
+    business: editing it is no reason to warn about this release)."""
+    patches = sorted({f"patches/{p.file}" for v in vendors for p in ws.patches_for(v)})
+    return ["kiln.toml", *(f"vendors/{v}.toml" for v in vendors), "patches/series.toml", *patches]
+
+
 class Snapshot:
-    def __init__(self, ws: Workspace, dest: Path) -> None:
-        """Copy ``ws``'s patches to ``dest`` and point ``ws`` at the copy."""
+    def __init__(self, ws: Workspace, dest: Path, vendors: list[str] | None = None) -> None:
+        """Copy ``ws``'s patches to ``dest`` and point ``ws`` at the copy; ``vendors``: the
+        ones this build makes (default: all of the workspace's)."""
         self.root = ws.root
-        self.started = _inputs(ws.root)
+        self.read = read_by(ws, vendors if vendors is not None else list(ws.vendors))
+        self.started = _inputs(ws.root, self.read)
         if dest.exists():
             shutil.rmtree(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -41,7 +49,7 @@ class Snapshot:
 
     def changed(self) -> list[str]:
         """Inputs whose bytes on disk differ from what this run read (or that came or went)."""
-        now = _inputs(self.root)
+        now = _inputs(self.root, self.read)
         return sorted(k for k in set(now) | set(self.started) if now.get(k) != self.started.get(k))
 
     def warnings(self) -> list[str]:

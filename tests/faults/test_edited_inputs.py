@@ -63,6 +63,9 @@ def test_inputs_edited_mid_run_are_not_mixed_in(tmp_path: Path) -> None:
     data = tomlkit.parse(toml.read_text())
     data["build"]["env"]["SETTING"] = "edited"  # type: ignore[index]
     toml.write_text(tomlkit.dumps(data))
+    # a vendor added meanwhile (issue 35): not an input of this build, no warning
+    (ws / "vendors" / "third.toml").write_text((ws / "vendors" / "first.toml").read_text())
+    (ws / "patches" / "unrelated.patch").write_text(_patch("another vendor's"))
     time.sleep(0.2)
     go.touch()  # ...and only then does "second" start
     _, err = kiln.communicate(timeout=300)
@@ -80,3 +83,5 @@ def test_inputs_edited_mid_run_are_not_mixed_in(tmp_path: Path) -> None:
     assert "patches/second.patch changed while this build ran" in warned
     assert "vendors/second.toml changed while this build ran" in warned
     assert "patches/second.patch changed while this build ran" in err
+    assert "third.toml" not in warned and "third.toml" not in err
+    assert "unrelated.patch" not in warned and len(made["warnings"]) == 2, made["warnings"]
