@@ -166,7 +166,13 @@ def choose_runner(run: Run) -> None:
         progress.Display([v.name for v in run.selected], live=opts.live),
         echo=False,
     )
-    run.ctx.echo = len(run.selected) == 1 and not run.ctx.display.live
+    # A step's own output streams to the console only with -v (one step, no live table):
+    # it is always in the step's log, and the first screen is kept for kiln's diagnosis.
+    run.ctx.echo = (
+        len(run.selected) == 1
+        and not run.ctx.display.live
+        and logging.getLogger("kiln").isEnabledFor(logging.DEBUG)
+    )
 
 
 def compiler_cache(opts: Options, ccache: str | None) -> compilercache.CompilerCache:

@@ -161,6 +161,25 @@ def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
     assert "plain: cached (artifact cache" in again.stderr
 
 
+def test_without_a_terminal_the_first_screen_is_the_diagnosis(
+    tmp_path: Path, build_python: Path, pypi_cuda: Path
+) -> None:
+    """Issue 35: one vendor, no terminal (CI): setuptools' traceback stays in the log; the
+    console has kiln's lines and the diagnosis. With -v the step's output streams too."""
+    fixtures = broken.make(tmp_path / "broken")
+    fault = "missing-header"
+    ws = write(tmp_path / "ws", {fault: broken.vendor(fault, fixtures.commits[fault])})
+    shared_cache(tmp_path / "cache")
+    res = _kiln_build(ws, tmp_path, fixtures.mirrors, build_python)
+    assert res.returncode == 6, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and "Error compiling objects" not in res.stderr
+    assert "    csrc/topo.h:2: fatal error: hwloc.h: No such file or directory" in res.stderr
+    log = tmp_path / "artifacts/logs/test-release/missing-header-build.log"
+    assert "Traceback" in log.read_text()  # the raw output: in the log, whole
+    verbose = _kiln_build(ws, tmp_path, fixtures.mirrors, build_python, "-v")
+    assert verbose.returncode == 6 and "Traceback" in verbose.stderr
+
+
 def test_an_undefined_symbol_names_its_library(tmp_path: Path) -> None:
     """The link row for a symbol no library on the link defines, read from g++'s own output
     (a real link of a program calling NCCL without -lnccl)."""
