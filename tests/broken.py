@@ -41,6 +41,26 @@ setup(
 )
 """
 
+ARCH_TABLE_SETUP = """\
+import os
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+# Its own targets for TORCH_CUDA_ARCH_LIST's archs (written before 10.3a existed).
+TARGETS = {"9.0a": "90a", "10.0a": "100a"}
+listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").split(";")
+gencode = ["-gencode=arch=compute_%s,code=sm_%s" % (TARGETS[a], TARGETS[a])
+           for a in listed if a in TARGETS]
+setup(
+    name="broken",
+    version="0.1.0",
+    packages=["broken"],
+    ext_modules=[CUDAExtension("broken._C", ["csrc/binding.cpp", "csrc/k.cu"],
+                               extra_compile_args={"cxx": [], "nvcc": gencode})],
+    cmdclass={"build_ext": BuildExtension},
+)
+"""
+
 BINDING = """\
 #include <Python.h>
 static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, NULL};
@@ -116,6 +136,16 @@ FAULTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         {"cuda": False, "sources": ["csrc/binding.cpp"]},
         {"setup.py": SETUP_PY.replace("import os\n", "import os\n\nimport pybind11\n", 1)},
     ),
+    # an upstream that maps TORCH_CUDA_ARCH_LIST through a table of its own, with no entry
+    # for 10.3a: its units ask nvcc for sm_100a only (kiln stops at the first compile)
+    "arch-dropped": (
+        {
+            "cuda": True,
+            "sources": ["csrc/binding.cpp", "csrc/k.cu"],
+            "archs": ["sm_100a", "sm_103a"],
+        },
+        {"csrc/k.cu": "__global__ void k() {}\n", "setup.py": ARCH_TABLE_SETUP},
+    ),
     # a library that is not installed
     "missing-library": (
         {"cuda": False, "sources": ["csrc/binding.cpp"], "libraries": ["kilnabsent"]},
@@ -167,7 +197,7 @@ def vendor(fault: str, commit: str) -> dict[str, Any]:
         "source": {"url": f"{BASE_URL}{fault}.git", "commit": commit},
         "build": {
             "kind": "wheel",
-            "archs": ["sm_100a"] if unit["cuda"] else [],
+            "archs": unit.get("archs", ["sm_100a"]) if unit["cuda"] else [],
             "arch_control": unit.get("arch_control")
             or ("torch-arch-list" if cuda else ("hardcoded" if unit["cuda"] else "none")),
         },

@@ -201,6 +201,10 @@ def _environment(
     # ccache, the run's compile gate).
     kit.install_kit(tree)
     env.update(kit.kit_environment(tree, ctx.tc, env))
+    if vendor.build.arch_control == "torch-arch-list" and vendor.build.archs:
+        # each CUDA unit must make every arch of TORCH_CUDA_ARCH_LIST: an upstream that
+        # maps it through a table of its own is stopped at its first compile
+        env["KILN_NVCC_EXPECT"] = " ".join(vendor.build.archs)
     logs = {k: ctx.logs / f"{vendor.name}.{k}" for k in ("jobs", "mem", "ccache")}
     logs["failure"] = failure.record_path(ctx.logs, vendor.name)
     for f in logs.values():

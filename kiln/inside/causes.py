@@ -579,6 +579,58 @@ def cxx_standard(f: Failure) -> Cause | None:
     return cxx20_code(f)
 
 
+def _torch_form(arch: str) -> str:
+    """``sm_103a`` -> ``10.3a`` (as TORCH_CUDA_ARCH_LIST and upstream tables spell it)."""
+    m = re.match(r"sm_(\d+)(\d)([af]?)$", arch)
+    return f"{m[1]}.{m[2]}{m[3]}" if m else arch
+
+
+def _arch_table(tree: Path, made: list[str], missing: list[str]) -> str | None:
+    """Where the upstream's setup.py turns TORCH_CUDA_ARCH_LIST into its own targets: the
+    first line naming an arch it made (``10.0a``, ``100a``) and none it dropped."""
+    setup = tree / "setup.py"
+    try:
+        lines = setup.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+
+    def forms(a: str) -> tuple[str, ...]:
+        return (_torch_form(a), a.removeprefix("sm_"))
+
+    for i, line in enumerate(lines, 1):
+        if any(x in line for a in made for x in forms(a)) and not any(
+            x in line for a in missing for x in forms(a)
+        ):
+            return f"setup.py:{i}"
+    return None
+
+
+def arch_dropped(f: Failure) -> Cause | None:
+    """A CUDA unit made fewer archs than TORCH_CUDA_ARCH_LIST named (kiln's wrapper
+    stopped it at its first compile)."""
+    for err in f.d.errors:
+        m = archflags.DROPPED.match(err.render()) if err.tool == "kiln" else None
+        if not m:
+            continue
+        made = [a.strip() for a in m["made"].split(",") if a.strip() != "no SASS"]
+        missing = [a.strip() for a in m["missing"].split(",")]
+        listed = f.env.get("TORCH_CUDA_ARCH_LIST", "")
+        where = _arch_table(f.tree, made, missing)
+        return Cause(
+            "arch-dropped",
+            f'kiln set TORCH_CUDA_ARCH_LIST={listed} (arch_control = "torch-arch-list") and '
+            f"the upstream asked nvcc for {', '.join(made) or 'no SASS'} only for {m['unit']}: "
+            f"it maps the list through targets of its own and leaves "
+            f"{', '.join(_torch_form(a) for a in missing)} out"
+            + (f" (its arch table: {where})" if where else ""),
+            f"give the upstream's table an entry for {', '.join(_torch_form(a) for a in missing)}"
+            f" (a patch in patches/), or let kiln set every unit's archs: "
+            f'arch_control = "rewrite" in vendors/{f.vendor}.toml, or leave '
+            f"{', '.join(missing)} out of build.archs",
+        )
+    return None
+
+
 _ARCH = re.compile(r"(?:Unsupported gpu architecture|Value) '(?:compute_|sm_)(?P<arch>\d+[af]?)'")
 
 
@@ -769,6 +821,7 @@ ROWS: tuple[Callable[[Failure], Cause | None], ...] = (
     killed,
     setup_import,
     arch_refused,
+    arch_dropped,
     unknown_arch,
     missing_header,
     cxx_standard,

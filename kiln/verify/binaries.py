@@ -141,6 +141,7 @@ def check_archs(report_name: str, objects: list[SharedObject], expected: list[st
             f"{report_name}: no shared object holds device code, the recipe asks for "
             f"{', '.join(sorted(want))}"
         )
+    wrong = []
     for o in with_device:
         have = set(o.sass)
         missing, extra = sorted(want - have), sorted(have - want)
@@ -148,11 +149,16 @@ def check_archs(report_name: str, objects: list[SharedObject], expected: list[st
             parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
                 [f"unexpected {', '.join(extra)}"] if extra else []
             )
-            raise VerifyError(
-                f"{report_name}: {o.path} has SASS for {', '.join(sorted(have)) or 'nothing'}: "
-                f"{'; '.join(parts)} (the recipe asks for {', '.join(sorted(want))}); "
-                f"fix build.archs or the upstream's arch flags"
+            wrong.append(
+                f"{o.path} has SASS for {', '.join(sorted(have)) or 'nothing'}: {'; '.join(parts)}"
             )
+    if wrong:
+        # every shared object that is wrong, not the first one of them
+        others = "".join(f"\n    also {w}" for w in wrong[1:])
+        raise VerifyError(
+            f"{report_name}: {wrong[0]} (the recipe asks for {', '.join(sorted(want))}); "
+            f"fix build.archs or the upstream's arch flags{others}"
+        )
 
 
 def check_tags(wheel: Path, profile: Profile) -> tuple[str, str, list[str]]:

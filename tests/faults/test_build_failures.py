@@ -72,6 +72,18 @@ SEEN: dict[str, list[str]] = {
         "vendors/missing-library.toml so preflight checks it before the next build:\n"
         '      [[build.system]]\n      library = "kilnabsent"\n      package = "PACKAGE"\n',
     ],
+    # issue 35: an arch the recipe asks for, dropped by the upstream's own table: stopped
+    # at the first compile, with where the upstream chose its targets
+    "arch-dropped": [
+        "building arch-dropped failed with exit code 6, in csrc/k.cu:",
+        "    csrc/k.cu: compiled for sm_100a only, not for sm_103a of the recipe's archs "
+        "(sm_100a, sm_103a)",
+        '  cause: kiln set TORCH_CUDA_ARCH_LIST=10.0a;10.3a (arch_control = "torch-arch-list") '
+        "and the upstream asked nvcc for sm_100a only for csrc/k.cu: it maps the list through "
+        "targets of its own and leaves 10.3a out (its arch table: setup.py:6)",
+        "  fix: give the upstream's table an entry for 10.3a (a patch in patches/), or let kiln "
+        'set every unit\'s archs: arch_control = "rewrite" in vendors/arch-dropped.toml',
+    ],
     # issue 35: the upstream's own C++20 code under its -std=c++17 (nvcc's words)
     "cxx20-code": [
         "building cxx20-code failed with exit code 6, in csrc/ops.cu:",

@@ -110,6 +110,11 @@ def test_wheel_missing_an_arch_fails_and_leaves_nothing(
     msg = str(info.value)
     assert "plainext/_kernels" in msg and "missing sm_103a" in msg
     assert artifacts_files(tmp_path / "artifacts") == []
+    # the refused wheel is kept beside the logs, with the command that checks it again
+    (kept,) = (tmp_path / "artifacts" / "logs" / "test-release" / "plain-refused").glob("*.whl")
+    assert f"  the refused wheel: {kept} (kiln verify-wheel {kept} --workspace " in msg
+    res = run_kiln("verify-wheel", kept, "--workspace", ws, "--vendor", "plain")
+    assert res.returncode == 7 and "missing sm_103a" in res.stderr
 
 
 def test_host_only_wheel_passes_when_recipe_builds_no_device_code(

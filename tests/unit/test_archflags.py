@@ -272,3 +272,30 @@ def test_the_step_gets_the_archs_for_the_wrapper_and_torch(tmp_path: Path) -> No
     ws = Workspace(write(tmp_path / "hard", {"plain": hard}))
     env, _ = build_environment(ws.vendors["plain"], ws.profile, "/cuda", 0, base={})
     assert "KILN_NVCC_ARCHS" not in env
+
+
+def test_a_unit_that_drops_an_arch_of_the_recipe_is_stopped_at_its_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: with arch_control = "torch-arch-list" every CUDA unit makes every arch of
+    the recipe; an upstream table that left 10.3a out is stopped at the first compile."""
+    unit = tmp_path / "k.cu"
+    unit.write_text("__global__ void k() {}\n")
+    expected = ["sm_100a", "sm_103a"]
+    both = ["-gencode=arch=compute_100a,code=sm_100a", "-gencode=arch=compute_103a,code=sm_103a"]
+    archflags.check_expected(["-c", str(unit), *both, "-o", "k.o"], expected)  # passes
+    with pytest.raises(archflags.Dropped) as err:
+        archflags.check_expected(["-c", str(unit), both[0], "-o", "k.o"], expected, "csrc/k.cu")
+    m = archflags.DROPPED.match(str(err.value))
+    assert m and (m["unit"], m["made"], m["missing"]) == ("csrc/k.cu", "sm_100a", "sm_103a")
+    # PTX alone is no SASS; no arch flag at all is nvcc's default, not the recipe's
+    ptx = "-gencode=arch=compute_103a,code=compute_103a"
+    with pytest.raises(archflags.Dropped, match="not for sm_103a"):
+        archflags.check_expected(["-c", str(unit), both[0], ptx], expected)
+    with pytest.raises(archflags.Dropped, match="compiled for no SASS only"):
+        archflags.check_expected(["-c", str(unit)], expected)
+    # nvcc's own NVCC_APPEND_FLAGS count; links and preprocessing are not unit compiles
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", both[1])
+    archflags.check_expected(["-c", str(unit), both[0]], expected)
+    archflags.check_expected(["-shared", "k.o", "-o", "k.so"], expected)
+    archflags.check_expected(["-E", str(unit)], expected)

@@ -14,7 +14,7 @@ from kiln.build import importproof
 from kiln.build.context import run_step, timed
 from kiln.build.kinds import Job
 from kiln.config.models import Vendor
-from kiln.errors import BuildError
+from kiln.errors import BuildError, VerifyError
 from kiln.release import files, wheelfix
 from kiln.release.manifest import Output
 from kiln.verify import binaries as verify
@@ -47,9 +47,12 @@ class WheelKind:
             )
             wheelfix.check_size(fixed, vendor.name, vendor.build.max_wheel_mib)
         with timed(timings, "verify"):
-            report = verify.verify_wheel(
-                fixed, list(vendor.build.archs), ctx.ws.profile, ctx.tc.site_packages
-            )
+            try:
+                report = verify.verify_wheel(
+                    fixed, list(vendor.build.archs), ctx.ws.profile, ctx.tc.site_packages
+                )
+            except VerifyError as exc:
+                raise _refused(ctx.logs, vendor.name, fixed, ctx.ws.root, exc) from None
         wheel = ctx.place(fixed, stage / "wheels", vendor.name)
         shutil.rmtree(made[0].parent, ignore_errors=True)
         archs = sorted({a for o in report.shared_objects for a in o.sass})
@@ -60,6 +63,18 @@ class WheelKind:
             with timed(timings, "verify"):
                 details["import_proof"] = importproof.prove(ctx, vendor, wheel, "wheel").data()
         return [files.output_entry(wheel, stage, "wheel", **details)]
+
+
+def _refused(logs: Path, vendor: str, wheel: Path, ws: Path, exc: VerifyError) -> VerifyError:
+    """The wheel verify refused, kept beside the logs (the staging folder goes), and the
+    command that checks it again."""
+    kept = logs / f"{vendor}-refused" / wheel.name
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(wheel, kept)
+    return type(exc)(
+        f"{exc}\n  the refused wheel: {kept} (kiln verify-wheel {kept} --workspace {ws} "
+        f"--vendor {vendor})"
+    )
 
 
 KIND = WheelKind()

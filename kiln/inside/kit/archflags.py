@@ -244,6 +244,47 @@ def from_environment(args: list[str], unit: str) -> list[str]:
     return rewrite([*before, *args, *after], built, unit)
 
 
+EXPECT = "KILN_NVCC_EXPECT"  # compileflags.EXPECT: the archs every CUDA unit must make
+DROPPED = re.compile(
+    r"^(?P<unit>.+?): compiled for (?P<made>.+?) only, not for (?P<missing>.+?) of the "
+    r"recipe's archs \((?P<expected>[^)]*)\)"
+)
+
+
+class Dropped(ArchFlagError):
+    """A CUDA unit whose own arch flags leave out an arch the recipe builds (its upstream
+    turned TORCH_CUDA_ARCH_LIST into a list of its own): refused at its compile, not
+    after the whole build."""
+
+    def __init__(self, unit: str, made: list[str], missing: list[str], expected: list[str]):
+        super().__init__(
+            f"{unit}: compiled for {', '.join(made) or 'no SASS'} only, not for "
+            f"{', '.join(missing)} of the recipe's archs ({', '.join(expected)}): the upstream "
+            f"chose its own targets; kiln stops at this first compile instead of refusing the "
+            f"wheel after the whole build"
+        )
+
+
+def check_expected(args: list[str], expected: list[str], shown: str | None = None) -> None:
+    """Raise :class:`Dropped` where a device compile of a ``.cu`` unit (its arch flags, and
+    nvcc's ``NVCC_PREPEND_FLAGS``/``NVCC_APPEND_FLAGS``) makes SASS for fewer of
+    ``expected`` than the recipe builds. PTX alone is no SASS; ``all``/``native`` pass.
+    ``shown``: how the error names the unit (its path in the tree)."""
+    unit = unit_of(args)
+    if not unit or not unit.endswith(".cu") or any(a in NO_CODE for a in args):
+        return
+    if not any(a in ("-c", "--compile", "-dc", "--device-c") for a in args):
+        return  # a link or a whole-program call: the units' own compiles were checked
+    extra = [shlex.split(os.environ.get(v, "")) for v in NVCC_ENV_FLAGS]
+    _rest, asked, first = split([*extra[0], *args, *extra[1]])
+    if any(a in ANY for a in asked):
+        return
+    made = sorted({target(n).name for n in asked if not n.startswith(("compute_", "lto_"))})
+    missing = [e for e in expected if e not in made]
+    if missing:
+        raise Dropped(shown or unit, made if first is not None else [], missing, expected)
+
+
 def unit_of(args: list[str]) -> str | None:
     """What a refusal names: the call's (first) source file, else its output."""
     suffixes = (".cu", ".cpp", ".cc", ".cxx", ".c")

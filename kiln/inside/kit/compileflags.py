@@ -17,6 +17,7 @@ CXX_SUFFIXES = (".cc", ".cpp", ".cxx")
 NESTED = "KILN_WRAPPED"
 # The archs every nvcc call is rewritten to (arch_control = "rewrite"; archflags.ENV).
 ARCHS = "KILN_NVCC_ARCHS"
+EXPECT = "KILN_NVCC_EXPECT"  # archflags.EXPECT
 
 
 def archflags() -> ModuleType:

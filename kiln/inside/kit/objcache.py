@@ -515,6 +515,18 @@ def main(argv: list[str]) -> int:
         except archflags.ArchFlagError as exc:
             sys.stderr.write(f"{archflags.PREFIX}{exc}\n")
             return 1
+    if compileflags.is_nvcc(argv[1]) and os.environ.get(compileflags.EXPECT):
+        # arch_control = "torch-arch-list": every CUDA unit makes every arch of the recipe;
+        # one that does not is refused now, not the wheel after the whole build.
+        archflags = compileflags.archflags()
+        unit = archflags.unit_of(args)
+        try:
+            archflags.check_expected(
+                args, os.environ[compileflags.EXPECT].split(), _tree_relative(unit)
+            )
+        except archflags.ArchFlagError as exc:
+            sys.stderr.write(f"{archflags.PREFIX}{exc}\n")
+            return 1
     call = Call(argv[1], args)
     call, own_depfile = with_own_depfile(call)
     roots = _names(compileflags.env_roots())
