@@ -61,6 +61,15 @@ setup(
 )
 """
 
+DOWNLOAD_SETUP = SETUP_PY.replace(
+    "spec = json.load(",
+    'if os.getenv("BROKEN_FORCE_BUILD", "FALSE") != "TRUE":\n'
+    "    import urllib.request\n\n"
+    '    urllib.request.urlopen("https://downloads.invalid/broken/broken-0.1.0-cp311-linux.whl")\n'
+    "spec = json.load(",
+    1,
+)
+
 BINDING = """\
 #include <Python.h>
 static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, NULL};
@@ -146,6 +155,12 @@ FAULTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         },
         {"csrc/k.cu": "__global__ void k() {}\n", "setup.py": ARCH_TABLE_SETUP},
     ),
+    # a setup.py that downloads a prebuilt wheel unless its switch is "TRUE" (the recipe
+    # sets it to "1"): the build reaches for the network
+    "network-download": (
+        {"cuda": False, "sources": ["csrc/binding.cpp"], "env": {"BROKEN_FORCE_BUILD": "1"}},
+        {"setup.py": DOWNLOAD_SETUP},
+    ),
     # a library that is not installed
     "missing-library": (
         {"cuda": False, "sources": ["csrc/binding.cpp"], "libraries": ["kilnabsent"]},
@@ -198,6 +213,7 @@ def vendor(fault: str, commit: str) -> dict[str, Any]:
         "build": {
             "kind": "wheel",
             "archs": unit.get("archs", ["sm_100a"]) if unit["cuda"] else [],
+            "env": unit.get("env", {}),
             "arch_control": unit.get("arch_control")
             or ("torch-arch-list" if cuda else ("hardcoded" if unit["cuda"] else "none")),
         },

@@ -84,6 +84,15 @@ SEEN: dict[str, list[str]] = {
         "  fix: give the upstream's table an entry for 10.3a (a patch in patches/), or let kiln "
         'set every unit\'s archs: arch_control = "rewrite" in vendors/arch-dropped.toml',
     ],
+    # issue 35: the build reaches for the network; the switch that stops it, as compared
+    "network-download": [
+        "  cause: the upstream's build tried to download "
+        "https://downloads.invalid/broken/broken-0.1.0-cp311-linux.whl (setup.py:10), and "
+        "builds are offline",
+        '  fix: vendors/network-download.toml sets BROKEN_FORCE_BUILD = "1", but setup.py:7 '
+        'compares it with != "TRUE": set BROKEN_FORCE_BUILD = "TRUE" in [build.env] of '
+        "vendors/network-download.toml",
+    ],
     # issue 35: the upstream's own C++20 code under its -std=c++17 (nvcc's words)
     "cxx20-code": [
         "building cxx20-code failed with exit code 6, in csrc/ops.cu:",
