@@ -292,15 +292,11 @@ def include_dirs(f: Failure) -> list[str]:
 
 
 def library_dirs(f: Failure) -> list[str]:
-    """The folders the link searched (``-L``, LIBRARY_PATH), the build Python's
-    site-packages shortened to ``<site-packages>`` for the screen."""
+    """The folders the link searched (``-L``, LIBRARY_PATH), as they are (a path a user
+    copies must exist)."""
     dirs = _flag_dirs(f.d.command, ("-L",))
     dirs += [p for p in f.env.get("LIBRARY_PATH", "").split(os.pathsep) if p]
-    shown = []
-    for d in dirs:
-        _, sep, rest = d.partition("/site-packages/")
-        shown.append(f"<site-packages>/{rest}" if sep else d)
-    return list(dict.fromkeys(shown))
+    return list(dict.fromkeys(dirs))
 
 
 def resolve(header: str, dirs: Sequence[str]) -> Path | None:
@@ -473,7 +469,40 @@ def missing_identifier(f: Failure) -> Cause | None:
         f"{dep.name}'s headers here do not declare {names}: {dep.header} resolved to "
         f"{header} ({dep.name} {version}{came}); this revision likely needs a newer {dep.name}"
     )
+    pinned = pinned_by(dist) if who else None
+    if pinned is not None:
+        # the fix that changes the build environment, checked against the profile's pins
+        # before it is printed: a newer wheel beside a torch that pins this one is
+        # ResolutionImpossible
+        pinner, spec = pinned
+        return Cause(
+            "missing-identifier",
+            cause,
+            f"{pinner} pins {spec}, so no newer {dist} can be installed beside it (a newer "
+            f"pin in build_tools ends in ResolutionImpossible): build with a torch that pins "
+            f"a newer {dist} (the profile's torch in kiln.toml, with its builder image), or "
+            f"pin the upstream at a revision that does not use {names} "
+            f"(vendors/{f.vendor}.toml source.commit)",
+        )
     return Cause("missing-identifier", cause, dep.pin.format(dist=dist, version=version))
+
+
+_PIN = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(?P<version>[^\s;,]+)")
+
+
+def pinned_by(dist: str) -> tuple[str, str] | None:
+    """Which installed distribution of the build Python pins ``dist`` exactly
+    (``torch 2.14.1``, ``nvidia-nccl-cu13==2.30.7``), from the distributions' own
+    ``Requires-Dist``: what a dry resolve of a newer ``dist`` would stop at."""
+    from importlib import metadata
+
+    want = re.sub(r"[-_.]+", "-", dist).lower()
+    for d in metadata.distributions():
+        for req in d.requires or []:
+            m = _PIN.match(req)
+            if m and re.sub(r"[-_.]+", "-", m["name"]).lower() == want and "extra ==" not in req:
+                return f"{d.metadata['Name']} {d.version}", f"{m['name']}=={m['version']}"
+    return None
 
 
 _CXX_STD = re.compile(r"C\+\+\s?(?P<std>\d\d)\b")

@@ -92,7 +92,7 @@ _NOISE = (
 def _relative(path: str, tree: Path | None) -> str:
     """``path`` as the user finds it: relative to the tree when inside it (ninja prints
     paths relative to its build folder, ``../../csrc/x.cu``: the part that exists in the
-    tree is taken), else with the build Python's site-packages shortened."""
+    tree is taken), else the whole path (one a user can open)."""
     if tree is None:
         return path
     p = Path(os.path.normpath(path))
@@ -100,8 +100,7 @@ def _relative(path: str, tree: Path | None) -> str:
         try:
             return str(p.relative_to(tree))
         except ValueError:
-            _, sep, rest = path.partition("/site-packages/")
-            return f"<site-packages>/{rest}" if sep else path
+            return path
     parts = p.parts
     while parts and parts[0] == "..":
         parts = parts[1:]

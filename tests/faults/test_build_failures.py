@@ -35,13 +35,15 @@ SEEN: dict[str, list[str]] = {
         "ncclKilnFutureQuery: nccl.h resolved to ",
         "/site-packages/nvidia/nccl/include/nccl.h (NCCL 2.30.7, from nvidia-nccl-cu13 "
         "2.30.7); this revision likely needs a newer NCCL",
-        "  fix: pin a newer nvidia-nccl-cu13 in the profile's build_tools (kiln.toml: "
-        'build_tools = [..., "nvidia-nccl-cu13>2.30.7"]) or use a builder image with a '
-        "newer NCCL",
+        # issue 35: a newer NCCL beside torch 2.14.1 is ResolutionImpossible: not advised
+        "  fix: torch 2.14.1 pins nvidia-nccl-cu13==2.30.7, so no newer nvidia-nccl-cu13 "
+        "can be installed beside it (a newer pin in build_tools ends in ResolutionImpossible): "
+        "build with a torch that pins a newer nvidia-nccl-cu13",
     ],
     "cxx-standard": [
         "building cxx-standard failed with exit code 6, in csrc/ops.cpp:",
-        "    <site-packages>/torch/include/torch/csrc/api/include/torch/all.h:5: error: #error "
+        # the header's real path (issue 35: what a user copies must exist)
+        "/site-packages/torch/include/torch/csrc/api/include/torch/all.h:5: error: #error "
         "C++20 or later compatible compiler is required to use PyTorch.",
         "it needs C++20 or later (the upstream hard-codes an older -std)",
         '  fix: add build.cxx_append_flags = ["-std=c++20"] (C++ units)',
@@ -157,6 +159,8 @@ def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
     table = res.stderr[res.stderr.index("kiln build summary") : res.stderr.index("kiln: error:")]
     for fault in SEEN:
         assert f"[{broken.row(fault)}]" in table.replace("\n", "").replace("│", ""), table
+    # no fix that cannot work: torch pins this NCCL (a newer one is ResolutionImpossible)
+    assert "nvidia-nccl-cu13>2.30.7" not in error
     # never the build backend's traceback as the summary
     assert "Error compiling objects for extension" not in error
     assert "Traceback" not in error

@@ -302,7 +302,15 @@ def test_a_library_nobody_ships_names_the_wheel_or_the_runtime_library_entry(
     facts = loadfacts.gather("mylib", read, None, [], {}, {}, {}, None, set(), None)
     cause = causes.explain_load(facts)
     assert cause.row == "library-nobody-ships"
-    assert '[[build.runtime_libraries]] soname = "libkilnabsent.so.1"' in cause.fix
+    # a TOML table that pastes as it is (issue 35): a key a line
+    assert cause.fix.endswith(
+        ':\n      [[build.runtime_libraries]]\n      soname = "libkilnabsent.so.1"\n'
+        '      package = "PACKAGE"'
+    )
+    import tomllib
+
+    pasted = "\n".join(ln.strip() for ln in cause.fix.split(":\n", 1)[1].splitlines())
+    assert tomllib.loads(pasted)["build"]["runtime_libraries"][0]["soname"] == "libkilnabsent.so.1"
     cudart = causes.explain_load(causes.LoadFailure("v", "m", None, "x", library="libcudart.so.13"))
     assert cudart.fix.startswith("add nvidia-cuda-runtime to runtime-requirements.txt")
     torch_first = causes.explain_load(
