@@ -161,6 +161,15 @@ FAULTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         {"cuda": False, "sources": ["csrc/binding.cpp"], "env": {"BROKEN_FORCE_BUILD": "1"}},
         {"setup.py": DOWNLOAD_SETUP},
     ),
+    # Hopper's wgmma compiled for sm_100a: ptxas refuses the instruction
+    "ptx-instruction": (
+        {
+            "cuda": True,
+            "sources": ["csrc/binding.cpp", "csrc/hopper.cu"],
+            "nvcc": ["-gencode=arch=compute_100a,code=sm_100a"],
+        },
+        {"csrc/hopper.cu": '__global__ void k() { asm volatile("wgmma.fence.sync.aligned;"); }\n'},
+    ),
     # a library that is not installed
     "missing-library": (
         {"cuda": False, "sources": ["csrc/binding.cpp"], "libraries": ["kilnabsent"]},

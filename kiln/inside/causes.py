@@ -660,6 +660,47 @@ def arch_dropped(f: Failure) -> Cause | None:
     return None
 
 
+# PTX instructions of one architecture's own features -> the targets that have them
+# (PTX ISA 9.0, "Target ISA notes").
+INSTRUCTION_ARCHS: tuple[tuple[str, str], ...] = (
+    ("wgmma.", "sm_90a only (Hopper's warpgroup MMA; SM100 has tcgen05 instead)"),
+    ("tcgen05.", "sm_100a, sm_101a, sm_103a, sm_110a and their families (sm_100f, ...)"),
+    ("setmaxnreg", "sm_90a, sm_100a, sm_101a, sm_103a, sm_120a and their families"),
+    ("cp.async.bulk.tensor", "sm_90 and later"),
+    ("multimem.", "sm_90 and later"),
+    ("mbarrier.try_wait", "sm_90 and later"),
+    ("elect.sync", "sm_90 and later"),
+)
+_PTX_INSN = re.compile(
+    r"Instruction '(?P<insn>[\w.]+)' (?:not supported on \.target|cannot be compiled for "
+    r"architecture) '(?P<target>sm_\w+)'"
+)
+
+
+def ptx_instruction(f: Failure) -> Cause | None:
+    """ptxas refuses an instruction the unit's target does not have (Hopper's wgmma built
+    for sm_100a): the unit, the arch, which archs have it, where its PTX is kept."""
+    for err in f.d.errors:
+        m = _PTX_INSN.search(err.message)
+        if not m or err.tool != "ptxas":
+            continue
+        insn, target = m["insn"], m["target"]
+        has = next((a for p, a in INSTRUCTION_ARCHS if insn.startswith(p)), None)
+        unit = f.d.unit or "a unit"
+        kept = f" (its PTX, kept: {err.file}:{err.line})" if err.file else ""
+        return Cause(
+            "ptx-instruction",
+            f"{unit} was compiled for {target}, and its device code uses {insn}"
+            + (f", which exists on {has}" if has else f", which {target} does not have")
+            + kept,
+            f"compile {unit} only for archs that have {insn}: the upstream's arch guard "
+            f"around that code (#if __CUDA_ARCH__ ...) or its switch for the unit "
+            f'(arch_control = "toggles" with build.arch_toggles in vendors/{f.vendor}.toml), '
+            f"or leave {target} out of build.archs",
+        )
+    return None
+
+
 _ARCH = re.compile(r"(?:Unsupported gpu architecture|Value) '(?:compute_|sm_)(?P<arch>\d+[af]?)'")
 
 
@@ -924,6 +965,7 @@ ROWS: tuple[Callable[[Failure], Cause | None], ...] = (
     network_download,
     arch_refused,
     arch_dropped,
+    ptx_instruction,
     unknown_arch,
     missing_header,
     cxx_standard,

@@ -86,6 +86,18 @@ SEEN: dict[str, list[str]] = {
         "  fix: give the upstream's table an entry for 10.3a (a patch in patches/), or let kiln "
         'set every unit\'s archs: arch_control = "rewrite" in vendors/arch-dropped.toml',
     ],
+    # issue 35: ptxas refuses an instruction: the unit, its arch, which archs have it, and
+    # its PTX kept beside the logs (not in a folder deleted with the compile)
+    "ptx-instruction": [
+        "building ptx-instruction failed with exit code 6, in csrc/hopper.cu:",
+        "error: Instruction 'wgmma.fence' not supported on .target 'sm_100a'",
+        "  cause: csrc/hopper.cu was compiled for sm_100a, and its device code uses "
+        "wgmma.fence, which exists on sm_90a only (Hopper's warpgroup MMA; SM100 has tcgen05 "
+        "instead) (its PTX, kept: ",
+        "/artifacts/logs/test-release/ptx-instruction-ptx/csrc_hopper.cu/hopper.ptx:",
+        "  fix: compile csrc/hopper.cu only for archs that have wgmma.fence: the upstream's "
+        "arch guard",
+    ],
     # issue 35: the build reaches for the network; the switch that stops it, as compared
     "network-download": [
         "  cause: the upstream's build tried to download "
@@ -159,6 +171,8 @@ def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
     table = res.stderr[res.stderr.index("kiln build summary") : res.stderr.index("kiln: error:")]
     for fault in SEEN:
         assert f"[{broken.row(fault)}]" in table.replace("\n", "").replace("│", ""), table
+    kept = tmp_path / "artifacts/logs/test-release/ptx-instruction-ptx/csrc_hopper.cu/hopper.ptx"
+    assert "wgmma.fence" in kept.read_text()  # the PTX ptxas refused, kept for the user
     # no fix that cannot work: torch pins this NCCL (a newer one is ResolutionImpossible)
     assert "nvidia-nccl-cu13>2.30.7" not in error
     # never the build backend's traceback as the summary

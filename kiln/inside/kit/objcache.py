@@ -416,7 +416,7 @@ def run_real(call: Call, seed: str = "") -> int:
         else:
             with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
                 # One word (``=``): ccache is told to ignore it (a fresh temp dir each time).
-                rc = subprocess.call([*argv, "--keep", f"--keep-dir={keep}"], env=env)
+                rc = _nvcc_keeping_ptx([*argv, "--keep", f"--keep-dir={keep}"], env, keep, call)
         # Taken while the slot is held: the next compile, woken the moment it is let go,
         # may start before this process writes its line, and the records must not show
         # the two overlapping.
@@ -433,6 +433,29 @@ def run_real(call: Call, seed: str = "") -> int:
         threads=threads,
     )
     return rc
+
+
+def _nvcc_keeping_ptx(argv: list[str], env: dict[str, str], keep: str, call: Call) -> int:
+    """nvcc with ``--keep-dir`` a temporary folder: where it fails, its PTX (what ptxas
+    names in its errors) is kept beside the step's logs and its messages name that copy,
+    not a folder gone with the compile."""
+    res = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    text = res.stdout.decode(errors="replace")
+    stats = os.environ.get("KILN_JOB_STATS")
+    if res.returncode != 0 and stats and ".ptx" in text:
+        unit = _tree_relative(call.source) or os.path.basename(call.out or "nvcc")
+        kept = os.path.join(os.path.splitext(stats)[0] + "-ptx", unit.replace("/", "_"))
+        try:
+            os.makedirs(kept, exist_ok=True)
+            for name in os.listdir(keep):
+                if name.endswith(".ptx"):
+                    shutil.copy2(os.path.join(keep, name), os.path.join(kept, name))
+            text = text.replace(keep.rstrip("/") + "/", kept + "/")
+        except OSError:
+            pass  # the error is shown either way
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    return res.returncode
 
 
 def wrapper_env(
