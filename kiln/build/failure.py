@@ -59,7 +59,7 @@ def summary_line(record: dict[str, Any] | None) -> str:
     if not record:
         return ""
     errors = record.get("errors") or []
-    first = errors[0]["text"] if errors else ""
+    first = errors[0]["text"].splitlines()[0] if errors else ""  # without its chain
     cause = record.get("cause") or {}
     row = f" [{cause['row']}]" if cause.get("row") else ""
     return f"{first}{row}" if first else (cause.get("cause", "") + row)

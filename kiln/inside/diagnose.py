@@ -35,11 +35,18 @@ class ErrorLine:
     file: str | None = None
     line: int | None = None
     tool: str = ""  # gcc, nvcc, ptxas, ld, python, ...
+    # the template instantiations that lead from the upstream's own code to the error
+    # (g++'s "required from", nvcc's "detected during"), cut to the screen
+    chain: tuple[str, ...] = ()
 
     def render(self) -> str:
         where = f"{self.file}:{self.line}: " if self.file and self.line else ""
         where = where or (f"{self.file}: " if self.file else "")
         return f"{where}{self.message}"
+
+    def shown(self) -> str:
+        """The error and, under it, its instantiation chain (what the screen shows)."""
+        return self.render() + "".join(f"\n      {c}" for c in self.chain)
 
 
 @dataclass
@@ -53,7 +60,7 @@ class Diagnosis:
 
     def to_json(self) -> dict:
         data = asdict(self)
-        data["errors"] = [asdict(e) | {"text": e.render()} for e in self.errors]
+        data["errors"] = [asdict(e) | {"text": e.shown()} for e in self.errors]
         return data
 
 
@@ -77,6 +84,36 @@ _LD_UNDEFINED = re.compile(
 # kiln's compiler wrapper refusing an nvcc call's archs (arch_control = "rewrite")
 _KILN_ARCH = re.compile("^" + re.escape(archflags.PREFIX) + r"(?:(?P<file>[^\s:]+): )?(?P<msg>.+)$")
 _INCLUDED = re.compile(r"^(?:In file included|\s+) from (?P<file>[^:]+):(?P<line>\d+)[:,]$")
+# template instantiation context: g++ prints it before the error, nvcc after it
+_GCC_INSTANTIATION = re.compile(r"^(?P<file>[^\s:][^:]*?): In instantiation of (?P<what>.+):$")
+_GCC_REQUIRED = re.compile(
+    r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+):(?:\d+:)?\s+"
+    r"(?P<what>(?:recursively )?required (?:from|by substitution of) .+)$"
+)
+_EDG_INSTANTIATION = re.compile(
+    r"^\s+(?:detected during\s+)?instantiation of (?P<what>.+?) at line (?P<line>\d+)"
+    r"(?: of (?P<file>\S+?))?\s*$"
+)
+_EDG_HIDDEN = re.compile(r"^\s+\[ (?P<n>\d+) instantiation contexts not shown \]$")
+CHAIN_SHOWN = 4  # the innermost context and the last ones, which reach the upstream's code
+CHAIN_WIDTH = 160
+
+
+def cut_chain(chain: list[str]) -> tuple[str, ...]:
+    """The chain for the screen: its first line (the instantiation that failed), a count
+    of those skipped, and its last lines (down to the upstream's own call), each cut."""
+    short = [c if len(c) <= CHAIN_WIDTH else c[: CHAIN_WIDTH - 3] + "..." for c in chain]
+    if len(short) <= CHAIN_SHOWN:
+        return tuple(short)
+    tail = short[-(CHAIN_SHOWN - 1) :]
+    hidden = [_HIDDEN_LINE.match(c) for c in short[1 : -(CHAIN_SHOWN - 1)]]
+    skipped = sum(int(h["n"]) if h else 1 for h in hidden)
+    return (short[0], f"... ({skipped} more instantiations)", *tail)
+
+
+_HIDDEN_LINE = re.compile(r"^\[(?P<n>\d+) instantiation contexts not shown\]$")
+
+
 _NINJA_FAILED = re.compile(r"^FAILED: (?P<target>.+?)\s*$")
 _PYTHON_EXC = re.compile(r"^(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit)): (?P<msg>.+)$")
 # A tool's summary of errors already shown, or a wrapper's restatement: never a first error.
@@ -169,8 +206,31 @@ def first_errors(output: str, tree: Path | None = None) -> Diagnosis:
     pending_failed = False
     python_errors: list[ErrorLine] = []
     link: str | None = None  # the last link command line seen (setuptools prints it)
+    context: list[str] = []  # g++'s instantiation lines waiting for their error
+    chains: dict[int, list[str]] = {}  # error index -> its instantiation chain
+    last: int | None = None  # the error nvcc's "detected during" lines belong to
     for raw in output.splitlines():
         text = raw.rstrip()
+        m = _GCC_INSTANTIATION.match(text)
+        if m:
+            context = [f"in instantiation of {m['what']} ({_relative(m['file'], tree)})"]
+            continue
+        m = _GCC_REQUIRED.match(text)
+        if m:
+            context.append(f"{m['what']} at {_relative(m['file'], tree)}:{m['line']}")
+            continue
+        m = _EDG_INSTANTIATION.match(text)
+        if m and last is not None:
+            err_file = d.errors[last].file
+            where = _relative(m["file"], tree) if m["file"] else err_file
+            chains.setdefault(last, []).append(
+                f"instantiation of {m['what']} at {where}:{m['line']}"
+            )
+            continue
+        m = _EDG_HIDDEN.match(text)
+        if m and last is not None:
+            chains.setdefault(last, []).append(f"[{m['n']} instantiation contexts not shown]")
+            continue
         if _LINK_CMD.search(text):
             link = text
         if pending_failed:  # the line after ninja's FAILED: is the failed command
@@ -210,11 +270,21 @@ def first_errors(output: str, tree: Path | None = None) -> Diagnosis:
                 d.unit = _relative(top, tree)
         include_top = None
         key = (err.file, err.line, err.message)
+        pending, context = context, []
         if key in seen:
+            last = None
             continue
         seen.add(key)
         if len(d.errors) < MAX_ERRORS:
             d.errors.append(err)
+            last = len(d.errors) - 1
+            if pending:
+                chains[last] = pending
+        else:
+            last = None
+    for i, chain in chains.items():
+        e = d.errors[i]
+        d.errors[i] = ErrorLine(e.message, e.file, e.line, e.tool, cut_chain(chain))
     if not d.errors and python_errors:
         d.errors.append(python_errors[-1])  # the exception the backend ended with
     return d

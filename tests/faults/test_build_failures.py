@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomlkit
 
 from tests import broken, fleet, public, require
@@ -217,6 +218,53 @@ def test_without_a_terminal_the_first_screen_is_the_diagnosis(
     assert "Traceback" in log.read_text()  # the raw output: in the log, whole
     verbose = _kiln_build(ws, tmp_path, fixtures.mirrors, build_python, "-v")
     assert verbose.returncode == 6 and "Traceback" in verbose.stderr
+
+
+DEEP_H = """\
+#pragma once
+template <typename T> int leaf(T t) { return t.missing(); }
+template <int N, typename T> struct Deep { static int f(T t) { return Deep<N - 1, T>::f(t); } };
+template <typename T> struct Deep<0, T> { static int f(T t) { return leaf(t); } };
+"""
+
+
+@pytest.mark.parametrize("compiler", ["g++", "nvcc"])
+def test_a_deep_template_error_shows_its_chain_to_the_upstreams_code(
+    tmp_path: Path, compiler: str
+) -> None:
+    """Issue 35: an error twelve instantiations deep: its first error with the chain that
+    leads to the upstream's own call (g++'s "required from", nvcc's "detected during"),
+    cut to the screen, not the innermost line alone."""
+    from kiln.build import failure
+    from kiln.inside import diagnose
+
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "deep.h").write_text(DEEP_H)
+    unit = "csrc/ops.cu" if compiler == "nvcc" else "csrc/ops.cpp"
+    (tmp_path / unit).write_text('#include "deep.h"\nint run() { return Deep<12, int>::f(1); }\n')
+    tool = "/usr/local/cuda/bin/nvcc" if compiler == "nvcc" else "g++"
+    res = subprocess.run(
+        [tool, "-c", unit, "-o", "ops.o"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert res.returncode != 0
+    d = diagnose.first_errors(res.stdout + res.stderr, tmp_path)
+    first = d.errors[0]
+    assert first.file == "csrc/deep.h" and first.line == 2
+    # cut: the instantiation that failed, a count of those left out, the last ones
+    assert len(first.chain) <= diagnose.CHAIN_SHOWN + 1
+    assert "leaf(T)" in first.chain[0]
+    if compiler == "nvcc":  # 14 instantiations (nvcc hides 4 itself): 10 counted, not shown
+        assert first.chain[1] == "... (10 more instantiations)"
+    assert first.chain[-1].endswith(f"at {unit}:2")  # the upstream's own call
+    screen = failure.render(
+        {"errors": diagnose.Diagnosis(errors=d.errors).to_json()["errors"]},
+        tmp_path / "x.log",
+        "building x failed",
+    )
+    lines = screen.splitlines()
+    assert lines[1].startswith("    csrc/deep.h:2: error: ")
+    shown = lines[2 : 2 + len(first.chain)]
+    assert all(ln.startswith("      ") for ln in shown) and shown[-1].endswith(f"at {unit}:2")
 
 
 def test_an_undefined_symbol_names_its_library(tmp_path: Path) -> None:
