@@ -233,7 +233,10 @@ def test_the_demo_release_as_wheel_variants(
     ws = tmp_path / "demo"
     shutil.copytree(REPO / "examples" / "demo", ws)
     toml = ws / "kiln.toml"
-    toml.write_text(toml.read_text().replace("[profile]", "variant_wheels = true\n\n[profile]", 1))
+    text = toml.read_text()
+    toml.write_text(
+        text.replace("\ninstall_root = ", "\nvariant_wheels = true\ninstall_root = ", 1)
+    )
     res = run_kiln(
         *("demo", "--workspace", ws, "--artifacts", tmp_path / "artifacts"),
         *("--work", tmp_path / "work", "--cache", CACHE, "--python", build_python),
