@@ -74,8 +74,13 @@ class Display:
 
     def __enter__(self) -> Display:
         if self.live:
+            # transient: the live table goes when the run ends, and the summary takes its
+            # place (left on screen, its title and border stood stale above the summary)
             self._live = Live(
-                get_renderable=self._table, console=self.console, refresh_per_second=2
+                get_renderable=self._table,
+                console=self.console,
+                refresh_per_second=2,
+                transient=True,
             )
             self._live.__enter__()
         return self

@@ -49,3 +49,32 @@ def test_on_a_terminal_a_live_table_shows_state_time_and_memory(tmp_path: Path) 
     summary = io.StringIO()
     Console(file=summary, width=100).print(display.summary())
     assert "4.00 GiB" in summary.getvalue()  # the peak, once the step has ended
+
+
+def test_a_live_run_leaves_only_the_summary_on_the_terminal() -> None:
+    """Issue 35: on a terminal the live table goes when the run ends; its title and
+    border are not left standing above the summary. What the screen shows is read back
+    through a terminal emulator (pyte), escape codes and all."""
+    import io
+    import time
+
+    import pyte
+    from rich.console import Console
+
+    buf = io.StringIO()
+    display = Display(["alpha", "beta"], live=True)
+    display.console = Console(
+        file=buf, force_terminal=True, width=100, height=40, color_system=None
+    )
+    with display:
+        display.update("alpha", "building", "jobs 2")
+        time.sleep(1.2)  # the live table refreshes twice a second: it is drawn
+        display.update("alpha", "done", "ok")
+        display.update("beta", "done", "ok")
+    display.print_summary()
+    assert "kiln build" in buf.getvalue()  # the live table was on screen
+    screen = pyte.Screen(100, 40)
+    pyte.Stream(screen).feed(buf.getvalue().replace("\n", "\r\n"))
+    shown = [line.rstrip() for line in screen.display if line.strip()]
+    assert shown[0].strip() == "kiln build summary", shown
+    assert sum("┏" in line for line in shown) == 1  # one table: the summary's
