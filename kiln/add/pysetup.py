@@ -167,6 +167,8 @@ class _Reader:
                 self.parent[child] = node
         self.helpers: dict[str, int] = {}  # function -> index of the parameter it reads
         self.names: dict[str, set[str]] = {}  # bound name -> the variables it derives from
+        # bound name -> the comparison it holds (``FORCE = getenv("X", "0") == "TRUE"``)
+        self.compares: dict[str, ast.Compare] = {}
 
     def seen(self, node: ast.AST) -> Seen:
         line = getattr(node, "lineno", 0)
@@ -258,6 +260,37 @@ class _Reader:
                     for t in targets:
                         if isinstance(t, ast.Name) and deps:
                             self.names.setdefault(t.id, set()).update(deps)
+                            if isinstance(node.value, ast.Compare):
+                                self.compares[t.id] = node.value
+
+    def compared(self, test: ast.AST) -> tuple[bool, str] | None:
+        """(whether it is ``==``, the constant) where ``test`` compares one variable with
+        a constant, itself or through a name bound to that comparison."""
+        if isinstance(test, ast.Name) and test.id in self.compares:
+            test = self.compares[test.id]
+        if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+            return None
+        if not isinstance(test.ops[0], ast.Eq | ast.NotEq):
+            return None
+        sides = (test.left, test.comparators[0])
+        const = [x for x in sides if isinstance(x, ast.Constant)]
+        other = [x for x in sides if not isinstance(x, ast.Constant)]
+        if len(const) != 1 or len(other) != 1 or len(self.env_in(other[0])) != 1:
+            return None
+        return isinstance(test.ops[0], ast.Eq), str(const[0].value)
+
+    def skip_value(self, test: ast.AST, skip_when_true: bool, negated: bool) -> str:
+        """The value of the test's variable that skips what it guards: for a comparison
+        with a constant, that constant (or another value, as the comparison needs:
+        ``getenv("X_FORCE_BUILD", "FALSE") == "TRUE"`` is skipped by "TRUE", not "1");
+        else a true or a false value."""
+        cmp = self.compared(test.operand if negated and isinstance(test, ast.UnaryOp) else test)
+        if cmp is None:
+            return "1" if skip_when_true != negated else "0"
+        eq, const = cmp
+        if (skip_when_true != negated) == eq:
+            return const  # the test is as needed exactly when the variable is the constant
+        return "0" if const != "0" else "1"  # any value but the constant
 
     def _env_reads(self) -> None:
         seen: set[tuple[str, int]] = set()
@@ -423,7 +456,7 @@ class _Reader:
             deps = self.env_in(stmt.test)
             if len(deps) == 1:
                 skip_when_true = not in_body  # the call runs in the body when the test holds
-                value = "1" if skip_when_true != negated else "0"
+                value = self.skip_value(stmt.test, skip_when_true, negated)
                 options.append((next(iter(deps)), value, self.seen(stmt)))
         fn, up = None, self.parent.get(call)
         top: ast.AST = call
@@ -444,7 +477,6 @@ class _Reader:
                         negated = isinstance(term, ast.UnaryOp) and isinstance(term.op, ast.Not)
                         deps = self.env_in(term)
                         if len(deps) == 1:
-                            options.append(
-                                (next(iter(deps)), "0" if negated else "1", self.seen(stmt))
-                            )
+                            value = self.skip_value(term, True, negated)
+                            options.append((next(iter(deps)), value, self.seen(stmt)))
         return options

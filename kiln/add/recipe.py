@@ -413,14 +413,29 @@ def _flags(t: Table, f: Findings, b: dict[str, Any]) -> None:
     torch_inc = f.torch_header()
     if low and torch_inc and need:
         flag = f"-std=c++{need}"
+        # per compiler: the units that reach torch's headers say which one needs it (a
+        # tree of .cu units alone needs nvcc's flag; the C++ one would change nothing)
+        units = f.torch_units()
+        cuda = [u for u in units if u.endswith(".cu")]
+        host = [u for u in units if not u.endswith(".cu")]
+        if not units:  # the closure could not say which: both
+            cuda, host = ["(unknown)"], ["(unknown)"]
+        keys = (["cxx_append_flags"] if host else []) + (["nvcc_append_flags"] if cuda else [])
+        which = " and ".join(
+            f"{k} for {len(u)} {'CUDA' if k.startswith('nvcc') else 'C++'} unit(s) "
+            f"({', '.join(u[:2])}{', ...' if len(u) > 2 else ''})"
+            for k, u in (("cxx_append_flags", host), ("nvcc_append_flags", cuda))
+            if u
+        )
         _say(
             t,
             f"{low[0][1]}: a hard-coded C++{low[0][0]}; {torch_inc.seen} reaches torch's "
             f"headers, and {evidence}: kiln's wrapper appends {flag} after the upstream's "
-            f"flags (torch adds its own -std only when setup.py passes none).",
+            f"flags (torch adds its own -std only when setup.py passes none): {which}.",
         )
-        t.add("cxx_append_flags", [flag])
-        b["cxx_append_flags"] = [flag]
+        for key in keys:
+            t.add(key, [flag])
+            b[key] = [flag]
 
 
 def _torch_cxx(f: Findings) -> tuple[int | None, str]:

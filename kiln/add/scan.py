@@ -116,6 +116,15 @@ class Findings:
         own = [i for i in hits if i.header.startswith(("torch/", "ATen/", "c10/"))]
         return (own or hits or [None])[0]
 
+    def torch_units(self) -> list[str]:
+        """The compiled sources that reach torch's own headers (torch/, ATen/, c10/)."""
+        torch = {
+            h
+            for h, p in self.closure.provided.items()
+            if p == "torch" and h.startswith(("torch/", "ATen/", "c10/"))
+        }
+        return [s for s, _ in self.sources if torch & set(self.closure.reaches.get(s, ()))]
+
     def cutlass_units(self) -> dict[str, str]:
         """Device source -> the CUTLASS/CuTe header it reaches."""
         out = {}

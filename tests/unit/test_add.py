@@ -122,6 +122,42 @@ def test_a_hard_coded_gencode_list_becomes_rewrite(
     assert Workspace(workspace).vendors["gencode"].build.arch_control == "rewrite"
 
 
+CU_ONLY_SETUP = """\
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+setup(name="cuonly", version="0.1", cmdclass={"build_ext": BuildExtension},
+      ext_modules=[CUDAExtension("cuonly._C", ["csrc/k.cu"],
+                                 extra_compile_args={"nvcc": ["-std=c++17", "-O3"]})])
+"""
+
+
+def test_a_cuda_only_tree_with_torch_headers_gets_nvccs_standard_flag(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    """Issue 35: its only units are .cu files including torch's headers under a hard-coded
+    -std=c++17: the C++ compiler's flag would change nothing (the first build failed and
+    asked for what the recipe had), nvcc's is what the draft needs."""
+    make_repo(
+        fixtures.root / "cuonly.git",
+        [
+            CommitSpec(
+                "cuonly",
+                {
+                    "setup.py": CU_ONLY_SETUP,
+                    "csrc/k.cu": "#include <torch/extension.h>\n__global__ void k() {}\n",
+                    "LICENSE": BSD2,
+                },
+            )
+        ],
+    )
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}cuonly.git", None, tmp_path)
+    build = tomllib.loads(added.path.read_text())["build"]
+    assert build.get("nvcc_append_flags") == ["-std=c++20"]
+    assert "cxx_append_flags" not in build or build["cxx_append_flags"] == []
+    assert "nvcc_append_flags for 1 CUDA unit(s) (csrc/k.cu)" in added.path.read_text()
+
+
 def test_a_bsd_2_clause_license_is_named_as_such(
     workspace: Path, fixtures, build_python: Path, tmp_path: Path
 ) -> None:
@@ -304,6 +340,30 @@ def test_an_asserted_value_and_a_download_guard_are_pinned(tmp_path: Path) -> No
     # Y_LOCAL also skips the download but changes the version too: Y_FORCE is chosen.
     assert [(p.name, p.value) for p in s.download_guards] == [("Y_FORCE", "1")]
     assert "Y_LOCAL would too" in s.download_guards[0].why
+
+
+def test_a_download_guard_compared_with_a_string_is_drafted_with_that_string(
+    tmp_path: Path,
+) -> None:
+    """Issue 35: ``getenv("..._FORCE_BUILD", "FALSE") == "TRUE"`` is skipped by "TRUE":
+    drafting "1" let the build go on to download a prebuilt wheel."""
+    s = _setup(
+        tmp_path,
+        """\
+        import os, urllib.request
+        if os.getenv("Z_FORCE_BUILD", "FALSE") == "TRUE":
+            build()
+        else:
+            urllib.request.urlretrieve("https://example.invalid/wheel", "w.whl")
+        FETCH = os.environ.get("Z_SKIP_DOWNLOAD", "no") != "yes"
+        if FETCH:
+            urllib.request.urlopen("https://example.invalid/other")
+        """,
+    )
+    assert [(p.name, p.value) for p in s.download_guards] == [
+        ("Z_FORCE_BUILD", "TRUE"),
+        ("Z_SKIP_DOWNLOAD", "yes"),
+    ]
 
 
 def test_an_unguarded_download_is_only_reported(tmp_path: Path) -> None:
