@@ -96,6 +96,7 @@ class SetupPy:
     threads_flag: Seen | None = None
     unreproducible: list[tuple[str, Seen]] = field(default_factory=list)
     extension_names: list[str] = field(default_factory=list)  # CUDAExtension(name=...)
+    imports: list[tuple[str, Seen]] = field(default_factory=list)  # top-level modules it imports
     problem: str | None = None  # why it could not be read
 
 
@@ -306,7 +307,20 @@ class _Reader:
     # ---- imports, strings, flags
 
     def _imports(self) -> None:
+        seen_imports: set[str] = set()
         for node in ast.walk(self.module):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                else []
+            )
+            for name in names:
+                top = name.split(".")[0]
+                if top not in seen_imports:
+                    seen_imports.add(top)
+                    self.out.imports.append((top, self.seen(node)))
             if isinstance(node, ast.Call) and _called(node).endswith("Extension"):
                 named = [k.value for k in node.keywords if k.arg == "name"]
                 first = named[0] if named else (node.args[0] if node.args else None)

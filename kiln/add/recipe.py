@@ -20,6 +20,7 @@ from kiln.add.scan import Findings
 from kiln.config.fields import ARCH_RE
 from kiln.config.models import Profile
 from kiln.errors import ConfigError
+from kiln.inside.causes import MODULE_DISTRIBUTIONS
 
 # What kiln sets for every build itself (plan/environment.py, the scheduler, the compiler
 # wrapper): a recipe never sets these.
@@ -181,6 +182,7 @@ def _build(f: Findings, profiles: dict[str | None, Profile], r: Recipe) -> Table
     _parallelism(t, f, b)
     _memory(t, f, b)
     _flags(t, f, b)
+    _setup_imports(t, f)
     _env(t, f, b)
     _system(t, f, b)
     _say(
@@ -391,6 +393,19 @@ def _memory(t: Table, f: Findings, b: dict[str, Any]) -> None:
         )
     t.add("mem_per_job_gib", value)
     b["mem_per_job_gib"] = value
+
+
+def _setup_imports(t: Table, f: Findings) -> None:
+    """A module setup.py imports that the build venv lacks: the build would stop in
+    setup.py; its distribution belongs in the profile's build_tools (kiln.toml)."""
+    for name, seen in f.missing_imports:
+        dist = MODULE_DISTRIBUTIONS.get(name, name)
+        _say(
+            t,
+            f"{seen}: setup.py imports {name}, which the build venv does not have (the build "
+            f'runs without isolation): set by hand: add "{dist}==VERSION" to the profile\'s '
+            f'build_tools in kiln.toml (build_tools = [..., "{dist}==VERSION"]).',
+        )
 
 
 def _flags(t: Table, f: Findings, b: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ standard the build venv's torch requires.
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,9 @@ class Findings:
     extensions: list[str] = field(default_factory=list)
     tests: list[str] = field(default_factory=list)
     headers_scanned: bool = True
+    # modules setup.py imports that neither the standard library, the tree nor the build
+    # venv has: the build stops there (it runs without isolation)
+    missing_imports: list[tuple[str, Seen]] = field(default_factory=list)
 
     @property
     def device_sources(self) -> list[str]:
@@ -135,6 +139,26 @@ class Findings:
         return out
 
 
+def missing_imports(
+    tree: Path, modules: list[pysetup.SetupPy], site_packages: Path | None
+) -> list[tuple[str, Seen]]:
+    """What setup.py (and the tree's modules it imports) import that the build venv has
+    not: not the standard library, not a module of the tree, not in site-packages."""
+    if site_packages is None:
+        return []
+    have = {p.name.split(".")[0].split("-")[0] for p in site_packages.iterdir()}
+    have |= {"distutils"}  # setuptools provides it where the standard library no longer does
+    out = []
+    for m in modules:
+        for name, seen in m.imports:
+            local = (tree / f"{name}.py").is_file() or (tree / name).is_dir()
+            if name in sys.stdlib_module_names or local or name in have:
+                continue
+            if name not in {n for n, _ in out}:
+                out.append((name, seen))
+    return out
+
+
 def _cutlass(header: str) -> bool:
     return header.startswith(("cutlass/", "cute/"))
 
@@ -157,6 +181,7 @@ def scan(co: Checkout, env: Environment) -> Findings:
         elif pip and not deb:
             found.pip_headers.append(PipHeader(inc.header, pip, inc))
     found.torch_cxx = torch_cxx(env.site_packages)
+    found.missing_imports = missing_imports(tree, found.setup, env.site_packages)
     lic = spdx.find(tree)
     found.license = spdx.identify(tree, lic) if lic else None
     top = [s for s in co.submodules if "/" not in s.path or not _nested(s.path, co)]

@@ -123,6 +123,7 @@ def test_a_hard_coded_gencode_list_becomes_rewrite(
 
 
 CU_ONLY_SETUP = """\
+import pybind11
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
@@ -155,7 +156,16 @@ def test_a_cuda_only_tree_with_torch_headers_gets_nvccs_standard_flag(
     build = tomllib.loads(added.path.read_text())["build"]
     assert build.get("nvcc_append_flags") == ["-std=c++20"]
     assert "cxx_append_flags" not in build or build["cxx_append_flags"] == []
-    assert "nvcc_append_flags for 1 CUDA unit(s) (csrc/k.cu)" in added.path.read_text()
+    text = added.path.read_text().replace("\n# ", " ")  # the comments, unwrapped
+    assert "nvcc_append_flags for 1 CUDA unit(s) (csrc/k.cu)" in text
+    # issue 35 (9): setup.py imports what the build venv lacks: flagged, build_tools proposed
+    assert "setup.py:1: `import pybind11`: setup.py imports pybind11, which the build venv " in text
+    assert 'add "pybind11==VERSION" to the profile\'s build_tools in kiln.toml' in text
+    assert (
+        "imports os," not in text
+        and "imports setuptools" not in text
+        and "imports torch" not in text
+    )
 
 
 def test_a_bsd_2_clause_license_is_named_as_such(
