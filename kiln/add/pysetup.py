@@ -36,6 +36,7 @@ _ARCH_IN_FLAG = re.compile(
     r"(?:\bcode|\barch|--gpu-architecture|--gpu-code|-arch)\s*=\s*\[?\s*((?:sm|compute)_\d+[af]?)"
 )
 _SM = re.compile(r"\bsm_(\d+[af]?)\b")
+_TORCH_ARCH = re.compile(r"^\d{1,2}\.\d[af]?(\+PTX)?$")
 _STD = re.compile(r"^--?std=(?:c|gnu)\+\+(\d\w)$")
 _STD_NUMBER = {"11": 11, "0x": 11, "14": 14, "1y": 14, "17": 17, "1z": 17, "20": 20, "2a": 20}
 _STD_NUMBER |= {"23": 23, "2b": 23, "26": 26, "2c": 26}
@@ -97,6 +98,9 @@ class SetupPy:
     unreproducible: list[tuple[str, Seen]] = field(default_factory=list)
     extension_names: list[str] = field(default_factory=list)  # CUDAExtension(name=...)
     imports: list[tuple[str, Seen]] = field(default_factory=list)  # top-level modules it imports
+    # dicts keyed by TORCH_CUDA_ARCH_LIST's spelling ("10.0a": ...): the upstream's own
+    # arch table, which builds only the archs it has an entry for
+    arch_tables: list[tuple[tuple[str, ...], Seen]] = field(default_factory=list)
     problem: str | None = None  # why it could not be read
 
 
@@ -181,6 +185,7 @@ class _Reader:
         self._bind_names()
         self._env_reads()
         self._imports()
+        self._arch_tables()
         self._strings()
         self._asserts()
         self._network()
@@ -305,6 +310,15 @@ class _Reader:
         self.out.env_reads.sort(key=lambda r: (r.seen.line, r.name))
 
     # ---- imports, strings, flags
+
+    def _arch_tables(self) -> None:
+        for node in ast.walk(self.module):
+            if not isinstance(node, ast.Dict):
+                continue
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+            archs = tuple(k for k in keys if isinstance(k, str) and _TORCH_ARCH.match(k))
+            if archs and len(archs) == len(node.keys):
+                self.out.arch_tables.append((archs, self.seen(node)))
 
     def _imports(self) -> None:
         seen_imports: set[str] = set()

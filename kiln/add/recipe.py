@@ -183,6 +183,7 @@ def _build(f: Findings, profiles: dict[str | None, Profile], r: Recipe) -> Table
     _memory(t, f, b)
     _flags(t, f, b)
     _setup_imports(t, f)
+    _arch_table_note(t, f, b)
     _env(t, f, b)
     _system(t, f, b)
     _say(
@@ -223,6 +224,32 @@ def _kind(t: Table, f: Findings, b: dict[str, Any]) -> None:
         f"{f.url} at {f.commit[:12]}: {be.detail}: kiln add cannot tell how it is built; "
         f"write vendors/NAME.toml by hand (docs/add.md)"
     )
+
+
+def _torch_arch(arch: str) -> str:
+    """``sm_103a`` -> ``10.3a``: how TORCH_CUDA_ARCH_LIST (and upstream tables) spell it."""
+    m = re.match(r"sm_(\d+)(\d)([af]?)$", arch)
+    return f"{m[1]}.{m[2]}{m[3]}" if m else arch
+
+
+def _arch_table_note(t: Table, f: Findings, b: dict[str, Any]) -> None:
+    """An arch table of the upstream's own (keys spelled as TORCH_CUDA_ARCH_LIST spells
+    them) without an entry for an arch the recipe builds: that arch would be dropped; kiln
+    stops at the first compile then, and the draft says so now."""
+    archs = list(b.get("archs") or [])
+    for m in f.setup:
+        for keys, seen in m.arch_tables:
+            have = {k.removesuffix("+PTX") for k in keys}
+            dropped = [a for a in archs if _torch_arch(a) not in have]
+            if dropped:
+                _say(
+                    t,
+                    f"{seen}: setup.py maps archs through a table of its own ({', '.join(keys)}), "
+                    f"with no entry for {', '.join(_torch_arch(a) for a in dropped)}: the "
+                    f"upstream will drop {', '.join(dropped)} of this recipe (kiln stops at its "
+                    f"first compile); give the table an entry (a patch in patches/) or leave "
+                    f"{', '.join(dropped)} out of archs.",
+                )
 
 
 def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[str, Any]) -> None:

@@ -168,6 +168,33 @@ def test_a_cuda_only_tree_with_torch_headers_gets_nvccs_standard_flag(
     )
 
 
+def test_an_upstream_arch_table_without_a_profile_arch_is_named_in_the_draft(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    """Issue 35 (11): setup.py maps TORCH_CUDA_ARCH_LIST through its own table, which has
+    no 10.3a: the draft says the upstream will drop sm_103a of the profile's archs."""
+    from tests.broken import ARCH_TABLE_SETUP, BINDING
+
+    make_repo(
+        fixtures.root / "table.git",
+        [
+            CommitSpec(
+                "table",
+                {
+                    "setup.py": ARCH_TABLE_SETUP,
+                    "csrc/binding.cpp": BINDING,
+                    "csrc/k.cu": "__global__ void k() {}\n",
+                    "LICENSE": BSD2,
+                },
+            )
+        ],
+    )
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}table.git", None, tmp_path)
+    text = added.path.read_text().replace("\n# ", " ")
+    assert "setup.py:6: `TARGETS = " in text
+    assert "with no entry for 10.3a: the upstream will drop sm_103a of this recipe" in text
+
+
 def test_a_bsd_2_clause_license_is_named_as_such(
     workspace: Path, fixtures, build_python: Path, tmp_path: Path
 ) -> None:
