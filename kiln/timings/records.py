@@ -304,6 +304,15 @@ def load(
             f"no memory series ({MEMORY_SERIES}: a build before it): memory over time is "
             f"estimated from each compile's peak (summed while it ran), not sampled"
         )
+    # the build's own figures, as its summary used them: its CPU slots and its wall (the
+    # manifest's, else from the first record to the last)
+    times = [u.start for u in units] + [p.start for p in phases]
+    ends = [u.end for u in units] + [p.end for p in phases]
+    wall = (
+        m.scheduler.wall_s
+        if m is not None and m.scheduler is not None and m.scheduler.wall_s
+        else max(ends) - min(times)
+    )
     return Timeline(
         title=title,
         vendors=built,
@@ -312,17 +321,18 @@ def load(
         memory=memory,
         mem_budget_gib=mem_budget_gib,
         cpus=cpus,
-        critical=critical_path(built, units, phases),
+        critical=critical_path(built, units, phases, cpus or 1, wall),
         reused=sorted(set(reused)),
         notes=notes,
     )
 
 
 def critical_path(
-    vendors: list[str], units: list[Unit], phases: list[Phase]
+    vendors: list[str], units: list[Unit], phases: list[Phase], cpus: int, wall_s: float
 ) -> dict[str, Any] | None:
     """``plan.bound``'s bound, from the same records it reads in a build: the step whose
-    longest unit, links and packaging take the longest."""
+    longest unit, links and packaging take the longest; with the build's CPU slots and
+    wall, so that the CPU floor and what bounds the build are the summary's own."""
     paths = {}
     cpu = 0.0
     for vendor in vendors:
@@ -342,4 +352,4 @@ def critical_path(
                 took[p.name] = took.get(p.name, 0.0) + p.end - p.start
         paths[vendor] = bound.step_path(stats, took).to_json()
         cpu += sum(u.cpu_s for u in units if u.vendor == vendor and u.kind == "compile")
-    return bound.bound(paths, cpu, 1, 0.0)
+    return bound.bound(paths, cpu, cpus, wall_s)

@@ -27,11 +27,22 @@ def _us(t: float, t0: float) -> int:
 
 
 def is_critical(u: Unit, timeline: Timeline) -> bool:
-    """The critical path's runs: its step's longest unit and that step's links."""
+    """The chain that decides the wall: the critical step's longest unit and the links
+    after it (what followed the unit's end). A quick compiler run before it (a g++
+    probe of 3 ms at the step's start) is the step's, not the chain's."""
     c = timeline.critical
     if not c or u.vendor != c.get("critical_vendor"):
         return False
-    return (u.kind == "compile" and u.source == c.get("critical_unit")) or u.kind == "link"
+    longest = [
+        x
+        for x in timeline.units
+        if x.vendor == u.vendor and x.kind == "compile" and x.source == c.get("critical_unit")
+    ]
+    if u.kind == "compile":
+        return u in longest
+    if u.kind != "link":
+        return False
+    return not longest or u.start >= max(x.end for x in longest) - 0.001
 
 
 def _meta(pid: int, tid: int | None, name: str, value: Any) -> dict[str, Any]:

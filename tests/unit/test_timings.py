@@ -241,3 +241,36 @@ def test_a_step_records_its_phases_and_the_sampler_its_memory(tmp_path: Path) ->
         time.sleep(0.2)
     samples = records.memory_of(tmp_path / "m.jsonl")
     assert len(samples) >= 3 and all(gib > 0 for _, gib in samples)
+
+
+def test_only_the_chain_that_decides_the_wall_is_critical(tmp_path: Path) -> None:
+    """Issue 35: the critical step's quick compiler runs before its longest unit (a g++
+    probe of 3 ms) are not on the critical path; the longest unit and the links after it
+    are."""
+    logs = write_logs(tmp_path / "logs")
+    probe = {**job("", 12.001, 0.003), "compiler": "g++", "result": "other"}
+    link = {**job("", 38, 1.5), "compiler": "g++", "result": "other"}
+    with (logs / "b.jobs").open("a") as fh:
+        fh.write(json.dumps(probe) + "\n" + json.dumps(link) + "\n")
+    timeline, built = made(logs)
+    marked = {
+        (e["args"]["unit"] or "link", round(e["ts"] / 1e6, 3))
+        for e in built["traceEvents"]
+        if e["ph"] == "X" and e["pid"] == trace.SLOTS_PID and e["args"]["critical"]
+    }
+    start = timeline.start - T0
+    assert marked == {("b/long.cu", round(12 - start, 3)), ("link", round(38 - start, 3))}
+
+
+def test_the_traces_bound_uses_the_builds_cpus_and_wall(tmp_path: Path) -> None:
+    """Issue 35: the bound was computed with 1 CPU and a wall of 0: a build bound by its
+    critical path could read "CPU floor"."""
+    logs = write_logs(tmp_path / "logs")
+    timeline, built = made(logs)  # 3 CPU slots
+    bound = built["otherData"]["critical"]
+    assert bound["cpus"] == 3
+    assert bound["wall_s"] == pytest.approx(timeline.end - timeline.start, abs=0.01)
+    # 68 CPU-s of compiles on 3 slots: a floor of 22.7 s, under b's 25 s unit and its
+    # packaging: the critical path bounds it
+    assert bound["cpu_floor_s"] == pytest.approx(68 / 3, abs=0.1)
+    assert bound["bound_by"] == "critical path"
