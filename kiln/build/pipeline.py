@@ -18,6 +18,7 @@ is released and nothing half-written reaches ``artifacts/``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -148,6 +149,11 @@ def choose_runner(run: Run) -> None:
     shutil.rmtree(gate, ignore_errors=True)
     ccache = compiler_cache(opts, tc.ccache)
     compile_gate.write_budget(gate, run.budget.mem_gib, run.budget.cpus, ccache.remote_slots)
+    # what `kiln timings` reads of a build that fails before it writes a manifest
+    fsutil.write_atomic(
+        run.logs / records.BUDGET_FILE,
+        json.dumps({"mem_gib": run.budget.mem_gib, "cpus": run.budget.cpus}) + "\n",
+    )
     run.stack.callback(shutil.rmtree, gate, ignore_errors=True)
     acache = opts.artifact_cache_root
     assert run.peaks is not None

@@ -246,9 +246,15 @@ def chart(
 def findings(timeline: Timeline) -> list[str]:
     """What the records show, in sentences: slot use, idle slots while compiles waited,
     the longest unit and when it started, memory against the budget."""
-    out = []
+    out = [
+        f"Failed: {vendor}: {error}" + (f" (cause: {cause})" if cause else "")
+        for vendor, error, cause in timeline.failures
+    ]
     local = [u for u in timeline.units if u.where == "local" and u.kind != "hit"]
     counts = series.at_once(timeline.units)
+    if timeline.failures and not any(u.rc == 0 for u in timeline.compiles()):
+        out.append("No compile of this build finished: nothing to say of its slots or path.")
+        return out
     if local and timeline.cpus:
         a, b = min(u.start for u in local), max(u.end for u in local)
         held = sum(u.wall_s * u.threads for u in local)
@@ -282,7 +288,7 @@ def findings(timeline: Timeline) -> list[str]:
             f"{clock(timeline.end - longest.end)} before the build did."
         )
     c = timeline.critical
-    if c:
+    if c and c.get("critical_unit"):
         out.append(
             f"Critical path: {c['critical_vendor']}: {c['critical_unit']}, its links and "
             f"packaging: {c['critical_path_s']:.1f} s of the build's "
@@ -349,6 +355,8 @@ def legend(timeline: Timeline) -> str:
         '<span class="key"><span class="sw hatch"></span>object-cache hit</span>',
         '<span class="key"><span class="sw crit"></span>critical path</span>',
     ]
+    if any(u.rc != 0 for u in timeline.units):
+        items.append('<span class="key"><span class="sw failed"></span>failed (exit code)</span>')
     return '<div class="legend">' + " ".join(items) + "</div>"
 
 
@@ -367,6 +375,7 @@ rect.unit{stroke-width:.6}
 rect.unit.remote{stroke-dasharray:3 2;stroke-width:1.2}
 rect.critical{stroke:#d00 !important;stroke-width:2.2}
 rect.failed{stroke:#000;stroke-width:2}
+.sw.failed{border:2px solid #000}
 rect.unit:hover,rect.phase:hover{stroke:#000;stroke-width:1.5}
 rect.phase.estimated{stroke:#888;stroke-dasharray:2 2}
 .curve{stroke-width:1.6}

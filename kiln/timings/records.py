@@ -29,6 +29,7 @@ from kiln.plan import bound
 from kiln.release import manifest as manifest_io
 
 MEMORY_SERIES = "memory.jsonl"  # written by build.pipeline's sampler
+BUDGET_FILE = "budget.json"  # the run's memory budget and CPU slots (build.pipeline writes it)
 PHASES = ("fetch", "patch", "build", "package", "verify")
 KINDS = {"compiled": "compile", "other": "link", "objcache-hit": "hit"}
 
@@ -81,6 +82,8 @@ class Timeline:
     critical: dict[str, Any] | None  # plan.bound's bound: critical_vendor, critical_unit...
     reused: list[str] = field(default_factory=list)  # artifact-cache hits: nothing ran
     notes: list[str] = field(default_factory=list)  # what is missing, how it degraded
+    # the steps that failed: (vendor, its first error, the cause) from <vendor>.failure.json
+    failures: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def start(self) -> float:
@@ -260,8 +263,18 @@ def load(
         if m.scheduler is not None:
             mem_budget_gib = m.scheduler.mem_gib if mem_budget_gib is None else mem_budget_gib
             cpus = m.scheduler.cpus if cpus is None else cpus
+    if m is None:  # a failed build: no manifest; the budget it ran with, where it wrote it
+        recorded = _budget(logs / BUDGET_FILE)
+        mem_budget_gib = recorded.get("mem_gib") if mem_budget_gib is None else mem_budget_gib
+        cpus = recorded.get("cpus") if cpus is None else cpus
+        if mem_budget_gib is None or cpus is None:
+            notes.append(
+                f"no manifest and no {BUDGET_FILE}: the memory budget and CPU slots are unknown"
+            )
     if vendors is None:
-        vendors = sorted(p.stem for p in logs.glob("*.jobs"))
+        failed = {p.name.removesuffix(".failure.json") for p in logs.glob("*.failure.json")}
+        vendors = sorted({p.stem for p in logs.glob("*.jobs")} | failed)
+    failures = failures_of(logs, vendors)
     memory = memory_of(logs / MEMORY_SERIES)
     units: list[Unit] = []
     phases: list[Phase] = []
@@ -287,7 +300,7 @@ def load(
         units += mine
         phases += own
         built.append(vendor)
-    if not units:
+    if not units and not failures:
         raise TimingsError(
             f"{logs}: no compiler records of this build (<vendor>.jobs): give the logs folder "
             f"of a build that compiled (artifacts/logs/<release>)"
@@ -311,7 +324,7 @@ def load(
     wall = (
         m.scheduler.wall_s
         if m is not None and m.scheduler is not None and m.scheduler.wall_s
-        else max(ends) - min(times)
+        else max(ends, default=0.0) - min(times, default=0.0)
     )
     return Timeline(
         title=title,
@@ -324,7 +337,42 @@ def load(
         critical=critical_path(built, units, phases, cpus or 1, wall),
         reused=sorted(set(reused)),
         notes=notes,
+        failures=failures,
     )
+
+
+def _budget(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, Any] = {}
+    if isinstance(data.get("mem_gib"), int | float):
+        out["mem_gib"] = float(data["mem_gib"])
+    if isinstance(data.get("cpus"), int):
+        out["cpus"] = int(data["cpus"])
+    return out
+
+
+def failures_of(logs: Path, vendors: list[str]) -> list[tuple[str, str, str]]:
+    """(vendor, first error, cause) of each step that failed (its failure record)."""
+    out = []
+    for vendor in vendors:
+        try:
+            record = json.loads((logs / f"{vendor}.failure.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict):
+            continue
+        errors = record.get("errors") or []
+        first = str(errors[0].get("text", "")).splitlines()[0] if errors else ""
+        cause = record.get("cause") or {}
+        out.append(
+            (vendor, first or str(record.get("failed", "failed")), str(cause.get("cause", "")))
+        )
+    return out
 
 
 def critical_path(

@@ -137,7 +137,7 @@ def test_an_earlier_builds_records_are_left_out(tmp_path: Path) -> None:
     logs = write_logs(tmp_path / "logs")
     stale = [job("old/x.cu", -5000, 10)]
     (logs / "old.jobs").write_text(json.dumps(stale[0]) + "\n")
-    timeline = records.load(logs, vendors=["a", "b", "old"])
+    timeline = records.load(logs, vendors=["a", "b", "old"], mem_budget_gib=8.0, cpus=3)
     assert "old" not in timeline.vendors and not any(u.vendor == "old" for u in timeline.units)
     assert timeline.notes == ["old: its records are an earlier build's: left out"]
 
@@ -274,3 +274,36 @@ def test_the_traces_bound_uses_the_builds_cpus_and_wall(tmp_path: Path) -> None:
     # packaging: the critical path bounds it
     assert bound["cpu_floor_s"] == pytest.approx(68 / 3, abs=0.1)
     assert bound["bound_by"] == "critical path"
+
+
+def test_a_failed_build_is_drawn_as_failed(tmp_path: Path) -> None:
+    """Issue 35: the page of a build whose compiles all failed says which step failed and
+    why (its failure record), shows no "0 of 0 slot-seconds" or "Critical path: None",
+    has a legend entry for failed runs, and `kiln timings` on its logs (no manifest) keeps
+    the CPU slots and budget the build wrote beside them."""
+    logs = tmp_path / "logs" / "rel"
+    logs.mkdir(parents=True)
+    failed = [job("csrc/k.cu", 1, 2, rc=1), job("csrc/j.cu", 1, 3, rc=1)]
+    (logs / "c.jobs").write_text("".join(json.dumps(x) + "\n" for x in failed))
+    (logs / "c.failure.json").write_text(
+        json.dumps(
+            {
+                "errors": [{"text": 'csrc/k.cu:3: error: identifier "x" is undefined'}],
+                "cause": {"row": "missing-identifier", "cause": "x is not declared"},
+            }
+        )
+    )
+    (logs / records.BUDGET_FILE).write_text(json.dumps({"mem_gib": 12.0, "cpus": 16}))
+    timeline = records.load(logs)
+    assert (timeline.cpus, timeline.mem_budget_gib) == (16, 12.0)
+    assert timeline.failures == [
+        ("c", 'csrc/k.cu:3: error: identifier "x" is undefined', "x is not declared")
+    ]
+    page = html.render(timeline, slots.assign(timeline.units))
+    assert 'Failed: c: csrc/k.cu:3: error: identifier "x" is undefined' in page.replace(
+        "&quot;", '"'
+    )
+    assert "0 of 0 slot-seconds" not in page and "Critical path: None" not in page
+    assert "failed (exit code)" in page
+    res = run_kiln("timings", logs, "--out", tmp_path / "out")
+    assert res.returncode == 0, res.stderr
