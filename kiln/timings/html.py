@@ -157,13 +157,17 @@ def gantt(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]], scale: Sc
             "url(#hatch)" if u.kind == "hit" else ("#fff" if u.where == "remote" else col[u.vendor])
         )
         opacity = ' fill-opacity="0.45"' if u.kind == "link" else ""
+        # every unit its own edge: a filled unit is outlined in white, so back-to-back
+        # units of one step on one lane stay apart (outlined in their step's colour, they
+        # read as one band); a remote one (white) keeps its step's colour
+        edge = col[u.vendor] if u.where == "remote" or u.kind == "hit" else "#fff"
         out.append(
             f'<rect class="{" ".join(classes)}" data-vendor="{esc(u.vendor)}" '
             f'data-unit="{esc(u.source)}" x="{x}" y="{y}" width="{w}" height="{ROW - 4}" '
-            f'fill="{fill}" stroke="{col[u.vendor]}"{opacity}>'
+            f'fill="{fill}" stroke="{edge}"{opacity}>'
             f"<title>{_tooltip(u, lane, scale.t0)}</title></rect>"
         )
-        if u.kind == "compile" and w > 60:
+        if u.kind == "compile" and w > 24:  # a label where it fits; the tooltip always
             name = u.source.rsplit("/", 1)[-1]
             room = int(w // 6)
             label = name if len(name) <= room else name[: max(room - 1, 1)] + "…"
@@ -405,7 +409,9 @@ def render(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> str:
         "at once",
         [
             ("slots", "#f28e2b", "CPU slots held", [(t, h) for t, _, h in counts], True),
+            ("cpu", "#e15759", "CPUs used", series.cpu_used(timeline.units), True),
             ("compiles", "#4e79a7", "compiles at once", [(t, c) for t, c, _ in counts], True),
+            ("waiting", "#76b7b2", "waiting at the gate", series.waiting(timeline.units), True),
         ],
         ("CPU slots", float(timeline.cpus)) if timeline.cpus else None,
         scale,

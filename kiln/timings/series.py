@@ -1,6 +1,8 @@
-"""Counters over time from the compiler runs: compiles at once, CPU slots held, and the
-memory their peaks add up to (an upper bound: each run counted at its peak for its whole
-run; the sampled series, where the build recorded one, is what was really in use)."""
+"""Counters over time from the compiler runs: compiles at once, CPU slots held, the CPU
+they really used (each run's CPU seconds spread over its wall), compiles waiting at the
+gate, and the memory their peaks add up to (an upper bound: each run counted at its peak
+for its whole run; the sampled series, where the build recorded one, is what was really
+in use)."""
 
 from __future__ import annotations
 
@@ -40,3 +42,25 @@ def peak_memory(units: list[Unit]) -> list[tuple[float, float]]:
             continue
         events += [(u.start, (u.rss_gib,)), (u.end, (-u.rss_gib,))]
     return [(t, max(round(v[0], 4), 0.0)) for t, v in _steps(events)]
+
+
+def waiting(units: list[Unit]) -> list[tuple[float, int]]:
+    """(time, compiles waiting at the gate) after each change: a run waited from its
+    wrapper's start (``start - waited_s``) until its compiler started."""
+    events = []
+    for u in units:
+        if u.waited_s > 0:
+            events += [(u.start - u.waited_s, (1.0,)), (u.start, (-1.0,))]
+    return [(t, round(v[0])) for t, v in _steps(events)]
+
+
+def cpu_used(units: list[Unit]) -> list[tuple[float, float]]:
+    """(time, CPUs in use) after each change: each local run's CPU seconds over its wall
+    (an average per run: what the slots it held were really given)."""
+    events = []
+    for u in units:
+        if u.where == "remote" or u.kind == "hit" or u.wall_s <= 0:
+            continue
+        rate = u.cpu_s / u.wall_s
+        events += [(u.start, (rate,)), (u.end, (-rate,))]
+    return [(t, max(round(v[0], 3), 0.0)) for t, v in _steps(events)]

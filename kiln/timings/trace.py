@@ -7,7 +7,9 @@ chrome://tracing open; the spec: "Trace Event Format", Google, JSON object form)
   waited, threads, critical);
 - process 2 "steps": one track per vendor, an ``X`` event per phase (fetch, patch,
   build, package, verify; ``args.estimated`` where drawn from durations alone);
+- process 3 "compile gate (waits)": each run's wait at the gate as a slice, per step;
 - ``C`` (counter) events on process 1: "compiles at once" (compiles, CPU slots held),
+  "CPUs used" (each run's CPU seconds over its wall), "waiting at the gate",
   "memory GiB" (sampled in use where recorded, the compiles' peaks summed, the budget);
 - ``M`` metadata events naming the processes and threads and ordering the tracks.
 """
@@ -19,7 +21,7 @@ from typing import Any
 from kiln.timings import series, slots
 from kiln.timings.records import Timeline, Unit
 
-SLOTS_PID, STEPS_PID = 1, 2
+SLOTS_PID, STEPS_PID, GATE_PID = 1, 2, 3
 
 
 def _us(t: float, t0: float) -> int:
@@ -61,6 +63,8 @@ def build(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> dict[s
         _meta(SLOTS_PID, None, "process_sort_index", {"sort_index": 1}),
         _meta(STEPS_PID, None, "process_name", {"name": "steps"}),
         _meta(STEPS_PID, None, "process_sort_index", {"sort_index": 0}),
+        _meta(GATE_PID, None, "process_name", {"name": "compile gate (waits)"}),
+        _meta(GATE_PID, None, "process_sort_index", {"sort_index": 2}),
     ]
     for lane, n in tid.items():
         events.append(_meta(SLOTS_PID, n, "thread_name", {"name": lane.name}))
@@ -93,6 +97,56 @@ def build(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> dict[s
                     "start_epoch": u.start,
                     "critical": is_critical(u, timeline),
                 },
+            }
+        )
+    # gate waits as slices: per step, each run's wait from its wrapper's start to its
+    # compiler's (on tracks of their own: a wait overlaps the runs it waited for)
+    gate_tracks: dict[str, list[float]] = {}
+    for u in sorted(timeline.units, key=lambda x: x.start - x.waited_s):
+        if u.waited_s <= 0:
+            continue
+        ends = gate_tracks.setdefault(u.vendor, [])
+        free = next((i for i, e in enumerate(ends) if e <= u.start - u.waited_s), None)
+        if free is None:
+            ends.append(u.start)
+            free = len(ends) - 1
+        ends[free] = u.start
+        events.append(
+            {
+                "ph": "X",
+                "pid": GATE_PID,
+                "tid": (list(gate_tracks).index(u.vendor) + 1) * 1000 + free,
+                "name": f"waiting: {u.label}",
+                "cat": f"gate,{u.vendor}",
+                "ts": _us(u.start - u.waited_s, t0),
+                "dur": max(_us(u.start, t0) - _us(u.start - u.waited_s, t0), 0),
+                "args": {"vendor": u.vendor, "unit": u.source, "waited_s": round(u.waited_s, 3)},
+            }
+        )
+    for vendor, ends in gate_tracks.items():
+        for i in range(len(ends)):
+            tid_gate = (list(gate_tracks).index(vendor) + 1) * 1000 + i
+            events.append(
+                _meta(GATE_PID, tid_gate, "thread_name", {"name": f"{vendor} wait {i + 1}"})
+            )
+    for t, n in series.waiting(timeline.units):
+        events.append(
+            {
+                "ph": "C",
+                "pid": SLOTS_PID,
+                "name": "waiting at the gate",
+                "ts": _us(t, t0),
+                "args": {"compiles waiting": n},
+            }
+        )
+    for t, used in series.cpu_used(timeline.units):
+        events.append(
+            {
+                "ph": "C",
+                "pid": SLOTS_PID,
+                "name": "CPUs used",
+                "ts": _us(t, t0),
+                "args": {"CPUs used": used},
             }
         )
     for p in timeline.phases:

@@ -122,3 +122,50 @@ def test_a_failed_build_still_writes_its_timings(tmp_path: Path, build_python: P
     assert len(timingscheck.compiled_records(logs, ["solo"])) == 4
     assert timingscheck.problems(data, logs, ["solo"]) == []
     assert (logs / timings.HTML_NAME).is_file()
+
+
+def test_four_hundred_units_on_sixteen_lanes_each_stand_apart(tmp_path: Path) -> None:
+    """Issue 35: back-to-back units of one step on one lane are drawn each with its own
+    edge (a white outline: in the step's colour they merged into one band) and a label
+    where one fits, a tooltip always; 400 units on 16 slots in headless Chromium (the
+    screenshot is kept in build/test-output/timings/)."""
+    if timingscheck.chromium() is None:
+        missing("CHROMIUM", "no chromium (apt-get install chromium)")
+    logs = tmp_path / "logs" / "many"
+    logs.mkdir(parents=True)
+    t0 = 1_800_000_000.0
+    lines = []
+    for lane in range(16):
+        for k in range(25):  # back to back: each starts where the one before ended
+            start = t0 + 5 + k * 10
+            lines.append(
+                {
+                    "compiler": "nvcc", "source": f"csrc/l{lane:02d}/u{k:02d}.cu",
+                    "result": "compiled", "rc": 0, "rss_kib": 1 << 20, "cpu_s": 9.0,
+                    "wall_s": 10.0, "start": start, "waited_s": 0.2 if k else 5.0,
+                    "where": "local",
+                }
+            )  # fmt: skip
+    (logs / "big.jobs").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    phases = [("fetch", 0, 2), ("patch", 2, 4), ("build", 4, 256), ("package", 256, 260)]
+    (logs / "big.phases").write_text(
+        "".join(
+            json.dumps({"phase": p, "start": t0 + a, "end": t0 + b}) + "\n" for p, a, b in phases
+        )
+    )
+    (logs / "budget.json").write_text(json.dumps({"mem_gib": 64.0, "cpus": 16}))
+    res = run_kiln("timings", logs, "--out", tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    shot = SHOTS / "four-hundred-units.png"
+    dom, console = timingscheck.open_page(tmp_path / "out" / timings.HTML_NAME, shot)
+    assert console == []
+    assert dom.count('class="unit compile local') == 400
+    # each unit outlined in white (its own edge), each with its tooltip
+    assert (
+        dom.count('stroke="#fff"') >= 400
+        and dom.count("<title>u") + dom.count("<title>csrc/l") >= 400
+    )
+    labels = dom.count('<text class="inbar"')
+    assert labels >= 400, labels  # ~40 px a unit here: every one labelled
+    assert "waiting at the gate" in dom and "CPUs used" in dom
+    print(f"screenshot: {shot}")

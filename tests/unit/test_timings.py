@@ -77,14 +77,24 @@ def test_the_trace_holds_every_compile_once_on_a_slot_inside_its_step(tmp_path: 
     timeline, data = made(logs)
     assert timeline.notes == []
     assert problems(data, logs, ["a", "b"]) == []
-    lanes = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"} - {
-        "a",
-        "b",
+    lanes = {
+        e["args"]["name"]
+        for e in data["traceEvents"]
+        if e["name"] == "thread_name" and e["pid"] == trace.SLOTS_PID
     }
     # a1 and a2 at once, then a3 where a2 ended; b's long unit beside them: 3 slots
     assert lanes == {"slot 1", "slot 2", "slot 3", "remote 1", "cache hits"}
     counters = {e["name"] for e in data["traceEvents"] if e["ph"] == "C"}
-    assert counters == {"compiles at once", "memory GiB", "memory in use GiB"}
+    assert counters == {
+        "compiles at once",
+        "CPUs used",
+        "waiting at the gate",
+        "memory GiB",
+        "memory in use GiB",
+    }
+    # every wait at the gate a slice of its own (issue 35): each run waited 0.5 s
+    waits = [e for e in data["traceEvents"] if e["ph"] == "X" and e["pid"] == trace.GATE_PID]
+    assert len(waits) == len(timeline.units) and {e["dur"] for e in waits} == {500_000}
     held = max(
         e["args"]["CPU slots held"]
         for e in data["traceEvents"]
