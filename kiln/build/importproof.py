@@ -336,15 +336,7 @@ def _judge(
     done: list[ImportedModule] = []
     for mod in planned:
         if mod.skip is not None:
-            done.append(
-                ImportedModule(
-                    module=mod.name,
-                    kind=mod.kind,  # type: ignore[arg-type]
-                    shared_object=mod.shared_object,
-                    status="skipped",
-                    reason=mod.skip,
-                )
-            )
+            done.append(_imported(mod, "skipped", reason=mod.skip))
             continue
         res = results[mod.name]
         with log_file.open("a") as fh:
@@ -352,18 +344,23 @@ def _judge(
             fh.write(res["output"] + f"\n(exit code {res['returncode']}, {res['seconds']} s)\n")
         if res["returncode"] == 0:
             _check_torch(ctx, vendor.name, mod.name, res.get("facts") or {}, site, log_file)
-            done.append(
-                ImportedModule(
-                    module=mod.name,
-                    kind=mod.kind,  # type: ignore[arg-type]
-                    shared_object=mod.shared_object,
-                    status="ok",
-                    seconds=res["seconds"],
-                )
-            )
+            done.append(_imported(mod, "ok", seconds=res["seconds"]))
             continue
         raise _explain(ctx, vendor, mod, res, landed, env, versions, log_file)
     return done
+
+
+def _imported(mod: imports.PlannedModule, status: str, **extra: Any) -> ImportedModule:
+    """A planned module's line in the manifest."""
+    return ImportedModule.model_validate(
+        {
+            "module": mod.name,
+            "kind": mod.kind,
+            "shared_object": mod.shared_object,
+            "status": status,
+            **extra,
+        }
+    )
 
 
 def _check_torch(

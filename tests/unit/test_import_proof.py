@@ -16,21 +16,13 @@ from kiln.config.models import ImportProofSettings
 from kiln.inside import causes
 from kiln.inside import importproof as inside_proof
 from kiln.verify import imports, loadfacts
+from tests.landing import MODULE_CPP, OPS_CPP, OPS_H
 
 PY_INCLUDE = sysconfig.get_paths()["include"]
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 
-MODULE_CPP = """\
-#include <Python.h>
-#include "ops.h"
-static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, NULL};
-extern "C" PyMODINIT_FUNC PyInit__C(void) {
-  if (kiln_scale(2) != 4) return NULL;
-  return PyModule_Create(&mod);
-}
-"""
-OPS_H = "#pragma once\nint kiln_scale(int x);\n"
-EXTRA_CPP = '#include "ops.h"\nint kiln_scale(int x) { return 2 * x; }\n'
+# the landing fixture's module: calls kiln_scale (declared in ops.h) at import
+EXTRA_CPP = OPS_CPP
 
 
 def _so(tmp: Path, out: str, sources: list[Path], *flags: str, cxx: bool = True) -> Path:
