@@ -115,7 +115,9 @@ _HIDDEN_LINE = re.compile(r"^\[(?P<n>\d+) instantiation contexts not shown\]$")
 
 
 _NINJA_FAILED = re.compile(r"^FAILED: (?P<target>.+?)\s*$")
-_PYTHON_EXC = re.compile(r"^(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit)): (?P<msg>.+)$")
+_PYTHON_EXC = re.compile(
+    r"^(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit|error)): (?P<msg>.+)$"  # socket.gaierror
+)
 # A tool's summary of errors already shown, or a wrapper's restatement: never a first error.
 _NOISE = (
     "ld returned 1 exit status",

@@ -288,8 +288,12 @@ def test_network_is_off_in_build_containers(
     with pytest.raises(BuildError) as info:
         pipeline.build(docker_options(ws))
     msg = str(info.value)
-    assert "interfaces ['lo']" in msg
+    # the container's own words are in the step's log (the screen keeps the diagnosis)
+    log = (tmp_path / "artifacts" / "logs" / "test-release" / "plain-build.log").read_text()
+    assert "interfaces ['lo']" in log
+    assert "socket.gaierror" in log or "Network is unreachable" in log
     assert "socket.gaierror" in msg or "Network is unreachable" in msg
+    assert "and builds are offline" in msg  # explained: the network-download row
 
 
 def test_unpinned_image_is_refused_without_the_flag(
