@@ -2,7 +2,8 @@
 
 Run through the build's runner (here, or in the builder container) once the consumer's
 environment holds the wheel (or the unpacked tree); kiln's host side plans the modules
-and judges the results (:mod:`kiln.build.importproof`). Standard library only.
+and judges the results (:mod:`kiln.build.importproof`). Standard library and
+:mod:`kiln.inside.proc` only.
 
 Each module is imported by the consumer environment's Python in a process of its own:
 
@@ -37,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kiln.inside import proc
 from kiln.inside.kit import pipcuda
 
 FACTS_MARK = "KILN-IMPORT-FACTS "
@@ -85,10 +87,9 @@ def stub_folder(work: Path, cuda_home: str | None) -> tuple[Path, str]:
     cuda_h = next((str(h) for h in headers if h.is_file()), None)
     source = folder / "stub.c"
     source.write_text(pipcuda.stub_source(cuda_h))
-    subprocess.run(
+    proc.run(
         ["gcc", "-shared", "-nostdlib", f"-Wl,-soname,{pipcuda.STUB_SONAME}", "-o", target, source],
-        check=True,
-        capture_output=True,
+        what="building kiln's libcuda stub for the import proof",
     )
     source.unlink()
     return folder, "kiln's stub of cuda.h's driver functions"
@@ -109,18 +110,8 @@ def import_one(
     argv = [python, "-I", "-c", IMPORT_CODE, module["name"], *module.get("preload", [])]
     started = time.monotonic()
     try:
-        res = subprocess.run(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
-        )
-        rc, output, timed_out = res.returncode, res.stdout, False
+        res = proc.run(argv, cwd=cwd, env=env, check=False, timeout=timeout_s)
+        rc, output, timed_out = res.returncode, res.output, False
     except subprocess.TimeoutExpired as exc:
         raw = exc.output or ""
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw

@@ -197,7 +197,9 @@ def run(
             if timer:
                 timer.cancel()
         if timer and timer.finished.is_set() and rc == -signal.SIGKILL:
-            raise subprocess.TimeoutExpired([str(c) for c in cmd], timeout or 0)
+            # What it printed before the kill goes with it (an import that hangs is
+            # judged from its last lines).
+            raise subprocess.TimeoutExpired([str(c) for c in cmd], timeout or 0, output=out.output)
         if stalled.is_set():
             raise error(
                 f"{what or line} stalled: no data for {idle_timeout:g} s, so kiln stopped it"
