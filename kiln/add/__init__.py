@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln.add import recipe, revision, scan
+from kiln.add import recipe, revision, scan, stdcheck
 from kiln.build import dryrun
 from kiln.build.options import Options
 from kiln.config.fields import NAME_RE, WORKSPACE_FILE
@@ -49,6 +49,7 @@ class Added:
     commit: str
     recipe: recipe.Recipe
     findings: scan.Findings
+    checked: list[stdcheck.Tried]  # the drafted standard flags, preprocessed
 
 
 def default_name(url: str) -> str:
@@ -122,9 +123,10 @@ def add_recipe(
         findings = scan.scan(co, env)
     made = recipe.build(findings, profiles, name, rev, how)
     _check(workspace, list(profiles), name, made.text)
+    checked = stdcheck.check(name, made.data["build"], findings, env)
     _write(target, made.text)
     log.info("%s: wrote %s", name, target)
-    return Added(target, name, commit, made, findings)
+    return Added(target, name, commit, made, findings, checked)
 
 
 def _environment(

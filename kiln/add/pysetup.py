@@ -40,6 +40,12 @@ _TORCH_ARCH = re.compile(r"^\d{1,2}\.\d[af]?(\+PTX)?$")
 _STD = re.compile(r"^--?std=(?:c|gnu)\+\+(\d\w)$")
 _STD_NUMBER = {"11": 11, "0x": 11, "14": 14, "1y": 14, "17": 17, "1z": 17, "20": 20, "2a": 20}
 _STD_NUMBER |= {"23": 23, "2b": 23, "26": 26, "2c": 26}
+# A test that holds on ROCm builds (``if IS_HIP_EXTENSION:``, ``torch.version.hip is not
+# None``, ``if ROCM_HOME:``): the branch it guards never runs for a CUDA wheel.
+_HIP = re.compile(
+    r"\b(?:IS_HIP_EXTENSION|ROCM_HOME|ROCM_VERSION|USE_ROCM|BUILD_ROCM|hip|"
+    r"is_hip\w*|is_rocm\w*|IS_HIP\w*|IS_ROCM\w*)\b"
+)
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,26 @@ def _is_environ(node: ast.AST) -> bool:
     return isinstance(node, ast.Name) and node.id == "environ"
 
 
+def _hip_when_true(test: ast.AST) -> bool | None:
+    """Whether ``test`` holds on ROCm (True), on CUDA (False), or says nothing of it."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _hip_when_true(test.operand)
+        return None if inner is None else not inner
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        inner = _hip_when_true(test.left)
+        if inner is None or not isinstance(test.ops[0], ast.Is | ast.IsNot | ast.Eq | ast.NotEq):
+            return None
+        return inner if isinstance(test.ops[0], ast.IsNot | ast.NotEq) else not inner
+    if isinstance(test, ast.Name | ast.Attribute | ast.Call) and _HIP.search(ast.unparse(test)):
+        return True
+    return None
+
+
 def _called(node: ast.Call) -> str:
     f = node.func
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
@@ -174,6 +200,26 @@ class _Reader:
         self.names: dict[str, set[str]] = {}  # bound name -> the variables it derives from
         # bound name -> the comparison it holds (``FORCE = getenv("X", "0") == "TRUE"``)
         self.compares: dict[str, ast.Compare] = {}
+        self.rocm_only = self._rocm_only()
+
+    def _rocm_only(self) -> set[ast.AST]:
+        """The nodes of the branches that run only on ROCm: nothing there is cited or
+        read (a CUDA build never takes them)."""
+        off: set[ast.AST] = set()
+        for node in ast.walk(self.module):
+            if not isinstance(node, ast.If | ast.IfExp):
+                continue
+            hip = _hip_when_true(node.test)
+            if hip is None:
+                continue
+            branch = node.body if hip else node.orelse
+            for part in branch if isinstance(branch, list) else [branch]:
+                off.update(ast.walk(part))
+        return off
+
+    def _walk(self) -> Iterator[ast.AST]:
+        """The module's nodes on the path a CUDA build runs."""
+        return (n for n in ast.walk(self.module) if n not in self.rocm_only)
 
     def seen(self, node: ast.AST) -> Seen:
         line = getattr(node, "lineno", 0)
@@ -300,7 +346,7 @@ class _Reader:
 
     def _env_reads(self) -> None:
         seen: set[tuple[str, int]] = set()
-        for node in ast.walk(self.module):
+        for node in self._walk():
             direct = self._direct(node)
             if direct and not direct[0].startswith("$"):
                 where = self.seen(node)
@@ -312,7 +358,7 @@ class _Reader:
     # ---- imports, strings, flags
 
     def _arch_tables(self) -> None:
-        for node in ast.walk(self.module):
+        for node in self._walk():
             if not isinstance(node, ast.Dict):
                 continue
             keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
@@ -322,7 +368,7 @@ class _Reader:
 
     def _imports(self) -> None:
         seen_imports: set[str] = set()
-        for node in ast.walk(self.module):
+        for node in self._walk():
             names = (
                 [a.name for a in node.names]
                 if isinstance(node, ast.Import)
@@ -348,7 +394,7 @@ class _Reader:
                     self.out.build_extension = self.seen(node)
 
     def _strings(self) -> None:
-        for node in ast.walk(self.module):
+        for node in self._walk():
             if isinstance(node, ast.JoinedStr | ast.BinOp):
                 self._computed_arch_flag(node)
                 continue
@@ -417,7 +463,7 @@ class _Reader:
     # ---- asserts and downloads
 
     def _asserts(self) -> None:
-        for node in ast.walk(self.module):
+        for node in self._walk():
             if not isinstance(node, ast.Assert) or not isinstance(node.test, ast.Compare):
                 continue
             t = node.test
@@ -457,7 +503,7 @@ class _Reader:
         return count
 
     def _network(self) -> None:
-        for node in ast.walk(self.module):
+        for node in self._walk():
             if not self._is_network(node):
                 continue
             options = self._guards(node)

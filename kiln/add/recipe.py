@@ -316,13 +316,15 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[s
                 f"Kept from {where}: those the hard-coded code can be compiled for (an "
                 f"'a' arch only for itself, an 'f' arch for its family, a plain one for newer)."
             )
+            if not keep:
+                keep = list(common)
+                why += f" None of {where} fits them: all of them; check each compiles."
         else:
-            keep, why = [], "setup.py computes its arch flags"
-        if not keep:
             keep = list(common)
-            why += (
-                f" None of {where} fits (or the list is computed): all of them; check that "
-                f"the code compiles for each."
+            why = (
+                "setup.py computes its arch flags (no arch is spelt in its text): kiln's "
+                "compiler wrapper rewrites every compile's arch flags to the recipe's archs, "
+                f"all of {where}; check that the code compiles for each."
             )
         _choose(t, b, why, keep, "rewrite")
         return

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln.build import failure, progress
+from kiln.build import failure, fixcheck, progress
 from kiln.build.options import Options
 from kiln.config.workspace import Workspace
 from kiln.errors import BuildError
@@ -140,4 +140,10 @@ def run_step(ctx: Context, step: Step) -> None:
             )
         )
     except BuildError as exc:
-        raise failure.explain(exc, step.spec.vendor, ctx.logs, step.log_file) from None
+        raise failure.explain(
+            exc,
+            step.spec.vendor,
+            ctx.logs,
+            step.log_file,
+            lambda resolve: fixcheck.check(resolve, ctx.ws.profile, ctx.opts.offline),
+        ) from None

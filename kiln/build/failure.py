@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +66,17 @@ def summary_line(record: dict[str, Any] | None) -> str:
     return f"{first}{row}" if first else (cause.get("cause", "") + row)
 
 
-def explain(exc: BuildError, vendor: str, logs: Path, log_file: Path) -> BuildError:
+def explain(
+    exc: BuildError,
+    vendor: str,
+    logs: Path,
+    log_file: Path,
+    resolve_fix: Callable[[dict[str, str]], str] | None = None,
+) -> BuildError:
     """The error to raise for ``vendor``'s failed step: explained from its failure record
-    when the step wrote one (else ``exc`` as it is); the record gets the log's path."""
+    when the step wrote one (else ``exc`` as it is); the record gets the log's path.
+    ``resolve_fix`` resolves a fix that changes the build environment (the cause's
+    ``resolve``) where the index can be reached: its sentence joins the fix."""
     path = record_path(logs, vendor)
     record = read(path)
     if getattr(exc, "oom", False):
@@ -81,6 +90,10 @@ def explain(exc: BuildError, vendor: str, logs: Path, log_file: Path) -> BuildEr
         return exc
     if record is None or not (record.get("errors") or record.get("cause")):
         return exc
+    cause = record.get("cause") or {}
+    if cause.get("resolve") and resolve_fix is not None and "resolved" not in cause:
+        cause["resolved"] = resolve_fix(cause["resolve"])
+        cause["fix"] = f"{cause['fix']}; {cause['resolved']}"
     _write(path, record, log_file)
     message = render(record, log_file, _exit_line(exc))
     explained = BuildError(message)

@@ -49,6 +49,10 @@ class Cause:
     row: str
     cause: str
     fix: str
+    # A fix that changes the build environment, to be resolved (dry) against the profile's
+    # index where the index can be reached (the host, kiln/build/fixcheck.py): the
+    # distribution that pins, its version, the pinned one and the version to go above.
+    resolve: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -483,6 +487,12 @@ def missing_identifier(f: Failure) -> Cause | None:
             f"a newer {dist} (the profile's torch in kiln.toml, with its builder image), or "
             f"pin the upstream at a revision that does not use {names} "
             f"(vendors/{f.vendor}.toml source.commit)",
+            resolve={
+                "pinner": pinner.split()[0],
+                "pinner_version": pinner.split()[1],
+                "dist": dist,
+                "above": spec.split("==", 1)[1],
+            },
         )
     return Cause("missing-identifier", cause, dep.pin.format(dist=dist, version=version))
 

@@ -40,6 +40,9 @@ SEEN: dict[str, list[str]] = {
         "  fix: torch 2.14.1 pins nvidia-nccl-cu13==2.30.7, so no newer nvidia-nccl-cu13 "
         "can be installed beside it (a newer pin in build_tools ends in ResolutionImpossible): "
         "build with a torch that pins a newer nvidia-nccl-cu13",
+        # ... resolved before it is printed (dry), or with the command that would (offline)
+        "(vendors/missing-identifier.toml source.commit); not resolved (--offline); to find "
+        "one: pip install --dry-run 'torch>2.14.1' 'nvidia-nccl-cu13>2.30.7'",
     ],
     "cxx-standard": [
         "building cxx-standard failed with exit code 6, in csrc/ops.cpp:",
@@ -175,7 +178,7 @@ def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
     kept = tmp_path / "artifacts/logs/test-release/ptx-instruction-ptx/csrc_hopper.cu/hopper.ptx"
     assert "wgmma.fence" in kept.read_text()  # the PTX ptxas refused, kept for the user
     # no fix that cannot work: torch pins this NCCL (a newer one is ResolutionImpossible)
-    assert "nvidia-nccl-cu13>2.30.7" not in error
+    assert '"nvidia-nccl-cu13>2.30.7"]' not in error  # never as a build_tools pin
     # never the build backend's traceback as the summary
     assert "Error compiling objects for extension" not in error
     assert "Traceback" not in error

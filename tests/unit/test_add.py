@@ -11,11 +11,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import tomlkit
 
 from kiln import add as kiln_add
-from kiln.add import pysetup, revision, spdx
+from kiln.add import pysetup, recipe, revision, spdx, stdcheck
+from kiln.add.scan import Backend, Findings
 from kiln.cli import main
-from kiln.config.models import SystemRequirement
+from kiln.config.models import Profile, SystemRequirement
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError, KilnError, SourceError
 from kiln.sources.git import git
@@ -158,6 +160,27 @@ def test_a_cuda_only_tree_with_torch_headers_gets_nvccs_standard_flag(
     assert "cxx_append_flags" not in build or build["cxx_append_flags"] == []
     text = added.path.read_text().replace("\n# ", " ")  # the comments, unwrapped
     assert "nvcc_append_flags for 1 CUDA unit(s) (csrc/k.cu)" in text
+    # issue 35 (8): the drafted flag tried in add's own check, as the unit will meet it
+    [tried] = added.checked
+    assert (tried.key, tried.unit, tried.flags) == (
+        "nvcc_append_flags",
+        "csrc/k.cu",
+        ["-std=c++17", "-std=c++20"],
+    )
+    assert tried.said().startswith(
+        "checked nvcc_append_flags: nvcc -E -std=c++17 -std=c++20 of torch/extension.h passes"
+    )
+    # ... and a flag that would not do is refused before anything is written
+    env = kiln_add._environment(
+        Workspace(workspace).profile, tmp_path / "cache", str(build_python), None
+    )
+    with pytest.raises(ConfigError) as refused:
+        stdcheck.check("cuonly", {"nvcc_append_flags": ["-std=c++17"]}, added.findings, env)
+    assert str(refused.value).startswith(
+        "vendors/cuonly.toml (not written): the drafted nvcc_append_flags = ['-std=c++17'] "
+        "does not get csrc/k.cu's torch headers through the CUDA compiler ("
+    ), refused.value
+    assert "C++20 or later" in str(refused.value)
     # issue 35 (9): setup.py imports what the build venv lacks: flagged, build_tools proposed
     assert "setup.py:1: `import pybind11`: setup.py imports pybind11, which the build venv " in text
     assert 'add "pybind11==VERSION" to the profile\'s build_tools in kiln.toml' in text
@@ -330,6 +353,37 @@ def _setup(tmp_path: Path, text: str) -> pysetup.SetupPy:
     return pysetup.read(tmp_path, "setup.py")
 
 
+def test_a_rocm_only_branch_is_neither_read_nor_cited(tmp_path: Path) -> None:
+    """Issue 35 (10): the draft cites only lines on the path a CUDA build runs; a HIP
+    branch's flags, variables and downloads are not the recipe's (one draft cited one)."""
+    s = _setup(
+        tmp_path,
+        """\
+        import os, torch, urllib.request
+        from torch.utils.cpp_extension import IS_HIP_EXTENSION
+        if IS_HIP_EXTENSION:
+            flags = ["-std=c++17", "--offload-arch=gfx942"]
+            os.environ.get("ROCM_ARCH")
+            urllib.request.urlretrieve("https://example.invalid/rocm.whl", "r.whl")
+        else:
+            flags = ["-std=c++20", "-gencode=arch=compute_90a,code=sm_90a"]
+        if torch.version.hip is None:
+            os.getenv("CUDA_ONLY_X")
+        if not IS_HIP_EXTENSION:
+            os.getenv("CUDA_ONLY_Y")
+        else:
+            os.getenv("ROCM_Y")
+        extra = "-std=c++14" if torch.version.hip else "-O3"
+        """,
+    )
+    assert [r.name for r in s.env_reads] == ["CUDA_ONLY_X", "CUDA_ONLY_Y"]
+    assert [n for n, _ in s.std_flags] == [20]
+    assert [f.archs for f in s.arch_flags] == [("sm_90a",)]
+    assert s.network == [] and s.download_guards == []
+    # every line cited is on the CUDA path
+    assert {seen.line for _, seen in s.std_flags} == {8}
+
+
 def test_a_toggle_is_the_variable_of_the_if_around_an_arch_flag(tmp_path: Path) -> None:
     s = _setup(
         tmp_path,
@@ -475,3 +529,28 @@ def test_a_build_script_alone_is_built_in_place_and_nothing_at_all_is_refused(
     # CUDA sources outside torch's extension build: the wrapper rewrites their archs.
     assert (build.arch_control, build.archs) == ("rewrite", ["sm_100a", "sm_103a"])
     assert "check outputs" in added.path.read_text()
+
+
+def test_computed_arch_flags_read_as_one_sentence(tmp_path: Path) -> None:
+    """Issue 35 (10): a draft once read "computes its arch flags None of the profile's
+    archs ... fits": the computed case says what kiln does in one sentence."""
+    (tmp_path / "k.cu").write_text("__global__ void k() {}\n")
+    s = _setup(
+        tmp_path,
+        """\
+        archs = ["90a", "100a"]
+        flags = ["-gencode=arch=compute_%s,code=sm_%s" % (a, a) for a in archs]
+        """,
+    )
+    f = Findings("u", "c", Backend("setuptools", "setup.py"), setup=[s], sources=[("k.cu", None)])
+    table, decided = tomlkit.table(), {}
+    profile = Profile(cuda="13.2", python="3.12", archs=["sm_100a", "sm_103a"])
+    recipe._archs(table, f, {None: profile}, decided)
+    text = tomlkit.dumps(table).replace("\n# ", " ")
+    assert decided["arch_control"] == "rewrite" and decided["archs"] == ["sm_100a", "sm_103a"]
+    assert (
+        "setup.py computes its arch flags (no arch is spelt in its text): kiln's compiler "
+        "wrapper rewrites every compile's arch flags to the recipe's archs, all of the "
+        "profile's archs (sm_100a, sm_103a); check that the code compiles for each."
+    ) in text, text
+    assert "None of" not in text

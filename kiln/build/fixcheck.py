@@ -1,0 +1,91 @@
+"""A fix that changes the build environment, resolved before it is printed.
+
+The step finds that the headers of a pinned distribution (torch's NCCL) lack what the
+upstream uses; a newer pin in ``build_tools`` beside the profile's torch would end in
+``ResolutionImpossible``. So the fix names the real option: the first version of the
+pinning distribution (torch) whose own pin is newer, found by a dry resolve of
+``torch>CURRENT`` with ``DIST>PINNED`` against the profile's index (pip's own
+configuration, the profile's ``torch_index``), for the profile's Python and platform
+(manylinux_2_28, torch's tag): metadata only, nothing installed. Where the index cannot be reached
+(``--offline``, or no answer) the fix says so and gives the command to run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kiln.config.models import Profile
+from kiln.errors import KilnError
+from kiln.inside import proc
+
+log = logging.getLogger("kiln.build")
+
+TIMEOUT_S = 120.0
+
+
+def requirements(resolve: dict[str, str]) -> list[str]:
+    return [
+        f"{resolve['pinner']}>{resolve['pinner_version']}",
+        f"{resolve['dist']}>{resolve['above']}",
+    ]
+
+
+def pip_command(profile: Profile, reqs: list[str], target: Path, report: Path) -> list[str]:
+    index = ["--extra-index-url", profile.torch_index] if profile.torch_index else []
+    return [
+        sys.executable,
+        *("-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--no-input"),
+        *("--only-binary=:all:", "--python-version", profile.python),
+        *("--platform", "manylinux_2_28_" + profile.platform.removeprefix("linux_")),
+        *("--target", str(target), "--report", str(report)),
+        *index,
+        *reqs,
+    ]
+
+
+def check(resolve: dict[str, str], profile: Profile, offline: bool) -> str:
+    """One sentence for the fix: the version that pins a newer ``dist``, that none does,
+    or why it was not resolved (with the command that would)."""
+    pinner, dist = resolve["pinner"], resolve["dist"]
+    reqs = requirements(resolve)
+    asked = " with ".join(reqs)
+    by_hand = "pip install --dry-run " + " ".join(shlex.quote(r) for r in reqs)
+    if offline:
+        return f"not resolved (--offline); to find one: {by_hand}"
+    with tempfile.TemporaryDirectory(prefix="kiln-fixcheck-") as tmp:
+        report = Path(tmp) / "report.json"
+        try:
+            res = proc.run(
+                pip_command(profile, reqs, Path(tmp) / "target", report),
+                check=False,
+                timeout=TIMEOUT_S,
+                what="a dry resolve of " + asked,
+            )
+        except subprocess.TimeoutExpired:
+            return f"not resolved (no answer in {TIMEOUT_S:g} s); to find one: {by_hand}"
+        except (KilnError, OSError) as exc:  # no pip
+            return f"not resolved ({str(exc).splitlines()[0]}); to find one: {by_hand}"
+        if res.returncode == 0 and report.is_file():
+            got = {
+                item["metadata"]["name"].lower(): item["metadata"]["version"]
+                for item in json.loads(report.read_text()).get("install", [])
+            }
+            version, pinned = got.get(pinner.lower()), got.get(dist.lower())
+            if version and pinned:
+                return (
+                    f"{pinner} {version} pins {dist} {pinned} (a dry resolve of {asked} on "
+                    f"the profile's index): set the profile's torch to {version}"
+                )
+        output = res.output
+    if f"requirement {reqs[0]} (from versions: none)" in output:
+        # the index listed no version at all (unreachable, or not the index torch is on)
+        return f"not resolved (the index pip reached lists no {pinner}); to find one: {by_hand}"
+    if "ResolutionImpossible" in output or "No matching distribution" in output:
+        return f"no {pinner} on the profile's index pins a newer {dist} (a dry resolve of {asked})"
+    last = output.strip().splitlines()[-1] if output.strip() else f"exit code {res.returncode}"
+    return f"not resolved ({last}); to find one: {by_hand}"

@@ -1,0 +1,93 @@
+"""A fix that changes the build environment is resolved (dry, real pip) before it is
+printed (issue 35, item 1): against a local index of metadata-only wheels standing in for
+PyPI's torch and NCCL (the real index is not the test's to depend on)."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kiln.build import fixcheck
+from kiln.config.models import Profile
+
+RESOLVE = {
+    "pinner": "torch",
+    "pinner_version": "2.14.1",
+    "dist": "nvidia-nccl-cu13",
+    "above": "2.30.7",
+}
+
+
+def _wheel(folder: Path, name: str, version: str, requires: list[str]) -> None:
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    files = {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{k},,\n" for k in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(folder / f"{dist}-{version}-py3-none-any.whl", "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The profile's index: a folder, pip's own configuration (this machine's constraint
+    file and find-links) left out."""
+    folder = tmp_path / "index"
+    folder.mkdir()
+    _wheel(folder, "torch", "2.14.1", ["nvidia-nccl-cu13==2.30.7"])
+    _wheel(folder, "nvidia-nccl-cu13", "2.30.7", [])
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
+    monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
+    return folder
+
+
+PROFILE = Profile(cuda="13.2", python="3.12", torch="2.14.1", archs=["sm_100a"])
+
+
+def test_a_newer_torch_that_pins_a_newer_nccl_is_named_with_its_version(index: Path) -> None:
+    _wheel(index, "torch", "2.15.0", ["nvidia-nccl-cu13==2.31.2"])
+    _wheel(index, "nvidia-nccl-cu13", "2.31.2", [])
+    said = fixcheck.check(RESOLVE, PROFILE, offline=False)
+    assert said == (
+        "torch 2.15.0 pins nvidia-nccl-cu13 2.31.2 (a dry resolve of torch>2.14.1 with "
+        "nvidia-nccl-cu13>2.30.7 on the profile's index): set the profile's torch to 2.15.0"
+    )
+
+
+def test_no_torch_pins_a_newer_nccl_is_said_not_advised(index: Path) -> None:
+    # a newer torch that still pins the old NCCL: the resolve is impossible
+    _wheel(index, "torch", "2.15.0", ["nvidia-nccl-cu13==2.30.7"])
+    _wheel(index, "nvidia-nccl-cu13", "2.31.2", [])
+    said = fixcheck.check(RESOLVE, PROFILE, offline=False)
+    assert said.startswith("no torch on the profile's index pins a newer nvidia-nccl-cu13"), said
+
+
+def test_offline_gives_the_command_that_would_resolve_it(index: Path) -> None:
+    said = fixcheck.check(RESOLVE, PROFILE, offline=True)
+    assert said == (
+        "not resolved (--offline); to find one: "
+        "pip install --dry-run 'torch>2.14.1' 'nvidia-nccl-cu13>2.30.7'"
+    )
+
+
+def test_an_index_that_does_not_answer_is_not_read_as_no_torch(
+    index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PIP_NO_INDEX")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    said = fixcheck.check(RESOLVE, PROFILE, offline=False)
+    assert said.startswith(
+        "not resolved (the index pip reached lists no torch); to find one: pip"
+    ), said
