@@ -62,6 +62,7 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
 
 
 @nox.session

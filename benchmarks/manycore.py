@@ -78,9 +78,9 @@ sys.path.insert(0, str(REPO))
 
 from speed_public import measured  # noqa: E402
 
-from kiln.build import learned  # noqa: E402
 from kiln.config.mirrors import Mirrors  # noqa: E402
 from kiln.config.workspace import Workspace, arch_to_torch  # noqa: E402
+from kiln.orchestrate import learned  # noqa: E402
 from kiln.plan import schedule  # noqa: E402
 from kiln.plan.cpus import cpu_slots  # noqa: E402
 from kiln.sources import bundles  # noqa: E402

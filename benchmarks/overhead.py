@@ -37,9 +37,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kiln.build.kit import KIT_FILES  # noqa: E402
 from kiln.inside import memwatch  # noqa: E402
 from kiln.inside.kit import compilegate  # noqa: E402
+from kiln.orchestrate.kit import KIT_FILES  # noqa: E402
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import tomlkit
 
-from kiln import demo
-from kiln.build import pipeline
+from kiln.config import demo
 from kiln.config.models import Profile
 from kiln.config.workspace import Workspace
-from kiln.rebuild_c import rebuild_c
+from kiln.orchestrate import pipeline
+from kiln.orchestrate.rebuild_c import rebuild_c
 from kiln.release import archive
 from kiln.toolchain import buildenv, cudapypi
 

@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _fail(err: KilnError) -> int:
     """The one error report: a line on stderr (and a GitHub Actions annotation there)."""
-    from kiln.build import github
+    from kiln.orchestrate import github
 
     say_err(f"kiln: error: {err}")
     github.annotate_error(str(err), f"kiln: {type(err).__name__} (exit {err.exit_code})")

@@ -30,11 +30,16 @@ containers raises these too.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KilnError(Exception):
     """Any other error kiln reports (the base of all the rest)."""
 
     exit_code = 1
+    output = ""  # a failed command's whole output (kiln.inside.proc sets it)
+    # a failed step's failure record (<vendor>.failure.json), read by the summary table
+    record: dict[str, Any] | None = None
 
 
 class ConfigError(KilnError):
@@ -75,7 +80,6 @@ class BuildError(KilnError):
     """A build command failed."""
 
     exit_code = 6
-    output = ""  # the failed command's whole output (kiln.inside.proc sets it)
     oom = False  # the kernel killed it for memory (the runners set it)
 
 

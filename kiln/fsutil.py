@@ -90,7 +90,7 @@ def remove_stale_staging(staging_root: Path) -> None:
 @contextmanager
 def staged_dir(final: Path) -> Iterator[Path]:
     """Yield a fresh folder beside ``final`` (under ``.staging/``); the caller fills it
-    and calls :func:`publish`. On any exception, Ctrl-C included, it is removed."""
+    and calls :func:`swap_in`. On any exception, Ctrl-C included, it is removed."""
     staging_root = final.parent / ".staging"
     remove_stale_staging(staging_root)
     stage = staging_root / f"{final.name}-{os.getpid()}"
@@ -106,7 +106,7 @@ def staged_dir(final: Path) -> Iterator[Path]:
             staging_root.rmdir()
 
 
-def publish(stage: Path, final: Path) -> None:
+def swap_in(stage: Path, final: Path) -> None:
     """Swap ``stage`` in as ``final`` with two renames (the old one is removed after)."""
     old = stage.with_name(stage.name + ".old")
     if final.exists():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build.pipeline import Options
 from kiln.config.models import Profile
+from kiln.orchestrate.pipeline import Options
 from kiln.toolchain import buildenv, cudapypi
 from tests import fleet, require
 from tests import upstreams as fixture_upstreams

@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kiln.build import pipeline
-from kiln.build.pipeline import Options
+from kiln.orchestrate import pipeline
+from kiln.orchestrate.pipeline import Options
 from kiln.release import manifest
 from tests.conftest import shared_cache
 from tests.upstreams import Upstreams

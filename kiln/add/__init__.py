@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from kiln.add import recipe, revision, scan, stdcheck
-from kiln.build import dryrun
-from kiln.build.options import Options
 from kiln.config.fields import NAME_RE, WORKSPACE_FILE
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Profile, Source
@@ -31,6 +29,8 @@ from kiln.config.workspace import Workspace, read_profiles
 from kiln.errors import ConfigError
 from kiln.inside import proc
 from kiln.inside.facts import find_cuda_home
+from kiln.orchestrate import dryrun
+from kiln.orchestrate.options import Options
 from kiln.sources.checkout import GitCache, checkout
 from kiln.toolchain import buildenv
 

@@ -213,7 +213,8 @@ class _Reader:
             if hip is None:
                 continue
             branch = node.body if hip else node.orelse
-            for part in branch if isinstance(branch, list) else [branch]:
+            parts: list[ast.AST] = list(branch) if isinstance(branch, list) else [branch]
+            for part in parts:
                 off.update(ast.walk(part))
         return off
 
@@ -387,10 +388,10 @@ class _Reader:
                 if isinstance(first, ast.Constant) and isinstance(first.value, str):
                     self.out.extension_names.append(first.value)
             if isinstance(node, ast.ImportFrom) and node.module == "torch.utils.cpp_extension":
-                names = {a.name for a in node.names}
-                if names & {"CUDAExtension", "CppExtension"} and not self.out.torch_extension:
+                imported = {a.name for a in node.names}
+                if imported & {"CUDAExtension", "CppExtension"} and not self.out.torch_extension:
                     self.out.torch_extension = self.seen(node)
-                if "BuildExtension" in names and not self.out.build_extension:
+                if "BuildExtension" in imported and not self.out.build_extension:
                     self.out.build_extension = self.seen(node)
 
     def _strings(self) -> None:
@@ -538,19 +539,23 @@ class _Reader:
             top, up = up, self.parent.get(up)
         fn = up
         if isinstance(fn, ast.FunctionDef):
-            for stmt in fn.body:
-                if stmt is top:
+            for early in fn.body:
+                if early is top:
                     break
-                if isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], ast.Return):
+                if (
+                    isinstance(early, ast.If)
+                    and early.body
+                    and isinstance(early.body[-1], ast.Return)
+                ):
                     terms = (
-                        stmt.test.values
-                        if isinstance(stmt.test, ast.BoolOp) and isinstance(stmt.test.op, ast.Or)
-                        else [stmt.test]
+                        early.test.values
+                        if isinstance(early.test, ast.BoolOp) and isinstance(early.test.op, ast.Or)
+                        else [early.test]
                     )
                     for term in terms:
                         negated = isinstance(term, ast.UnaryOp) and isinstance(term.op, ast.Not)
                         deps = self.env_in(term)
                         if len(deps) == 1:
                             value = self.skip_value(term, True, negated)
-                            options.append((next(iter(deps)), value, self.seen(stmt)))
+                            options.append((next(iter(deps)), value, self.seen(early)))
         return options

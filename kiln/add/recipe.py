@@ -16,6 +16,7 @@ from typing import Any
 import tomlkit
 from tomlkit.items import Table
 
+from kiln.add import spdx
 from kiln.add.scan import Findings
 from kiln.config.fields import ARCH_RE
 from kiln.config.models import Profile
@@ -121,7 +122,7 @@ def build(
 # --------------------------------------------------------------------------- source
 
 
-def _license_id(table: Any, lic: Any, what: str) -> str | None:
+def _license_id(table: Any, lic: spdx.LicenseFile | None, what: str) -> str | None:
     if lic is None or lic.spdx is None:
         how = lic.how if lic is not None else "no license file"
         _say(table, f'{how}: no license id; set by hand: license_id = "<SPDX id>" ({what})')

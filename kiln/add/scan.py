@@ -118,7 +118,8 @@ class Findings:
         header torch's include folder provides (pybind11 comes with it)."""
         hits = [self.closure.first[h] for h, p in self.closure.provided.items() if p == "torch"]
         own = [i for i in hits if i.header.startswith(("torch/", "ATen/", "c10/"))]
-        return (own or hits or [None])[0]
+        found = own or hits
+        return found[0] if found else None
 
     def torch_units(self) -> list[str]:
         """The compiled sources that reach torch's own headers (torch/, ATen/, c10/)."""
@@ -148,7 +149,7 @@ def missing_imports(
         return []
     have = {p.name.split(".")[0].split("-")[0] for p in site_packages.iterdir()}
     have |= {"distutils"}  # setuptools provides it where the standard library no longer does
-    out = []
+    out: list[tuple[str, Seen]] = []
     for m in modules:
         for name, seen in m.imports:
             local = (tree / f"{name}.py").is_file() or (tree / name).is_dir()
@@ -244,15 +245,15 @@ def _sources(tree: Path, found: Findings, co: Checkout) -> list[tuple[str, Seen 
     subs = [s.path for s in co.submodules]
     out: list[tuple[str, Seen | None]] = []
     for path in sorted(tree.rglob("*")):
-        rel = path.relative_to(tree)
+        inside = path.relative_to(tree)
         if (
             path.suffix in pysetup.SOURCE_SUFFIXES
             and path.is_file()
-            and ".git" not in rel.parts
-            and not set(rel.parts) & set(_NOT_BUILT)
-            and not any(str(rel).startswith(s + "/") for s in subs)
+            and ".git" not in inside.parts
+            and not set(inside.parts) & set(_NOT_BUILT)
+            and not any(str(inside).startswith(s + "/") for s in subs)
         ):
-            out.append((str(rel), None))
+            out.append((str(inside), None))
     return out
 
 

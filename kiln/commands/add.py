@@ -40,7 +40,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from kiln.add import add_recipe, revision
-    from kiln.build import dryrun
+    from kiln.orchestrate import dryrun
 
     opts = o.to_options(args)
     if opts.bundles is not None:  # the upstream is read now: unbundle, as the build would

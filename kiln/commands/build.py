@@ -7,10 +7,10 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from kiln.build.options import Options
 from kiln.commands import options as o
 from kiln.commands.common import out
 from kiln.errors import KilnError
+from kiln.orchestrate.options import Options
 
 HELP = "build vendors of a workspace into a release folder"
 
@@ -28,13 +28,13 @@ def options(args: argparse.Namespace, **fields: Any) -> Options:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.build import pipeline
+    from kiln.orchestrate import pipeline
 
     if args.json and not args.dry_run:
         raise KilnError("build --json: only with --dry-run (a build prints its release folder)")
     vendors = tuple(args.vendor) if args.vendor else None
     if args.dry_run:
-        from kiln.build import dryrun
+        from kiln.orchestrate import dryrun
 
         plan = dryrun.plan(options(args, vendors=vendors))
         out(dryrun.as_json(plan) if args.json else dryrun.render(plan))

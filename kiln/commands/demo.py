@@ -25,8 +25,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln import demo
-    from kiln.build import pipeline
+    from kiln.config import demo
+    from kiln.orchestrate import pipeline
 
     opts = build.options(args)
     mirrors = demo.prepare(args.workspace, opts.work / "demo-upstreams")

@@ -19,9 +19,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln import gpu_test as gputest
     from kiln.config.mirrors import Mirrors
     from kiln.sources.checkout import GitCache
+    from kiln.verify import gpu_test as gputest
 
     mirrors, offline = args.mirrors, args.offline
     if args.bundles is not None:

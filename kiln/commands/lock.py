@@ -15,9 +15,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln import lock
     from kiln.config.mirrors import Mirrors
     from kiln.config.workspace import Workspace
+    from kiln.sources import lock
     from kiln.sources.checkout import GitCache
 
     ws = Workspace(args.workspace)

@@ -63,7 +63,7 @@ def schema(args: argparse.Namespace) -> int:
 
 
 def merge(args: argparse.Namespace) -> int:
-    from kiln import merge as merging
+    from kiln.release import merge as merging
 
     merged = merging.merge(args.partials, args.out, args.workspace, args.profile)
     out(f"merged {len(args.partials)} partial(s) into {merged}")

@@ -1,7 +1,7 @@
 """Every option of the command line, declared once (nox's ``_options.py`` is the model).
 
 An :class:`Option` holds everything about one option: its flag, type, choices, default,
-``KILN_*`` variable, help, and the :class:`~kiln.build.options.Options` field it fills.
+``KILN_*`` variable, help, and the :class:`~kiln.orchestrate.options.Options` field it fills.
 From these declarations alone come the argparse arguments (:func:`add`), the ``--help``
 text (the default and the variable appended), the values (:func:`resolve`: the command
 line, else the variable, else the default), the build's ``Options`` (:func:`to_options`)
@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from kiln.build.options import Options
 from kiln.errors import ConfigError
 from kiln.fsutil import user_cache_dir
+from kiln.orchestrate.options import Options
 
 Kind = Literal["value", "flag", "list", "words"]
 
@@ -112,7 +112,9 @@ class Option:
         try:
             return self.type(word)
         except ValueError:
-            kind = {int: "whole number", float: "number"}.get(self.type, "value")
+            kind = (
+                "whole number" if self.type is int else "number" if self.type is float else "value"
+            )
             raise ConfigError(f"{fix}: not a {kind} ({self.flag} {self.metavar or ''})") from None
 
     def add_to(self, parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

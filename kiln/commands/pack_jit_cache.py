@@ -19,7 +19,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.jit_cache import pack_into_release
+    from kiln.release.jitcache import pack_into_release
 
     out(pack_into_release(args.cache_dir, args.name, args.release))
     return 0

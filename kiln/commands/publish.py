@@ -17,7 +17,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln import publish
+    from kiln.release import publish
 
     out(publish.publish(args.release, args.to, args.dry_run, force=args.force))
     return 0

@@ -34,7 +34,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from kiln.config.workspace import Workspace
-    from kiln.rebuild_c import rebuild_c
+    from kiln.orchestrate.rebuild_c import rebuild_c
     from kiln.toolchain.checks import find_cuda_home
 
     ws = Workspace(args.workspace)

@@ -22,8 +22,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     import tempfile
 
-    from kiln import reproduce as reverify
     from kiln.release import manifest
+    from kiln.verify import rebuild
 
     data = manifest.read(args.manifest)
     if args.rebuilt:
@@ -31,8 +31,8 @@ def execute(args: argparse.Namespace) -> int:
     else:
         work = args.into or Path(tempfile.mkdtemp(prefix="kiln-verify-"))
         opts = replace(build.options(args), work=work.resolve())
-        rebuilt = reverify.rebuild(args.manifest, opts)
-    report = reverify.compare(data, args.manifest.parent, rebuilt)
+        rebuilt = rebuild.rebuild(args.manifest, opts)
+    report = rebuild.compare(data, args.manifest.parent, rebuilt)
     if report:
         say_err("\n".join(report))
         raise NotReproduced(

@@ -21,7 +21,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from kiln.config.workspace import Workspace
     from kiln.verify import wheels as wheelcheck
-    from kiln.verify_wheel import verify_release
+    from kiln.verify.verify_wheel import verify_release
 
     if args.manifest:
         lines = verify_release(args.manifest)

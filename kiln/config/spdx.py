@@ -10,13 +10,14 @@ and the README then carry one spelling.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from difflib import get_close_matches
 
 from packaging.licenses import InvalidLicenseExpression, canonicalize_license_expression
 
 # packaging's copy of the SPDX list; private, but its only public use is the function
 # above, which says no more than "unknown" (packaging is pinned exactly in pyproject.toml).
-from packaging.licenses._spdx import EXCEPTIONS, LICENSES
+from packaging.licenses._spdx import EXCEPTIONS, LICENSES, SPDXException, SPDXLicense
 
 SPDX_LIST = "https://spdx.org/licenses/"
 
@@ -70,7 +71,7 @@ def _unknown(value: str) -> str:
     )
 
 
-def _guess(token: str, table: dict) -> str | None:
+def _guess(token: str, table: Mapping[str, SPDXLicense | SPDXException]) -> str | None:
     """The id ``token`` most likely meant: the shortest current id it begins, as written
     or in letters and digits alone (``BSD-2``, ``BSD2`` -> ``BSD-2-Clause``; the latest of
     equals: ``Apache`` -> ``Apache-2.0``), else a close one."""

@@ -30,10 +30,11 @@ def _probe(args: argparse.Namespace) -> None:
 
     if args.system:  # {"requirements": [...], "include_dirs": [...]}: which are missing
         asked = json.loads(args.system)
-        found = facts.missing_system(asked["requirements"], asked["include_dirs"])
-    else:
-        python = Path(args.python or sys.executable)
-        found = facts.probe(python, facts.find_cuda_home(args.cuda_home))
+        missing = facts.missing_system(asked["requirements"], asked["include_dirs"])
+        sys.stdout.write(json.dumps(missing) + "\n")
+        return
+    python = Path(args.python or sys.executable)
+    found = facts.probe(python, facts.find_cuda_home(args.cuda_home))
     sys.stdout.write(json.dumps(found) + "\n")
 
 

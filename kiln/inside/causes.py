@@ -50,7 +50,7 @@ class Cause:
     cause: str
     fix: str
     # A fix that changes the build environment, to be resolved (dry) against the profile's
-    # index where the index can be reached (the host, kiln/build/fixcheck.py): the
+    # index where the index can be reached (the host, kiln/orchestrate/fixcheck.py): the
     # distribution that pins, its version, the pinned one and the version to go above.
     resolve: dict[str, str] | None = None
 
@@ -999,7 +999,7 @@ def explain(
 
 # --------------------------------------------------------------------------- imports
 # The same table's second part: why a built module does not import where the release
-# lands (the import proof, kiln/build/importproof.py). The facts come from the host
+# lands (the import proof, kiln/orchestrate/importproof.py). The facts come from the host
 # (kiln/verify/loadfacts.py: nm, c++filt, the tree); the rows only read them.
 
 

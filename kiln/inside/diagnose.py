@@ -6,7 +6,7 @@ where the build ran (the builder container for the Docker runner), so the header
 libraries it names are the ones that build saw.
 
 The step writes the result as JSON (``KILN_STEP_FAILURE``) beside the logs; the host
-shows it on the first screen (:mod:`kiln.build.failure`). A build backend's Python
+shows it on the first screen (:mod:`kiln.orchestrate.failure`). A build backend's Python
 traceback is never the summary: it is read only when no compiler or linker said anything.
 """
 
@@ -19,6 +19,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kiln.inside import causes
 from kiln.inside.kit import archflags
@@ -58,7 +59,7 @@ class Diagnosis:
     command: str | None = None  # the failed unit's command line, when ninja printed it
     cause: causes.Cause | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["errors"] = [asdict(e) | {"text": e.shown()} for e in self.errors]
         return data

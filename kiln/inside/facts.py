@@ -126,7 +126,8 @@ def _read(saved: Path | None) -> dict[str, Any] | None:
     if saved is None or not saved.is_file():
         return None
     with contextlib.suppress(ValueError, OSError):
-        return json.loads(saved.read_text())
+        data = json.loads(saved.read_text())
+        return data if isinstance(data, dict) else None
     return None
 
 
@@ -136,7 +137,8 @@ def _probe_python(python: Path) -> dict[str, Any]:
         error=ToolchainError,
         what=f"reading the build Python {python}",
     )
-    return json.loads(raw.splitlines()[-1])
+    facts: dict[str, Any] = json.loads(raw.splitlines()[-1])
+    return facts
 
 
 def missing_system(

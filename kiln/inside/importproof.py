@@ -2,7 +2,7 @@
 
 Run through the build's runner (here, or in the builder container) once the consumer's
 environment holds the wheel (or the unpacked tree); kiln's host side plans the modules
-and judges the results (:mod:`kiln.build.importproof`). Standard library and
+and judges the results (:mod:`kiln.orchestrate.importproof`). Standard library and
 :mod:`kiln.inside.proc` only.
 
 Each module is imported by the consumer environment's Python in a process of its own:

@@ -208,7 +208,7 @@ def run(
         out.close()
     if check and rc != 0:
         failed = error(out.failure(what or line, rc, log_file))
-        failed.output = out.output  # type: ignore[attr-defined]  (read: inside.diagnose)
+        failed.output = out.output  # read: inside.diagnose
         raise failed
     return Result(rc, out.output)
 

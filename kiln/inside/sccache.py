@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, MutableMapping
+from typing import Any
 
 DIST_PORT = "KILN_SCCACHE_DIST_PORT"
 
@@ -77,7 +78,7 @@ def served(env: MutableMapping[str, str]) -> Iterator[None]:
     if not binary:
         yield
         return
-    record: dict = {"servers": [], "warnings": []}
+    record: dict[str, Any] = {"servers": [], "warnings": []}
     folder = tempfile.mkdtemp(prefix="kiln-sccache-")
     started: list[dict[str, str]] = []
     try:

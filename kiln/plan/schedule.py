@@ -4,7 +4,7 @@ whole run may use.
 Parallelism is sized from memory, not cores. Each step has an estimated peak per
 compile job: the measured peak for the same recipe and archs (times a margin) when kiln
 has learned one (this cache's ``peaks.json``, or another build's learned data:
-``kiln/build/learned.py``), else the recipe's ``mem_per_job_gib``. The run's budget is
+``kiln/orchestrate/learned.py``), else the recipe's ``mem_per_job_gib``. The run's budget is
 the memory available now minus a safety margin (``--mem-budget`` overrides) and its CPU
 slots the cores (``--jobs`` overrides). Every independent step starts at once with
 ``MAX_JOBS`` up to the compiles it can get at one moment (its units, the CPU slots, the
@@ -111,7 +111,7 @@ class PeakStore:
     def adopt(
         self, entries: dict[str, dict[str, Any]], vendors: list[Vendor], override: bool
     ) -> list[str]:
-        """Take another build's learned data (``kiln/build/learned.py``) for the vendors
+        """Take another build's learned data (``kiln/orchestrate/learned.py``) for the vendors
         whose recipe it was learned with: in place of this cache's own entry where
         ``override`` (``--learned-from``, asked for by name), else only where this cache
         knows nothing of that recipe (the workspace's ``learned.json``). Returns the

@@ -54,21 +54,25 @@ class ArtifactCache:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            return self._discard(folder, vendor, f"unreadable entry.json ({exc})")
+            self._discard(folder, vendor, f"unreadable entry.json ({exc})")
+            return None
         files = folder / "files"
         for rel, digest in sorted(entry.get("files", {}).items()):
             path = files / rel
             if not path.is_file():
-                return self._discard(folder, vendor, f"{rel} is missing")
+                self._discard(folder, vendor, f"{rel} is missing")
+                return None
             actual = sha256_file(path)
             if actual != digest:
-                return self._discard(
+                self._discard(
                     folder, vendor, f"{rel} has sha256 {actual[:12]}, expected {digest[:12]}"
                 )
+                return None
         try:
             found = VendorEntry.model_validate(entry["vendor_entry"])
         except (ValidationError, KeyError, TypeError) as exc:
-            return self._discard(folder, vendor, f"not a vendor entry of this kiln ({exc})")
+            self._discard(folder, vendor, f"not a vendor entry of this kiln ({exc})")
+            return None
         return found, files
 
     def latest_material(self, vendor: str) -> tuple[str, dict[str, Any]] | None:
@@ -84,8 +88,9 @@ class ArtifactCache:
             except (OSError, ValueError):
                 continue
             material = entry.get("material") if isinstance(entry, dict) else None
-            mine = isinstance(material, dict) and material.get("vendor") == vendor
-            if mine and (best is None or mtime > best[0]):
+            if not isinstance(material, dict) or material.get("vendor") != vendor:
+                continue
+            if best is None or mtime > best[0]:
                 best = (mtime, path.parent.name, material)
         return (best[1], best[2]) if best else None
 

@@ -175,7 +175,7 @@ class ImportedModule(Model):
 
 
 class ImportProof(Model):
-    """What the import proof (``kiln/build/importproof.py``) found: the output installed
+    """What the import proof (``kiln/orchestrate/importproof.py``) found: the output installed
     as ``install.sh`` installs it into the consumer's environment, every module imported
     there with ``LD_BIND_NOW=1``, and every ``DT_NEEDED`` entry of its shared objects
     provided by someone."""

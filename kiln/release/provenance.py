@@ -40,7 +40,8 @@ SBOM_FILE = "sbom.cdx.json"
 
 
 def _rd(**kw: Any) -> dict[str, Any]:
-    return MessageToDict(ResourceDescriptor(**kw).pb)
+    rd: dict[str, Any] = MessageToDict(ResourceDescriptor(**kw).pb)
+    return rd
 
 
 def _materials(m: Manifest) -> list[dict[str, Any]]:
@@ -96,7 +97,8 @@ def statement(m: Manifest, subjects: list[dict[str, Any]]) -> dict[str, Any]:
     subj = [ResourceDescriptor(name=s["path"], digest={"sha256": s["sha256"]}).pb for s in subjects]
     st = Statement(subj, SLSA_PROVENANCE, predicate)
     st.validate()
-    return MessageToDict(st.pb)
+    statement: dict[str, Any] = MessageToDict(st.pb)
+    return statement
 
 
 def sbom(m: Manifest, subjects: list[dict[str, Any]]) -> str:

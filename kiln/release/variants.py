@@ -133,7 +133,7 @@ def index_text(variant_wheels: list[Path]) -> str:
             merged.merge(info)
         except ValidationError as exc:
             raise VerifyError(f"{wheel.name}: cannot be indexed with the others: {exc}") from None
-    return merged.to_str() + "\n"
+    return str(merged.to_str()) + "\n"
 
 
 def index_name(variant_wheel: Path) -> str:

@@ -63,7 +63,7 @@ def daemon_address() -> str:
     return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 
 
-def connect():  # -> docker.DockerClient
+def connect() -> Any:  # docker.DockerClient (docker-py has no type information)
     from docker.errors import DockerException
 
     import docker
@@ -232,7 +232,8 @@ class DockerRunner:
                 "checking the builder image for the recipes' system files",
             )
         )
-        return json.loads(res.output.strip().splitlines()[-1])
+        missing: list[dict[str, str]] = json.loads(res.output.strip().splitlines()[-1])
+        return missing
 
     def base_env(self) -> dict[str, str]:
         return {"PATH": CONTAINER_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"}

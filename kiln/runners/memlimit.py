@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kiln.errors import BuildError
 from kiln.inside import proc
@@ -164,14 +165,14 @@ def run_limited(
     what: str,
     log_file: Path | None = None,
     check: bool = True,
-    **kwargs: object,
+    **kwargs: Any,  # proc.run's own keywords (cwd, env, echo, timeout), passed on
 ) -> proc.Result:
     """:func:`kiln.proc.run` inside a memory cgroup of ``mem_gib``; a step in which the
     kernel OOM-killed any process raises the out-of-memory error, whatever its exit."""
     with limited(mem_gib) as group:
-        cmd = group.wrap(argv) if group else list(argv)
+        cmd = group.wrap(argv) if group else [str(a) for a in argv]
         try:
-            res = proc.run(cmd, what=what, log_file=log_file, check=check, **kwargs)  # type: ignore[arg-type]
+            res = proc.run(cmd, what=what, log_file=log_file, check=check, **kwargs)
         except BuildError:
             if group and group.oom_kills():
                 raise oom_error(what, mem_gib, log_file) from None

@@ -48,9 +48,19 @@ class Command:
 
 
 class Runner(Protocol):
-    kind: str
-    image: str | None  # the base image, by digest, or "unpinned:<ref>"
-    builder: str | None  # the image id the steps ran in
+    # read-only, so a runner whose image is always set (Docker's) is one too
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def image(self) -> str | None:
+        """The base image, by digest, or ``unpinned:<ref>``."""
+        ...
+
+    @property
+    def builder(self) -> str | None:
+        """The image id the steps ran in."""
+        ...
 
     def nvcc(self, profile: Profile) -> str:
         """nvcc's version where builds run; raises ToolchainError (checked first, cheaply)."""
@@ -96,4 +106,5 @@ def probe_command(python: str, cuda_home: str, system: str | None = None) -> lis
 
 
 def parse_probe(output: str) -> dict[str, object]:
-    return json.loads(output.strip().splitlines()[-1])
+    facts: dict[str, object] = json.loads(output.strip().splitlines()[-1])
+    return facts

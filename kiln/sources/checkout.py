@@ -369,7 +369,7 @@ def _availability(
     return None
 
 
-def _commit_problem(mirror: Path, sha: str, source: str, what: str) -> str | None:
+def _commit_problem(mirror: Path, sha: str, source: str, what: str) -> str | Unavailable | None:
     """Preflight for a local mirror: is the pinned commit there (seconds, before any
     fetch or compile)? None when it is, or when the folder cannot be asked."""
     res = git("rev-parse", "--disambiguate=" + sha, cwd=mirror, check=False)

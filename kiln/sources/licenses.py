@@ -13,7 +13,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from kiln.config.models import LicenseId, Submodule, Vendor
+from kiln.config.fields import LicenseId
+from kiln.config.models import Submodule, Vendor
 from kiln.errors import VerifyError
 
 # Phrases every copy of the license carries (case-insensitive). Other SPDX ids and

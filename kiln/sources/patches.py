@@ -11,6 +11,7 @@ the tree: it is reported and skipped.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def hash_report(entries: list[PatchEntry], patches_dir: Path) -> list[str]:
     return warnings
 
 
-def _run(argv, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+def _run(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
     """The patch engine's commands through kiln's git helper (logged, non-interactive)."""
     res = git(*argv[1:], cwd=cwd, check=False, env=env)
     return res.returncode, res.output

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from kiln.timings import series, slots
@@ -178,7 +179,7 @@ def gantt(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]], scale: Sc
     return "\n".join(out)
 
 
-def _path(points: list[tuple[float, float]], scale: Scale, y: Any, end: float) -> str:
+def _path(points: Sequence[tuple[float, float]], scale: Scale, y: Any, end: float) -> str:
     """A step path: each value held until the next point."""
     if not points:
         return ""
@@ -189,14 +190,14 @@ def _path(points: list[tuple[float, float]], scale: Scale, y: Any, end: float) -
     return "".join(d)
 
 
-def _line(points: list[tuple[float, float]], scale: Scale, y: Any) -> str:
+def _line(points: Sequence[tuple[float, float]], scale: Scale, y: Any) -> str:
     return "M" + "L".join(f"{scale.x(t)},{y(v)}" for t, v in points) if points else ""
 
 
 def chart(
     ident: str,
     label: str,
-    curves: list[tuple[str, str, str, list[tuple[float, float]], bool]],
+    curves: Sequence[tuple[str, str, str, Sequence[tuple[float, float]], bool]],
     limit: tuple[str, float] | None,
     scale: Scale,
     unit: str,

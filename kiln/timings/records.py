@@ -197,7 +197,8 @@ def estimated_phases(vendor: str, timings: dict[str, float], units: list[Unit]) 
     first = min(u.start - u.waited_s for u in units)
     last = max(u.end for u in units)
     build_start = min(first, last - float(timings.get("build", 0.0)))
-    out, t = [], build_start
+    out: list[Phase] = []
+    t = build_start
     for name in ("patch", "fetch"):
         took = float(timings.get(name, 0.0))
         out.insert(0, Phase(vendor, name, t - took, t, True))
@@ -254,7 +255,7 @@ def load(
     title = logs.name
     if m is not None:
         title = m.release.name
-        fresh = []
+        fresh: list[str] = []
         for name, entry in m.vendors.items():
             art = entry.caches.artifact if entry.caches else None
             (reused if art is not None and art.status == "hit" else fresh).append(name)
@@ -264,9 +265,9 @@ def load(
             mem_budget_gib = m.scheduler.mem_gib if mem_budget_gib is None else mem_budget_gib
             cpus = m.scheduler.cpus if cpus is None else cpus
     if m is None:  # a failed build: no manifest; the budget it ran with, where it wrote it
-        recorded = _budget(logs / BUDGET_FILE)
-        mem_budget_gib = recorded.get("mem_gib") if mem_budget_gib is None else mem_budget_gib
-        cpus = recorded.get("cpus") if cpus is None else cpus
+        budget = _budget(logs / BUDGET_FILE)
+        mem_budget_gib = budget.get("mem_gib") if mem_budget_gib is None else mem_budget_gib
+        cpus = budget.get("cpus") if cpus is None else cpus
         if mem_budget_gib is None or cpus is None:
             notes.append(
                 f"no manifest and no {BUDGET_FILE}: the memory budget and CPU slots are unknown"
@@ -281,8 +282,8 @@ def load(
     estimated = []
     built = []
     for vendor in vendors:
-        jobs, recorded = logs / f"{vendor}.jobs", logs / f"{vendor}.phases"
-        own = phases_of(recorded, vendor) if recorded.is_file() else []
+        jobs, phase_file = logs / f"{vendor}.jobs", logs / f"{vendor}.phases"
+        own = phases_of(phase_file, vendor) if phase_file.is_file() else []
         if own and not any(p.name == "build" for p in own):
             reused.append(vendor)  # fetched, then found in the artifact cache
             phases += own

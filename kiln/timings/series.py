@@ -25,7 +25,7 @@ def _steps(events: list[tuple[float, tuple[float, ...]]]) -> list[tuple[float, t
 def at_once(units: list[Unit]) -> list[tuple[float, int, int]]:
     """(time, compiles running here, CPU slots held here) after each change: a compile
     with nvcc ``--threads N`` holds N slots; links hold their slot too."""
-    events = []
+    events: list[tuple[float, tuple[float, ...]]] = []
     for u in units:
         if u.where == "remote" or u.kind == "hit":
             continue
@@ -36,7 +36,7 @@ def at_once(units: list[Unit]) -> list[tuple[float, int, int]]:
 
 def peak_memory(units: list[Unit]) -> list[tuple[float, float]]:
     """(time, GiB) after each change: the peaks of the runs here summed while they ran."""
-    events = []
+    events: list[tuple[float, tuple[float, ...]]] = []
     for u in units:
         if u.where == "remote" or u.kind == "hit":
             continue
@@ -47,7 +47,7 @@ def peak_memory(units: list[Unit]) -> list[tuple[float, float]]:
 def waiting(units: list[Unit]) -> list[tuple[float, int]]:
     """(time, compiles waiting at the gate) after each change: a run waited from its
     wrapper's start (``start - waited_s``) until its compiler started."""
-    events = []
+    events: list[tuple[float, tuple[float, ...]]] = []
     for u in units:
         if u.waited_s > 0:
             events += [(u.start - u.waited_s, (1.0,)), (u.start, (-1.0,))]
@@ -57,7 +57,7 @@ def waiting(units: list[Unit]) -> list[tuple[float, int]]:
 def cpu_used(units: list[Unit]) -> list[tuple[float, float]]:
     """(time, CPUs in use) after each change: each local run's CPU seconds over its wall
     (an average per run: what the slots it held were really given)."""
-    events = []
+    events: list[tuple[float, tuple[float, ...]]] = []
     for u in units:
         if u.where == "remote" or u.kind == "hit" or u.wall_s <= 0:
             continue

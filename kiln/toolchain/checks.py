@@ -111,7 +111,7 @@ def problems(tc: Toolchain, profile: Profile) -> list[str]:
 def cuobjdump() -> Path:
     """cuobjdump from kiln's own ``nvidia-cuda-cuobjdump`` dependency, else from PATH."""
     try:
-        import nvidia.cu13  # type: ignore[import-not-found]
+        import nvidia.cu13
 
         for base in nvidia.cu13.__path__:
             candidate = Path(base) / "bin" / "cuobjdump"

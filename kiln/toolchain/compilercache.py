@@ -25,8 +25,10 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from kiln.errors import ConfigError
@@ -217,7 +219,7 @@ def environment(
 
 
 def _sccache_environment(
-    cache: CompilerCache, tree: Path, stats_log: Path, where: os._Environ | dict[str, str]
+    cache: CompilerCache, tree: Path, stats_log: Path, where: Mapping[str, str]
 ) -> dict[str, str]:
     env = {
         "KILN_SCCACHE": str(cache.binary),
@@ -246,7 +248,7 @@ def _sccache_environment(
     return env
 
 
-def read_stats(stats_log: Path) -> dict:
+def read_stats(stats_log: Path) -> dict[str, Any]:
     """Hits and misses of one step, from ccache's stats log (one block per call) or
     sccache's statistics (JSON, written by the step)."""
     hits = misses = 0
@@ -261,7 +263,7 @@ def read_stats(stats_log: Path) -> dict:
             hits += 1
         elif line == "cache_miss":
             misses += 1
-    out: dict = {"hits": hits, "misses": misses}
+    out: dict[str, Any] = {"hits": hits, "misses": misses}
     if any(line.startswith("remote_storage_") for line in lines):
         out["local_hits"] = lines.count("local_storage_hit")
         out["remote_hits"] = lines.count("remote_storage_hit")
@@ -284,7 +286,7 @@ def store_warning(errors: int, answered: bool) -> str:
     )
 
 
-def sccache_counts(data: dict) -> dict:
+def sccache_counts(data: dict[str, Any]) -> dict[str, Any]:
     """The manifest's figures from what :mod:`kiln.inside.sccache` wrote: sccache's
     ``--show-stats --stats-format=json`` per server and the step's own notes. Hits and
     misses count sccache's compile requests of the compilers kiln's wrapper ran (an nvcc
@@ -310,7 +312,12 @@ def sccache_counts(data: dict) -> dict:
     multi = any(s.get("stats", {}).get("multi_level") for s in data.get("servers", []))
     local = min(local, hits) if multi else hits
     remote = hits - local
-    out: dict = {"hits": hits, "misses": misses, "local_hits": local, "remote_hits": remote}
+    out: dict[str, Any] = {
+        "hits": hits,
+        "misses": misses,
+        "local_hits": local,
+        "remote_hits": remote,
+    }
     out["errors"] = errors
     if data.get("store"):
         out["store"] = data["store"]

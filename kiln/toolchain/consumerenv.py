@@ -1,5 +1,5 @@
 """The consumer's environment: what a release's ``install.sh`` makes where the release
-lands, for the import proof (:mod:`kiln.build.importproof`).
+lands, for the import proof (:mod:`kiln.orchestrate.importproof`).
 
 ``install.sh`` makes a venv with the profile's Python and installs ``requirements.txt``
 into it (the workspace's hash-pinned ``runtime-requirements.lock``, else its

@@ -9,9 +9,11 @@ from __future__ import annotations
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
@@ -48,7 +50,9 @@ def linkage(path: Path) -> tuple[list[str], list[str]]:
             for section in ELFFile(fh).iter_sections():
                 if not isinstance(section, DynamicSection):
                     continue
-                for tag in section.iter_tags():
+                # pyelftools names a tag's string (needed, runpath, rpath) at run time
+                tags: Iterable[Any] = section.iter_tags()
+                for tag in tags:
                     if tag.entry.d_tag == "DT_NEEDED":
                         needed.append(tag.needed)
                     elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):

@@ -34,7 +34,8 @@ def identifier(profile: Profile) -> str:
 
 def table(pyproject: Path) -> dict[str, Any]:
     with pyproject.open("rb") as fh:
-        return tomllib.load(fh).get("tool", {}).get("cibuildwheel", {})
+        found = tomllib.load(fh).get("tool", {}).get("cibuildwheel", {})
+    return found if isinstance(found, dict) else {}
 
 
 def problems(pyproject: Path, ws: Workspace) -> list[str]:

@@ -61,11 +61,12 @@ def exports_pyinit(path: Path, stem: str) -> bool:
     """Whether the ELF file at ``path`` exports ``PyInit_<stem>`` (it is a module)."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     try:
         with path.open("rb") as fh:
             symtab = ELFFile(fh).get_section_by_name(".dynsym")
-            if symtab is None:
+            if not isinstance(symtab, SymbolTableSection):
                 return False
             wanted = f"PyInit_{stem}"
             return any(

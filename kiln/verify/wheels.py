@@ -1,7 +1,7 @@
 """``kiln verify-wheel``: kiln's wheel verification on wheels built elsewhere.
 
 cibuildwheel's ``test-command`` (a wheel built the standard way, checked against the
-profile and a vendor's recipe). A release's wheels read again: ``kiln/verify_wheel.py``.
+profile and a vendor's recipe). A release's wheels read again: ``kiln/verify/verify_wheel.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from kiln.config.models import Profile
 from kiln.config.workspace import Workspace
 from kiln.errors import VerifyError
-from kiln.verify import binaries as verify
+from kiln.verify import binaries
 
 
 def expected_archs(ws: Workspace, vendor: str | None, archs: list[str] | None) -> list[str]:
@@ -23,7 +23,7 @@ def expected_archs(ws: Workspace, vendor: str | None, archs: list[str] | None) -
     return list(ws.profile.archs)
 
 
-def summary(report: verify.WheelReport) -> str:
+def summary(report: binaries.WheelReport) -> str:
     objects = ", ".join(
         f"{o.path} ({', '.join(o.sass) or 'host only'})" for o in report.shared_objects
     )
@@ -35,6 +35,6 @@ def verify_wheels(wheels: list[Path], profile: Profile, archs: list[str]) -> lis
     for wheel in wheels:
         if not wheel.is_file():
             raise VerifyError(f"{wheel}: no such wheel")
-        report = verify.verify_wheel(wheel, archs, profile, torch_pin=False)
+        report = binaries.verify_wheel(wheel, archs, profile, torch_pin=False)
         lines.append(summary(report))
     return lines

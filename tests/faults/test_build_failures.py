@@ -238,8 +238,8 @@ def test_a_deep_template_error_shows_its_chain_to_the_upstreams_code(
     """Issue 35: an error twelve instantiations deep: its first error with the chain that
     leads to the upstream's own call (g++'s "required from", nvcc's "detected during"),
     cut to the screen, not the innermost line alone."""
-    from kiln.build import failure
     from kiln.inside import diagnose
+    from kiln.orchestrate import failure
 
     (tmp_path / "csrc").mkdir()
     (tmp_path / "csrc" / "deep.h").write_text(DEEP_H)

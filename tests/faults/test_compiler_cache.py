@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kiln.build import pipeline
 from kiln.inside.kit import objcache
+from kiln.orchestrate import pipeline
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 

@@ -33,8 +33,8 @@ def test_disk_fills_while_packing_the_tarball(tmp_path: Path, small_fs) -> None:
     assert ".tar.zst" in line and f"file system mounted at {artifacts} " in line
     assert "no space left" in line and "and rerun" in line
     # Nothing half-written: no release, no staging folder, no temporary tarball.
-    # (.kiln.lock: the workspace lock the lead's scheduler keeps beside the releases.)
-    assert [f for f in artifacts_files(artifacts) if f != ".kiln.lock"] == []
+    # (.kiln.sources.lock: the workspace lock the lead's scheduler keeps beside the releases.)
+    assert [f for f in artifacts_files(artifacts) if f != ".kiln.sources.lock"] == []
     assert not (artifacts / "test-release").exists()
     assert not (artifacts / ".staging").exists()
 

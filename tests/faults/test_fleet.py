@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import pipeline
 from kiln.errors import ConfigError
+from kiln.orchestrate import pipeline
 from tests import fleet
 from tests.fleet import builder, compiler_info, wheels
 from tests.upstreams import Upstreams

@@ -61,7 +61,7 @@ def test_sigkill_mid_build_then_a_rerun_cleans_up_and_reuses_what_finished(
     artifacts = tmp_path / "artifacts"
     assert not (artifacts / "test-release").exists()  # nothing half-published
     assert list((artifacts / ".staging").iterdir())  # the killed run's staging is left...
-    lock = artifacts / "logs" / ".kiln.lock"
+    lock = artifacts / "logs" / ".kiln.sources.lock"
     assert json.loads(lock.read_text())["pid"] == kiln.pid  # ...and its lock's note
 
     # The rerun: the slow vendor now builds normally; the fast one is unchanged.

@@ -120,6 +120,6 @@ def test_docker_build_over_its_limit_reports_out_of_memory(
     # includes the failing command's "kiln: error:" from inside the container).
     last = res.stderr.strip().splitlines()[-1]
     assert OOM_LINE.match(last.removeprefix("kiln: error: ")), last
-    assert [f for f in artifacts_files(tmp_path / "artifacts") if f != ".kiln.lock"] == []
+    assert [f for f in artifacts_files(tmp_path / "artifacts") if f != ".kiln.sources.lock"] == []
     assert client.containers.list(all=True, filters={"label": "kiln"}) == []
     assert DOCKER_DIR.is_dir()

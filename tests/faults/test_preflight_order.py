@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build.preflight import pip_cuda_may_provide
 from kiln.config.models import Profile, SystemRequirement
+from kiln.orchestrate.preflight import pip_cuda_may_provide
 from kiln.toolchain import buildenv
 from tests.conftest import artifacts_files, run_kiln
 from tests.faults.conftest import (

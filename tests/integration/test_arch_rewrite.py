@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from kiln.build import pipeline
 from kiln.errors import BuildError
+from kiln.orchestrate import pipeline
 from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests.upstreams import HOST_C, INIT_PY, MIT, SETUP_PY
 from tests.workspace import write

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import pipeline
-from kiln.build.runlock import Busy
+from kiln.orchestrate import pipeline
+from kiln.orchestrate.runlock import Busy
 from kiln.release import manifest
 from tests import require
 from tests.conftest import artifacts_files, run_kiln, shared_cache, start_kiln_until

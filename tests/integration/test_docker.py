@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import pipeline
 from kiln.errors import BuildError, ConfigError
+from kiln.orchestrate import pipeline
 from kiln.runners.docker import KEPT_PREFIX
 from kiln.toolchain.checks import cuobjdump
 from tests import upstreams as fixture_upstreams

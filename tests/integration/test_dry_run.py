@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from kiln.build import runlock
 from kiln.config.workspace import Workspace
 from kiln.errors import Busy, ConfigError, PreflightError, ToolchainError
+from kiln.orchestrate import runlock
 from kiln.sources.git import git
 from kiln.toolchain import buildenv, cudapypi
 from tests import public

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import pipeline
+from kiln.orchestrate import pipeline
 from tests import fleet
 from tests.fleet import builder as _builder
 from tests.fleet import compiler_info as _compiler

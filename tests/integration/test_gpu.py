@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln import demo
-from kiln.build import pipeline
+from kiln.config import demo
+from kiln.orchestrate import pipeline
 from kiln.toolchain.checks import find_cuda_home, nvcc_version
 from tests.conftest import REPO, artifacts_files
 

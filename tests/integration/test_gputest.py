@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import pipeline
+from kiln.orchestrate import pipeline
 from tests.conftest import run_kiln, shared_cache
 from tests.releases import edit_manifest
 from tests.upstreams import Upstreams

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from kiln import demo
-from kiln.build import pipeline
-from kiln.build.kinds.inplace import arch_family, pack_tree
+from kiln.config import demo
 from kiln.config.workspace import Workspace
 from kiln.errors import ArchiveError, BuildError, VerifyError
+from kiln.orchestrate import pipeline
+from kiln.orchestrate.kinds.inplace import arch_family, pack_tree
 from kiln.release import archive, manifest
 from tests.conftest import REPO, run_kiln, shared_cache
 from tests.upstreams import Upstreams

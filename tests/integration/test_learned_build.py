@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import pipeline
 from kiln.errors import ConfigError
+from kiln.orchestrate import pipeline
 from kiln.plan import schedule
 from kiln.release import manifest
 from kiln.sources.gitrepo import CommitSpec, make_repo

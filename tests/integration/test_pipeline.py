@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import pipeline
 from kiln.errors import BuildError, PreflightError, VerifyError
+from kiln.orchestrate import pipeline
 from kiln.release import manifest
 from tests.conftest import artifacts_files, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams

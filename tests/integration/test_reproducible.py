@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from kiln import reproduce as reverify
-from kiln.build import pipeline
 from kiln.config.models import Profile
+from kiln.orchestrate import pipeline
 from kiln.release.wheelfix import local_label
+from kiln.verify import rebuild
 from tests import upstreams as fixture_upstreams
 from tests.conftest import REPO, run_kiln
 from tests.upstreams import Upstreams
@@ -134,7 +134,7 @@ def test_verify_names_the_arch_whose_sass_differs(
         ws = write(tmp_path / f"ws{index}", {"plain": vendor})
         release = pipeline.build(options(ws, artifacts=tmp_path / f"a{index}"))
         wheels.append(next((release / "wheels").glob("*.whl")))
-    lines = reverify.explain(wheels[0], wheels[1])
+    lines = rebuild.explain(wheels[0], wheels[1])
     text = "\n".join(lines)
     assert "member plainext/_kernels.cpython-311-x86_64-linux-gnu.so: sha256" in text
     assert "SASS sm_100a: " in text and "SASS sm_103a: differs" in text

@@ -210,7 +210,7 @@ def test_a_shipped_trees_kit_rewrites_too(tmp_path: Path, nested: bool) -> None:
     """The kit's own copies (``.kiln/``, as ``rebuild_c`` runs them, kiln not importable):
     objcache.py for a build's nvcc calls, compileflags.py for those inside a compile
     (KILN_WRAPPED=1): no path around the rule."""
-    from kiln.build.kit import install_kit
+    from kiln.orchestrate.kit import install_kit
 
     kit = install_kit(tmp_path)
     (tmp_path / "k.cu").write_text(KERNEL)

@@ -99,7 +99,7 @@ def test_in_github_actions_an_error_is_an_annotation(tmp_path) -> None:
 
 
 def test_step_summary_gets_the_build_table(tmp_path, monkeypatch) -> None:
-    from kiln.build import github
+    from kiln.orchestrate import github
 
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build.options import Options
 from kiln.errors import ConfigError
 from kiln.inside.kit import compilegate, objcache
+from kiln.orchestrate.options import Options
 from kiln.toolchain import compilercache
 
 
@@ -163,7 +163,7 @@ def test_prefix_maps_move_into_a_specs_file_named_relative_to_the_compile(
 
 
 def test_distribute_with_ccache_is_refused_before_any_build(tmp_path: Path) -> None:
-    from kiln.build.pipeline import compiler_cache
+    from kiln.orchestrate.pipeline import compiler_cache
 
     opts = _options(tmp_path, cache_backend="ccache", distribute="http://scheduler:10600")
     with pytest.raises(ConfigError, match="distributed compiles go through sccache"):
@@ -173,7 +173,7 @@ def test_distribute_with_ccache_is_refused_before_any_build(tmp_path: Path) -> N
 def test_no_compiler_cache_turns_the_fleet_off_too(tmp_path: Path) -> None:
     """kiln verify rebuilds with --no-compiler-cache: no store, no build servers either,
     even where $KILN_DISTRIBUTE names a scheduler."""
-    from kiln.build.pipeline import compiler_cache
+    from kiln.orchestrate.pipeline import compiler_cache
 
     opts = _options(
         tmp_path,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import fixcheck
 from kiln.config.models import Profile
+from kiln.orchestrate import fixcheck
 
 RESOLVE = {
     "pinner": "torch",

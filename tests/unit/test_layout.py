@@ -21,9 +21,9 @@ from kiln.release import manifest
 KILN = Path(__file__).resolve().parents[2] / "kiln"
 
 # Each stage and what it may import (besides itself, the standard library and the
-# third-party libraries it uses). Top-level modules: verbs (anything below them),
-# commands/ (a verb's command line: the verbs and below), cli (wires the commands), and
-# the leaves errors and fsutil.
+# third-party libraries it uses). A verb (a command's engine) lives in the package of its
+# stage but sits above every stage (it may use any of them): commands/ (a verb's command
+# line: the verbs and below), cli (wires the commands), and the leaves errors and fsutil.
 LAYERS = [
     {"errors"},
     {"fsutil"},
@@ -32,30 +32,32 @@ LAYERS = [
     {"sources", "toolchain"},
     {"plan", "verify", "runners", "release"},
     {"timings"},
-    {"build"},
+    {"orchestrate"},
     {"verbs"},
     {"commands"},
     {"cli"},
     {"__main__"},
 ]
+# The verbs' modules, each in its stage's package (``add`` is a package of its own).
 VERBS = {
-    "add",
-    "lock",
-    "reproduce",
-    "merge",
-    "publish",
-    "rebuild_c",
-    "gpu_test",
-    "jit_cache",
-    "demo",
-    "verify_wheel",
+    "kiln.add",
+    "kiln.sources.lock",
+    "kiln.verify.rebuild",
+    "kiln.verify.verify_wheel",
+    "kiln.verify.gpu_test",
+    "kiln.release.merge",
+    "kiln.release.publish",
+    "kiln.release.jitcache",
+    "kiln.orchestrate.rebuild_c",
+    "kiln.config.demo",
 }
 
 
 def _stage(module: str) -> str:
-    """``kiln.build.kinds.wheel`` -> ``build``; a verb module -> ``verbs``."""
-    part = module.split(".")[1] if module.count(".") else ""
-    return "verbs" if part in VERBS else part
+    """``kiln.orchestrate.kinds.wheel`` -> ``orchestrate``; a verb's module -> ``verbs``."""
+    if any(module == v or module.startswith(v + ".") for v in VERBS):
+        return "verbs"
+    return module.split(".")[1] if module.count(".") else ""
 
 
 def _rank(stage: str) -> int:
@@ -67,15 +69,15 @@ def _imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kiln"):
-            if node.module == "kiln":
-                # kiln/__init__.py's own names (__version__, version_line) are the root's
-                found |= {
-                    f"kiln.{a.name}"
-                    for a in node.names
-                    if (KILN / a.name).is_dir() or (KILN / f"{a.name}.py").is_file()
-                }
-            else:
-                found.add(node.module)
+            # ``from kiln.release import publish`` imports the module kiln.release.publish;
+            # a name that is no module (kiln/__init__.py's __version__) is its package's
+            folder = KILN.joinpath(*node.module.split(".")[1:])
+            for a in node.names:
+                is_module = (folder / a.name).is_dir() or (folder / f"{a.name}.py").is_file()
+                if is_module:
+                    found.add(f"{node.module}.{a.name}")
+                elif node.module != "kiln":
+                    found.add(node.module)
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("kiln.")}
     return found
@@ -110,17 +112,20 @@ def test_imports_only_go_down_the_stages() -> None:
 
 
 def test_the_layer_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A module of config/ that imports build/: named."""
+    """A module of config/ that imports orchestrate/, and a stage that imports a verb of
+    its own package: named."""
     fake = tmp_path / "kiln"
     (fake / "config").mkdir(parents=True)
-    (fake / "build").mkdir()
-    (fake / "config" / "bad.py").write_text("from kiln.build import pipeline\n")
-    (fake / "build" / "pipeline.py").write_text("")
+    (fake / "orchestrate").mkdir()
+    (fake / "release").mkdir()
+    (fake / "config" / "bad.py").write_text("from kiln.orchestrate import pipeline\n")
+    (fake / "orchestrate" / "pipeline.py").write_text("")
+    (fake / "release" / "files.py").write_text("from kiln.release import publish\n")
+    (fake / "release" / "publish.py").write_text("")
     monkeypatch.setattr(sys.modules[__name__], "KILN", fake)
     assert layer_violations() == [
-        "kiln.config.bad imports kiln.build (config may not use build)"
-    ] or layer_violations() == [
-        "kiln.config.bad imports kiln.build.pipeline (config may not use build)"
+        "kiln.config.bad imports kiln.orchestrate.pipeline (config may not use orchestrate)",
+        "kiln.release.files imports kiln.release.publish (release may not use verbs)",
     ]
 
 
@@ -236,3 +241,64 @@ def test_every_test_has_a_time_limit(request: pytest.FixtureRequest) -> None:
     limits = {item.nodeid: item.get_closest_marker("timeout") for item in items}
     assert all(limits.values()), [n for n, m in limits.items() if m is None]
     assert limits[request.node.nodeid].args[0] <= 120
+
+
+def test_no_package_of_the_engine_is_named_build() -> None:
+    """Tools treat ``build/`` folders as output (.gitignore, setuptools, code maps): a
+    package of that name is not drawn (issue 36)."""
+    assert [p for p in KILN.rglob("build") if p.is_dir()] == []
+
+
+@pytest.mark.timeout(300)
+def test_building_kiln_itself_writes_nothing_into_build(tmp_path: Path) -> None:
+    """``build/`` is the workspace's scratch space; setuptools' lib/ and bdist.*/ from
+    building kiln go to .kiln-self-build/ (setup.cfg)."""
+    repo = KILN.parent
+    copy = tmp_path / "repo"
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=repo, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for rel in filter(None, files):
+        src, dest = repo / rel.decode(), copy / rel.decode()
+        if src.is_file():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(src.read_bytes())
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", "-w", tmp_path / "w"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert sorted(p.name for p in (copy / "build").iterdir()) == ["README.md"]
+    assert (copy / ".kiln-self-build" / "lib" / "kiln").is_dir()
+
+
+def aliased_as_other_modules(root: Path) -> list[str]:
+    """``from kiln.release import files as release``: a module given the name of another
+    module or package of kiln (the reader looks for the wrong file)."""
+    names = {p.stem for p in root.rglob("*.py") if p.stem != "__init__"}
+    names |= {p.name for p in root.rglob("*") if p.is_dir() and (p / "__init__.py").is_file()}
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for a in node.names:
+                    if a.asname and a.asname != a.name and a.asname in names:
+                        bad.append(
+                            f"{path.relative_to(root)}:{node.lineno}: {a.name} as {a.asname}"
+                        )
+    return bad
+
+
+def test_no_module_is_imported_under_another_modules_name() -> None:
+    assert aliased_as_other_modules(KILN) == []
+
+
+def test_the_alias_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "release").mkdir()
+    (tmp_path / "release" / "__init__.py").write_text("")
+    (tmp_path / "release" / "files.py").write_text("")
+    (tmp_path / "merge.py").write_text("from kiln.release import files as release\n")
+    assert aliased_as_other_modules(tmp_path) == ["merge.py:1: files as release"]

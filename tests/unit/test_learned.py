@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import learned
 from kiln.errors import ConfigError
+from kiln.orchestrate import learned
 from kiln.plan import bound, schedule
 from tests.conftest import artifacts_files, run_kiln
 from tests.unit.test_schedule import _vendor

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build.kit import install_kit
 from kiln.inside.kit import compilegate, ninjaorder, objcache, unitsize
+from kiln.orchestrate.kit import install_kit
 from kiln.plan import schedule
 from tests.unit.test_schedule import _vendor
 

@@ -175,7 +175,7 @@ def test_nvccs_host_compiles_get_the_wrappers_flags_without_the_object_cache(
     """Inside a compile (KILN_WRAPPED=1, nvcc's own host-compiler calls, several per CUDA
     unit) the kit's wrapper runs compileflags.py alone: the same arguments objcache.py's
     nested path gives, at a fraction of its start-up (it is not even read: broken here)."""
-    from kiln.build.kit import install_kit
+    from kiln.orchestrate.kit import install_kit
 
     tree = tmp_path / "tree"
     (tree / "csrc").mkdir(parents=True)

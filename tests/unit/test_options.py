@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from kiln import cli
-from kiln.build.options import Options
 from kiln.commands import build, docs
 from kiln.commands import options as o
 from kiln.errors import ConfigError
 from kiln.fsutil import user_cache_dir
+from kiln.orchestrate.options import Options
 from tests.conftest import REPO, run_kiln
 
 # Options fields no option fills: the vendors are build's positional arguments; the live

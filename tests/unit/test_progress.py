@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from kiln.build.progress import Display
+from kiln.orchestrate.progress import Display
 
 
 def test_off_a_terminal_every_state_change_is_one_plain_line(

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln import reproduce
 from kiln.config.mirrors import Mirrors
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError
+from kiln.verify import rebuild
 from tests import public
 
 # What a recipe must not say: where CUDA pieces, stubs or torch's pip CUDA lie (kiln finds
@@ -57,7 +57,7 @@ def test_verify_writes_every_public_recipe_back_as_it_was() -> None:
         recorded = vendor.build.model_dump(mode="json")
         with pytest.raises(tomlkit.exceptions.ConvertError):
             tomlkit.dumps({"build": recorded})  # the control: nulls do not go into TOML
-        text = reproduce.vendor_toml({"url": vendor.source.url}, recorded)
+        text = rebuild.vendor_toml({"url": vendor.source.url}, recorded)
         again = type(vendor.build).model_validate(tomlkit.parse(text).unwrap()["build"])
         assert again == vendor.build, name
 

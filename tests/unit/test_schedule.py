@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kiln.build import runlock as buildlock
 from kiln.config.models import Vendor
 from kiln.errors import ConfigError
 from kiln.inside.kit import compilegate
+from kiln.orchestrate import runlock as buildlock
 from kiln.plan import schedule
 from tests.conftest import REPO, artifacts_files, run_kiln
 from tests.upstreams import Upstreams
@@ -339,7 +339,7 @@ LOCK_CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from kiln.build import runlock as buildlock
+    from kiln.orchestrate import runlock as buildlock
     with buildlock.hold([Path(sys.argv[1])], wait=sys.argv[2] == "wait"):
         print("got the lock", flush=True)
     """

@@ -232,8 +232,8 @@ def test_a_step_records_its_phases_and_the_sampler_its_memory(tmp_path: Path) ->
     import os
     import time
 
-    from kiln.build.context import Timings, timed
     from kiln.inside import memwatch
+    from kiln.orchestrate.context import Timings, timed
 
     spent = Timings(tmp_path / "v.phases")
     for _ in range(2):

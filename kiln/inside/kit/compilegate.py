@@ -46,6 +46,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 try:
     from kiln.inside.kit import compileflags
@@ -102,7 +103,7 @@ def _changed_stamp(gate: Path) -> tuple[int, int]:
 
 
 def admitted(
-    budget: dict[str, float], holders: list[dict], waiters: list[dict], me: str
+    budget: dict[str, float], holders: list[dict[str, Any]], waiters: list[dict[str, Any]], me: str
 ) -> tuple[str | None, int]:
     """Where waiter ``me`` may start now ("local", "remote" or None: not yet), and its
     place in the queue: waiters are taken by priority (ties: who came first) and each one
@@ -138,7 +139,7 @@ def admitted(
     return None, len(order)
 
 
-def _register(path: Path, entry: dict) -> int:
+def _register(path: Path, entry: dict[str, Any]) -> int:
     """Create ``path`` flock'ed by this process. Only under the gate's lock: a scan that
     saw the file between its creation and its flock would take it for a dead process's
     leftover and remove it."""
@@ -182,7 +183,12 @@ def slot(
     the body runs; the body gets where it runs ("local" or "remote")."""
     budget = json.loads((gate / "budget.json").read_text())
     me = uuid.uuid4().hex
-    entry: dict = {"mem_gib": mem_gib, "cpus": cpus, "priority": priority, "since": time.time()}
+    entry: dict[str, Any] = {
+        "mem_gib": mem_gib,
+        "cpus": cpus,
+        "priority": priority,
+        "since": time.time(),
+    }
     entry["remote_ok"] = remote_ok
     waiting = gate / "waiting" / f"{me}.json"
     waiting.parent.mkdir(exist_ok=True)
@@ -230,7 +236,7 @@ def slot(
         _bump(gate)
 
 
-def learned_hints() -> dict:
+def learned_hints() -> dict[str, Any]:
     """The step's learned figures (``KILN_GATE_HINTS``), {} where there are none."""
     path = os.environ.get("KILN_GATE_HINTS")
     if not path:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 try:
     from kiln.inside.kit import compileflags, compilegate, unitsize
@@ -120,7 +121,7 @@ def _statements(text: str) -> list[str]:
     return out
 
 
-def reorder(text: str, folder: str, tree: str, priority) -> str:
+def reorder(text: str, folder: str, tree: str, priority: Callable[[str], float]) -> str:
     """``text`` with each run of consecutive unit ``build`` statements longest first
     (``priority`` of the unit's path in ``tree``); blank lines and comments inside a run
     stay where they are, anything else ends the run."""
@@ -159,15 +160,18 @@ def order_build_file(path: str) -> bool:
     with open(path) as fh:
         text = fh.read()
     folder = os.path.dirname(os.path.abspath(path))
+    estimates: dict[str, int] = {}
+    priority: Callable[[str], float]
     if compilegate.learned_hints().get("units"):
         priority = compilegate.hinted_priority
     else:
         closure = unitsize.Closure(unitsize.include_dirs(text, tree))
-        estimates: dict[str, int] = {}
 
-        def priority(unit: str) -> float:
+        def estimate(unit: str) -> float:
             estimates[unit] = closure.estimate(os.path.join(tree, unit))
             return float(estimates[unit])
+
+        priority = estimate
 
     ordered = reorder(text, folder, tree, priority)
     if not compilegate.learned_hints().get("units"):

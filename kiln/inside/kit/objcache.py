@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 try:
     from kiln.inside.kit import compileflags, compilegate, cudashim
@@ -479,7 +480,7 @@ def wrapper_env(
     }
 
 
-def _read_entry(path: Path) -> dict | None:
+def _read_entry(path: Path) -> dict[str, Any] | None:
     """A cache entry, or None where it is missing or unreadable (then: a miss)."""
     try:
         entry = json.loads(path.read_text())
@@ -555,7 +556,7 @@ def main(argv: list[str]) -> int:
     roots = _names(compileflags.env_roots())
     # The compile as it would read anywhere: what the object cache keys it by, and the
     # seed of its fixed module ID (the same with or without caches).
-    named = [
+    named: list[object] = [
         normalize(os.getcwd(), roots),
         [normalize(os.path.abspath(x) if x == call.source else x, roots) for x in call.key_args()],
     ]
@@ -568,7 +569,9 @@ def main(argv: list[str]) -> int:
                 os.unlink(own_depfile)
 
 
-def _compile(call: Call, roots: list[tuple[str, str]], named: list, seed: str, own: bool) -> int:
+def _compile(
+    call: Call, roots: list[tuple[str, str]], named: list[object], seed: str, own: bool
+) -> int:
     cache_dir = os.environ.get("KILN_OBJCACHE_DIR")
     if not call.cacheable or not cache_dir or os.environ.get("KILN_OBJCACHE_DISABLE"):
         return run_real(call, seed)

@@ -33,6 +33,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from typing import Any
 
 HOST_DIR = os.path.join(".kiln", "host")  # machine-specific, never packed
 LINKS_DIR = os.path.join(HOST_DIR, "links")
@@ -106,7 +107,7 @@ def discover(site: str, cuda_home: str, cc: str = "gcc") -> dict[str, object]:
     }
 
 
-def environment(found: dict, links_dir: str, base: dict[str, str]) -> dict[str, str]:
+def environment(found: dict[str, Any], links_dir: str, base: dict[str, str]) -> dict[str, str]:
     """The variables to set: kiln's folders after whatever ``base`` (the recipe, the
     user) already has, so an explicit setting still wins."""
 
@@ -126,7 +127,7 @@ def environment(found: dict, links_dir: str, base: dict[str, str]) -> dict[str, 
     return out
 
 
-def materialize(found: dict, links_dir: str, cc: str = "gcc") -> None:
+def materialize(found: dict[str, Any], links_dir: str, cc: str = "gcc") -> None:
     """Make the links folder: the link names, and the libcuda stub where needed.
     Made beside and renamed into place, so a half-made folder is never used."""
     parent = os.path.dirname(os.path.abspath(links_dir))
@@ -174,7 +175,7 @@ def stub_source(cuda_h: str | None, cc: str = "gcc") -> str:
     return f"/* kiln: link-time stand-in for the driver's {STUB_SONAME} */\n{body}"
 
 
-def record(found: dict, site: str, cuda_home: str) -> dict[str, object]:
+def record(found: dict[str, Any], site: str, cuda_home: str) -> dict[str, object]:
     """What kiln added, with the machine's paths as ``${SITE_PACKAGES}``, ``${CUDA_HOME}``
     and ``${KILN_LINKS}`` (the manifest and build-<release>.sh show this)."""
 
@@ -201,7 +202,9 @@ def record(found: dict, site: str, cuda_home: str) -> dict[str, object]:
     }
 
 
-def prepare(tree: str, site: str, cuda_home: str, base: dict[str, str], cc: str = "gcc") -> dict:
+def prepare(
+    tree: str, site: str, cuda_home: str, base: dict[str, str], cc: str = "gcc"
+) -> dict[str, Any]:
     """Discover, make the links folder in ``tree`` and return the variables to set."""
     found = discover(site, cuda_home, cc)
     links = os.path.join(tree, LINKS_DIR)

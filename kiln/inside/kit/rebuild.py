@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 try:  # inside kiln
     from kiln.inside.kit import patchapply, pipcuda
@@ -68,7 +69,7 @@ def swap(tree: Path, old: Path | None, new: Path) -> None:
         ) from None
 
 
-def environment(tree: Path, meta: dict, python: Path, cuda_home: str) -> dict[str, str]:
+def environment(tree: Path, meta: dict[str, Any], python: Path, cuda_home: str) -> dict[str, str]:
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,

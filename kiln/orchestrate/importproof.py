@@ -37,11 +37,11 @@ from typing import Any
 from packaging.version import Version
 
 from kiln import fsutil
-from kiln.build import failure as failure_record
-from kiln.build.context import Context
 from kiln.config.models import Vendor
 from kiln.errors import BuildError, ImportFailed, ToolchainError
 from kiln.inside import causes
+from kiln.orchestrate import failure as failure_record
+from kiln.orchestrate.context import Context
 from kiln.plan import schedule
 from kiln.release import archive, files
 from kiln.release.manifest import ImportedModule, ImportProof, Output
@@ -289,7 +289,7 @@ def _fail(
     path = failure_record.record_path(ctx.logs, vendor)
     fsutil.write_atomic(path, json.dumps(record, indent=1, sort_keys=True))
     error = ImportFailed("\n".join(lines))
-    error.record = record  # type: ignore[attr-defined]  (the summary table reads it)
+    error.record = record  # the summary table reads it
     return error
 
 

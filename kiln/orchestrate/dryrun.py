@@ -1,42 +1,41 @@
-"""``kiln build --dry-run``: what a build would do, without doing it, and every refusal
-it would make, in its own words and with its exit code.
+"""``kiln build --dry-run``: what a build would do, without doing it, and every refusal it
+would make, in its own words and with its exit code.
 
 Dry means nothing is provisioned, fetched, cloned or written: not the cache, not the work
-folder, not ``artifacts/``, not the bundles' mirrors. It runs the build's own checks
-(``pipeline.load`` and ``pipeline.budget`` themselves; preflight's checks with a runner
-made for a dry run) and asks the caches instead of building: whether the git cache holds
-the pinned commits (else what would be fetched, from where, into which bare clone),
-whether the artifact cache holds the vendor's key, and the schedule it would get. What
-a build provisions first (the build venv, the pip CUDA, the builder image) is listed
-with its place and about its size; the checks that can only run once it is there (the
-build Python's torch, headers NVIDIA's pip wheels may provide) are named as unchecked,
-never as passed. ``--bundles`` are read where they are (their heads), not unbundled.
+folder, not ``artifacts/``, not the bundles' mirrors. It runs the build's own stages up to
+its plan (``pipeline.load``, ``pipeline.plan``, ``pipeline.check_plan`` themselves), then
+preflight's checks with a runner made for a dry run, and asks the caches instead of
+building: whether the git cache holds the pinned commits (else what would be fetched, from
+where, into which bare clone), whether the artifact cache holds the vendor's key, and the
+schedule it would get. What a build provisions first (the build venv, the pip CUDA, the
+builder image) is listed with its place and about its size; the checks that can only run
+once it is there (the build Python's torch, headers NVIDIA's pip wheels may provide) are
+named as unchecked, never as passed. ``--bundles`` are read where they are (their heads),
+not unbundled.
 
-:func:`exit_code` is the code the build would exit with: the first refusal's, in the
-order of the build's stages.
+:func:`exit_code` is the code the build would exit with: the first refusal's, in the order
+of the build's stages.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
-from kiln.build import pipeline, preflight
-from kiln.build import runlock as buildlock
-from kiln.build.options import Options
-from kiln.build.runner import make_runner
-from kiln.build.vendor import key_of
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError, KilnError
+from kiln.inside.kit.compileflags import SOURCE_SUFFIXES
+from kiln.orchestrate import pipeline, preflight, runlock
+from kiln.orchestrate.options import Options
+from kiln.orchestrate.runner import make_runner
+from kiln.orchestrate.vendor import key_of
 from kiln.plan import cachekey, schedule
 from kiln.release.artifactcache import ArtifactCache
 from kiln.runners.protocol import Runner
-from kiln.sources import bundles
-from kiln.sources import checkout as sources
+from kiln.sources import bundles, checkout
 from kiln.sources.git import git as git_cmd
 from kiln.toolchain import provision as prov
 from kiln.toolchain.provision import Provision
@@ -58,24 +57,20 @@ def plan(opts: Options) -> dict[str, Any]:
     anything can be planned (an unreadable workspace: the same error, the same code)."""
     opts = opts.resolved()
     refusals: list[dict[str, Any]] = []
-    with contextlib.ExitStack() as stack:
-        run = pipeline.Run(opts, stack)
-        pipeline.load(run)
-        try:
-            pipeline.budget(run)
-        except KilnError as exc:
-            if run.budget is None or run.peaks is None:
-                raise
-            refusals.append(_refusal("budget", exc))
-        assert run.ws is not None and run.budget is not None and run.peaks is not None
-        ws, selected, budget, peaks = run.ws, run.selected, run.budget, run.peaks
-        if not opts.wait:
-            refusals += _busy("lock", opts.artifacts)
-        git, bundle_files = _git_cache(opts, ws, refusals)
-        runner, report = _preflight(opts, ws, selected, git, refusals)
-        if not opts.wait:
-            refusals += _busy("stage", opts.work)
-        stack.pop_all()  # nothing to save or release: the budget stage held nothing
+    # the build's own stages up to its plan; then asked, not done
+    planned = pipeline.plan(pipeline.load(opts))
+    try:
+        pipeline.check_plan(planned)
+    except KilnError as exc:
+        refusals.append(_refusal("budget", exc))
+    ws, budget, peaks = planned.loaded.ws, planned.budget, planned.peaks
+    selected = list(planned.loaded.selected)
+    if not opts.wait:
+        refusals += _busy("lock", opts.artifacts)
+    git, bundle_files = _git_cache(opts, ws, refusals)
+    runner, report = _preflight(opts, ws, selected, git, refusals)
+    if not opts.wait:
+        refusals += _busy("stage", opts.work)
     runner_data = (
         {"kind": runner.kind, "image": runner.image, "builder": runner.builder} if runner else {}
     )
@@ -113,13 +108,13 @@ def exit_code(p: dict[str, Any]) -> int:
 
 def _busy(stage: str, folder: Path) -> list[dict[str, Any]]:
     """The build's refusal when another build holds ``folder`` now (without --wait)."""
-    holder = buildlock.holder_now(folder)
-    return [_refusal(stage, buildlock.busy_error(folder, holder))] if holder else []
+    holder = runlock.holder_now(folder)
+    return [_refusal(stage, runlock.busy_error(folder, holder))] if holder else []
 
 
 def _git_cache(
     opts: Options, ws: Workspace, refusals: list[dict[str, Any]]
-) -> tuple[sources.GitCache, dict[str, Path]]:
+) -> tuple[checkout.GitCache, dict[str, Path]]:
     """The git cache as the build reaches it: with ``--bundles``, each upstream mapped to
     its bundle file itself (read, never unbundled); else the mirrors file."""
     found: dict[str, Path] = {}
@@ -132,7 +127,7 @@ def _git_cache(
             mirrors = Mirrors.load(opts.mirrors)
     except KilnError as exc:
         refusals.append(_refusal("inputs", exc))
-    return sources.GitCache(opts.cache, mirrors, opts.offline), found
+    return checkout.GitCache(opts.cache, mirrors, opts.offline), found
 
 
 def _bundle_mirrors(opts: Options, bundle_files: dict[str, Path]) -> list[Provision]:
@@ -152,7 +147,7 @@ def _preflight(
     opts: Options,
     ws: Workspace,
     selected: list[Vendor],
-    git: sources.GitCache,
+    git: checkout.GitCache,
     refusals: list[dict[str, Any]],
 ) -> tuple[Runner | None, preflight.Report]:
     """The runner (made for a dry run) and preflight's checks, as the build runs them."""
@@ -187,7 +182,7 @@ def _preflight(
 
 
 def _sources(
-    git: sources.GitCache, vendor: Vendor, bundle_files: dict[str, Path]
+    git: checkout.GitCache, vendor: Vendor, bundle_files: dict[str, Path]
 ) -> dict[str, Any]:
     """The pinned commit as the git cache knows it, and what a build would fetch."""
     src = vendor.source
@@ -201,7 +196,7 @@ def _sources(
     else:
         repo = git.cached(src.url)
         assert repo is not None
-        for path, url, sha in sources.submodule_pins(repo, commit, src.url):
+        for path, url, sha in checkout.submodule_pins(repo, commit, src.url):
             if git.lookup(url, sha, f"{vendor.name}: submodule {path}") is None:
                 fetch.append(
                     f"submodule {path}: {url} at {sha[:12]}{_via(git, url, sha, bundle_files)}"
@@ -210,7 +205,7 @@ def _sources(
     return {"requested": src.commit, "commit": commit, "fetch": fetch}
 
 
-def _via(git: sources.GitCache, url: str, sha: str, bundle_files: dict[str, Path]) -> str:
+def _via(git: checkout.GitCache, url: str, sha: str, bundle_files: dict[str, Path]) -> str:
     bundle = bundle_files.get(url)
     if bundle is not None:
         held = any(c.startswith(sha) for c in bundles.heads(bundle).values())
@@ -220,13 +215,13 @@ def _via(git: sources.GitCache, url: str, sha: str, bundle_files: dict[str, Path
     return f" (from mirror {mapped})" if mapped != url else ""
 
 
-def _new_clone(git: sources.GitCache, url: str) -> str:
+def _new_clone(git: checkout.GitCache, url: str) -> str:
     path = git.clone_path(url)
     return "" if (path / "HEAD").exists() else f" into a new bare clone {path}"
 
 
 def _cache(
-    git: sources.GitCache,
+    git: checkout.GitCache,
     ws: Workspace,
     toolchain: dict[str, Any] | None,
     runner: dict[str, Any],
@@ -258,7 +253,7 @@ def _cache(
     return {"cache": "miss", "key": key, "why": why}
 
 
-def _units_at(git: sources.GitCache, vendor: Vendor) -> int | None:
+def _units_at(git: checkout.GitCache, vendor: Vendor) -> int | None:
     """The translation units of the pinned commit where its clone is cached (its own
     files: a submodule's are counted once checked out), else None."""
     commit = git.lookup(vendor.source.url, vendor.source.commit, vendor.name)
@@ -269,10 +264,12 @@ def _units_at(git: sources.GitCache, vendor: Vendor) -> int | None:
     if res.returncode != 0:
         return None
     skip = {".git", ".kiln", "build", "dist"}
-    return sum(
-        1
-        for name in res.output.split("\0")
-        if name.endswith(schedule.SOURCE_SUFFIXES) and not skip & set(name.split("/")[:-1])
+    return len(
+        [
+            name
+            for name in res.output.split("\0")
+            if name.endswith(SOURCE_SUFFIXES) and not skip & set(name.split("/")[:-1])
+        ]
     )
 
 
@@ -281,7 +278,7 @@ def _schedule(
     tree: Path,
     peaks: schedule.PeakStore,
     budget: schedule.Budget,
-    git: sources.GitCache,
+    git: checkout.GitCache,
 ) -> dict[str, Any]:
     """What the build's own ``schedule.choose`` would pick: from what it learned, else
     the work tree's units, else the pinned commit's (the clone is cached, the tree not

@@ -137,7 +137,8 @@ def _torch_facts(python: Path) -> dict[str, Any]:
     )
     res = proc.run([python, "-c", code], check=False)
     try:
-        return json.loads(res.output.strip().splitlines()[-1])
+        facts: dict[str, Any] = json.loads(res.output.strip().splitlines()[-1])
+        return facts
     except (ValueError, IndexError):
         raise GpuTestError(
             f"the test Python has no usable torch: {res.output.strip()[-300:]}; pass --python "

@@ -30,7 +30,7 @@ from kiln import fsutil
 from kiln.errors import PublishError
 from kiln.release import manifest
 
-log = logging.getLogger("kiln.publish")
+log = logging.getLogger("kiln.release.publish")
 
 TOKEN_ENV = "HF_TOKEN"
 ENDPOINT_ENV = "HF_ENDPOINT"  # huggingface_hub's own variable: another Hub (or a stand-in)
@@ -136,7 +136,7 @@ def _to_folder(
         problems = manifest.check(stage / manifest.FILE_NAME)
         if problems:
             raise PublishError(f"{dest}: {problems[0].path}: {problems[0].problem} after copying")
-        fsutil.publish(stage, dest)
+        fsutil.swap_in(stage, dest)
     return f"published {len(files)} files to {dest}"
 
 
@@ -192,7 +192,7 @@ def _to_hub(
         _refuse_foreign(target, foreign)
     keep = {rel for rel, _ in files} | HUB_OWN
     stale = sorted(present - keep)
-    operations: list[object] = [
+    operations: list[CommitOperationAdd | CommitOperationDelete] = [
         CommitOperationAdd(path_in_repo=rel, path_or_fileobj=release / rel) for rel, _ in files
     ]
     operations += [CommitOperationDelete(path_in_repo=rel) for rel in stale]

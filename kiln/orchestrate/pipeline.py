@@ -1,18 +1,26 @@
-"""A build as an explicit list of stages (nox's ``workflow.py`` is the model): each stage
-takes the run's state and adds to it; the locks, the staging folder and the memory
-sampler are held on the run's exit stack, so whatever a stage raises, every one of them
-is released and nothing half-written reaches ``artifacts/``.
+"""A build as a chain of stages (nox's ``workflow.py`` is the model): each stage takes
+the value the one before it returned (frozen, typed) and returns the next; the locks, the
+staging folder and the memory sampler are held on the build's exit stack, so whatever a
+stage raises, every one of them is released and nothing half-written reaches
+``artifacts/``. The options are fixed once (``Options.resolved``) and read by every stage;
+what a stage learns goes into its value, never back into the options.
 
-    load       the workspace and the vendors asked for, their ``build.after`` checked
-    budget     the memory budget and CPU slots; one job of every step must fit
+    load       Options -> Loaded: the workspace and the vendors asked for, their
+               ``build.after`` checked
+    plan       Loaded -> Planned: the memory budget and CPU slots; one job of every step
+               must fit (``kiln build --dry-run`` stops here, then asks instead of doing)
     lock       one build per artifacts/ folder (a second refuses, or waits)
-    inputs     --bundles made mirrors; a snapshot of the patches and TOMLs (edits
+    inputs     Planned -> Inputs: where sources come from (--bundles made mirrors, then
+               offline), the logs folder, a snapshot of the patches and TOMLs (edits
                mid-run never mix in)
-    runner     where the steps run, and preflight: every problem at once
-    context    the compile gate, caches, display; the manifest's header
-    vendors    every vendor at once (``build.after`` orders them), each in a thread
-    release    the previous release's unchanged vendors, the manifest and release files
-    publish    the staging folder swapped in for the release folder
+    prepare    Inputs -> Prepared: where the steps run, preflight (every problem at once),
+               the compile gate, caches, display; the manifest's header
+    stage      Prepared -> Staged: the work folder locked, the staging folder made
+    vendors    Staged -> Built: every vendor at once (``build.after`` orders them), each
+               in a thread
+    release    Built -> Release: the previous release's unchanged vendors, the manifest
+               and release files, in the staging folder
+    swap_in    Release -> Path: the staging folder swapped in for the release folder
 """
 
 from __future__ import annotations
@@ -24,19 +32,12 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kiln import __version__, fsutil, source_commit
-from kiln.build import failure, learned, progress
-from kiln.build import runlock as buildlock
-from kiln.build.context import Context
-from kiln.build.options import Options
-from kiln.build.preflight import preflight
-from kiln.build.runner import make_runner
-from kiln.build.vendor import build_vendor
 from kiln.config import inputs
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
@@ -45,6 +46,12 @@ from kiln.errors import ConfigError, Interrupted, KilnError
 from kiln.inside import memwatch
 from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
+from kiln.orchestrate import failure, learned, progress, runlock
+from kiln.orchestrate.context import Context
+from kiln.orchestrate.options import Options
+from kiln.orchestrate.preflight import preflight
+from kiln.orchestrate.runner import make_runner
+from kiln.orchestrate.vendor import build_vendor
 from kiln.plan import bound, schedule
 from kiln.release import artifactcache, files, manifest
 from kiln.release.manifest import (
@@ -57,38 +64,66 @@ from kiln.release.manifest import (
     VendorEntry,
 )
 from kiln.runners.protocol import Runner
-from kiln.sources import bundles
-from kiln.sources import checkout as sources
+from kiln.sources import bundles, checkout
 from kiln.timings import records
 from kiln.toolchain import compilercache
 
-log = logging.getLogger("kiln.build")
+log = logging.getLogger("kiln.orchestrate")
 
 
-@dataclass
-class Run:
-    """The state one build's stages share."""
-
+@dataclass(frozen=True)
+class Loaded:
     opts: Options
-    stack: contextlib.ExitStack
-    started: float = field(default_factory=time.monotonic)
-    ws: Workspace | None = None
-    selected: list[Vendor] = field(default_factory=list)
-    budget: schedule.Budget | None = None
-    peaks: schedule.PeakStore | None = None
-    logs: Path | None = None
-    snapshot: inputs.Snapshot | None = None
-    ctx: Context | None = None
-    warnings: list[str] = field(default_factory=list)
-    header: Manifest | None = None
-    stage: Path | None = None
-    built: dict[str, VendorEntry] = field(default_factory=dict)
-    release_dir: Path | None = None
-    peak_kib: int = 0  # kiln's whole process tree, sampled while the vendors built
+    ws: Workspace
+    selected: tuple[Vendor, ...]
+    release_dir: Path
 
 
-def load(run: Run) -> None:
-    ws = Workspace(run.opts.workspace, run.opts.profile)
+@dataclass(frozen=True)
+class Planned:
+    loaded: Loaded
+    budget: schedule.Budget
+    peaks: schedule.PeakStore
+
+
+@dataclass(frozen=True)
+class Inputs:
+    planned: Planned
+    git: checkout.GitCache  # the mirrors this run fetches from, offline or not
+    logs: Path
+    snapshot: inputs.Snapshot
+
+
+@dataclass(frozen=True)
+class Prepared:
+    inputs: Inputs
+    ctx: Context
+    warnings: tuple[str, ...]
+    header: Manifest
+
+
+@dataclass(frozen=True)
+class Staged:
+    prepared: Prepared
+    stage: Path  # the staging folder, swapped in for the release folder at the end
+
+
+@dataclass(frozen=True)
+class Built:
+    staged: Staged
+    entries: dict[str, VendorEntry]
+    steps_at_once: int  # the most steps that ran at the same time (manifest)
+    peak_kib: int  # kiln's whole process tree, sampled while the vendors built
+
+
+@dataclass(frozen=True)
+class Release:
+    built: Built
+    manifest: Manifest
+
+
+def load(opts: Options) -> Loaded:
+    ws = Workspace(opts.workspace, opts.profile)
     for v in ws.vendors.values():
         for name in v.build.after:
             if name not in ws.vendors:
@@ -96,89 +131,98 @@ def load(run: Run) -> None:
                     f"vendors/{v.name}.toml: build.after: unknown vendor {name!r} "
                     f"(known: {', '.join(ws.vendors)})"
                 )
-    run.ws = ws
-    run.selected = ws.select(list(run.opts.vendors) if run.opts.vendors else None)
-    run.release_dir = run.opts.artifacts / ws.release.name
+    selected = ws.select(list(opts.vendors) if opts.vendors else None)
+    return Loaded(opts, ws, tuple(selected), opts.artifacts / ws.release.name)
 
 
-def budget(run: Run) -> None:
-    assert run.ws is not None
-    run.budget = schedule.make_budget(run.opts.mem_budget_gib, run.opts.jobs)
-    run.peaks = learned.open_store(run.opts.cache, run.ws.root, run.opts.learned_from, run.selected)
-    schedule.check_fits(run.selected, run.peaks, run.budget)
-    run.stack.callback(run.peaks.save)
+def plan(loaded: Loaded) -> Planned:
+    """The budget, and the store of what earlier builds learned (read only here)."""
+    opts = loaded.opts
+    budget = schedule.make_budget(opts.mem_budget_gib, opts.jobs)
+    peaks = learned.open_store(opts.cache, loaded.ws.root, opts.learned_from, list(loaded.selected))
+    return Planned(loaded, budget, peaks)
 
 
-def lock(run: Run) -> None:
-    (run.opts.artifacts / "logs").mkdir(parents=True, exist_ok=True)
-    run.stack.enter_context(buildlock.hold([run.opts.artifacts], wait=run.opts.wait))
+def check_plan(planned: Planned) -> None:
+    """One job of every step must fit the budget (raises the refusal)."""
+    schedule.check_fits(list(planned.loaded.selected), planned.peaks, planned.budget)
 
 
-def snapshot_inputs(run: Run) -> None:
-    """The bundles made mirrors (``--bundles``), then a snapshot of patches and TOMLs."""
-    assert run.ws is not None
-    if run.opts.bundles is not None:
+def lock(opts: Options, stack: contextlib.ExitStack) -> None:
+    (opts.artifacts / "logs").mkdir(parents=True, exist_ok=True)
+    stack.enter_context(runlock.hold([opts.artifacts], wait=opts.wait))
+
+
+def take_inputs(planned: Planned) -> Inputs:
+    """The bundles made mirrors (``--bundles``: then offline), then a snapshot of patches
+    and TOMLs."""
+    opts, ws = planned.loaded.opts, planned.loaded.ws
+    mirrors, offline = opts.mirrors, opts.offline
+    if opts.bundles is not None:
         mirrors = bundles.mirrors_from_bundles(
-            run.opts.workspace, run.opts.bundles, run.opts.bundle_mirrors_dir
+            opts.workspace, opts.bundles, opts.bundle_mirrors_dir
         )
-        run.opts = replace(run.opts, mirrors=mirrors, offline=True)
-    run.logs = run.opts.artifacts / "logs" / run.ws.release.name
-    run.logs.mkdir(parents=True, exist_ok=True)
-    run.snapshot = inputs.Snapshot(
-        run.ws, run.logs / ".inputs" / "patches", [v.name for v in run.selected]
+        offline = True
+    logs = opts.artifacts / "logs" / ws.release.name
+    logs.mkdir(parents=True, exist_ok=True)
+    snapshot = inputs.Snapshot(
+        ws, logs / ".inputs" / "patches", [v.name for v in planned.loaded.selected]
     )
+    git = checkout.GitCache(opts.cache, Mirrors.load(mirrors), offline)
+    return Inputs(planned, git, logs, snapshot)
 
 
-def choose_runner(run: Run) -> None:
-    """Where steps run, then preflight (a runner that cannot be made is one problem)."""
-    assert run.ws is not None and run.logs is not None and run.budget is not None
-    opts, ws = run.opts, run.ws
-    cache = sources.GitCache(opts.cache, Mirrors.load(opts.mirrors), opts.offline)
+def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
+    """Where steps run, then preflight (a runner that cannot be made is one problem); the
+    compile gate, the caches, the display; the manifest's header."""
+    planned, logs = given.planned, given.logs
+    loaded, budget = planned.loaded, planned.budget
+    opts, ws = loaded.opts, loaded.ws
     try:
-        runner: Runner | None = make_runner(ws, opts, run.logs)
+        runner: Runner | None = make_runner(ws, opts, logs)
         problem = None
     except ConfigError as exc:
         if opts.runner != "auto":
             raise
         runner, problem = None, str(exc)
-    tc, run.warnings = preflight(ws, run.selected, runner, cache, problem)
-    assert runner is not None
-    for w in run.warnings:
+    tc, warnings = preflight(ws, list(loaded.selected), runner, given.git, problem)
+    assert runner is not None  # preflight raised the problem otherwise
+    for w in warnings:
         log.warning("%s", w)
-    gate = run.logs / ".gate"
+    gate = logs / ".gate"
     shutil.rmtree(gate, ignore_errors=True)
     ccache = compiler_cache(opts, tc.ccache)
-    compile_gate.write_budget(gate, run.budget.mem_gib, run.budget.cpus, ccache.remote_slots)
+    compile_gate.write_budget(gate, budget.mem_gib, budget.cpus, ccache.remote_slots)
     # what `kiln timings` reads of a build that fails before it writes a manifest
     fsutil.write_atomic(
-        run.logs / records.BUDGET_FILE,
-        json.dumps({"mem_gib": run.budget.mem_gib, "cpus": run.budget.cpus}) + "\n",
+        logs / records.BUDGET_FILE,
+        json.dumps({"mem_gib": budget.mem_gib, "cpus": budget.cpus}) + "\n",
     )
-    run.stack.callback(shutil.rmtree, gate, ignore_errors=True)
+    stack.callback(shutil.rmtree, gate, ignore_errors=True)
+    display = progress.Display([v.name for v in loaded.selected], live=opts.live)
     acache = opts.artifact_cache_root
-    assert run.peaks is not None
-    run.ctx = Context(
+    ctx = Context(
         ws,
         opts,
-        cache,
+        given.git,
         runner,
         tc,
-        run.logs,
-        run.budget,
-        run.peaks,
+        logs,
+        budget,
+        planned.peaks,
         ccache,
         artifactcache.ArtifactCache(acache) if acache else None,
         gate,
-        progress.Display([v.name for v in run.selected], live=opts.live),
-        echo=False,
+        display,
+        # A step's own output streams to the console only with -v (one step, no live
+        # table): it is always in the step's log, and the first screen is kiln's diagnosis.
+        echo=(
+            len(loaded.selected) == 1
+            and not display.live
+            and logging.getLogger("kiln").isEnabledFor(logging.DEBUG)
+        ),
     )
-    # A step's own output streams to the console only with -v (one step, no live table):
-    # it is always in the step's log, and the first screen is kept for kiln's diagnosis.
-    run.ctx.echo = (
-        len(run.selected) == 1
-        and not run.ctx.display.live
-        and logging.getLogger("kiln").isEnabledFor(logging.DEBUG)
-    )
+    return Prepared(given, ctx, tuple(warnings), header(ctx, planned))
 
 
 def compiler_cache(opts: Options, ccache: str | None) -> compilercache.CompilerCache:
@@ -220,11 +264,10 @@ def sccache_binary() -> str | None:
     return shutil.which("sccache") or (str(beside) if beside.is_file() else None)
 
 
-def header(run: Run) -> None:
-    assert run.ctx is not None and run.ws is not None and run.budget is not None
-    ctx, ws = run.ctx, run.ws
+def header(ctx: Context, planned: Planned) -> Manifest:
+    ws, budget, selected = ctx.ws, planned.budget, planned.loaded.selected
     runner = {"kind": ctx.runner.kind, "image": ctx.runner.image, "builder": ctx.runner.builder}
-    run.header = Manifest(
+    made = Manifest(
         schema_id=manifest.SCHEMA_ID,
         kiln_version=__version__,
         kiln_commit=source_commit(),
@@ -242,39 +285,41 @@ def header(run: Run) -> None:
     )
     log.info(
         "plan: %d step%s, memory budget %g GiB (%s), %d CPU slots (%s)",
-        len(run.selected),
-        "s" if len(run.selected) != 1 else "",
-        run.budget.mem_gib,
-        run.budget.source,
-        run.budget.cpus,
-        run.budget.cpus_from,
+        len(selected),
+        "s" if len(selected) != 1 else "",
+        budget.mem_gib,
+        budget.source,
+        budget.cpus,
+        budget.cpus_from,
     )
+    return made
 
 
-def stage_release(run: Run) -> None:
+def stage_release(prepared: Prepared, stack: contextlib.ExitStack) -> Staged:
     """The work folder is locked only now (a run that cannot start touches nothing there);
     the staging folder replaces the release folder only when every stage passed."""
-    assert run.ctx is not None and run.release_dir is not None
-    run.stack.enter_context(buildlock.hold([run.opts.work], wait=run.opts.wait))
-    run.stage = run.stack.enter_context(fsutil.staged_dir(run.release_dir))
-    run.stack.callback(_summarize, run.ctx.display)
+    loaded = prepared.inputs.planned.loaded
+    stack.enter_context(runlock.hold([loaded.opts.work], wait=loaded.opts.wait))
+    stage = stack.enter_context(fsutil.staged_dir(loaded.release_dir))
+    stack.callback(_summarize, prepared.ctx.display)
+    return Staged(prepared, stage)
 
 
-def build_vendors(run: Run) -> None:
+def build_vendors(staged: Staged) -> Built:
     """Every vendor, each as soon as the ones it comes ``after`` are done, all others at
     once (the compile gate shares the machine between them). A failed vendor does not
     stop the others: every vendor that does not come after it still builds, is verified
     and kept in the artifact cache, so the rerun after the fix rebuilds only the failed
     one. Then the first error is raised, naming the others and what was kept."""
-    assert run.ctx is not None and run.stage is not None
-    ctx, stage = run.ctx, run.stage
-    assert run.logs is not None
-    series = run.logs / records.MEMORY_SERIES  # kiln/timings/ draws it
+    ctx, stage = staged.prepared.ctx, staged.stage
+    selected = staged.prepared.inputs.planned.loaded.selected
+    series = ctx.logs / records.MEMORY_SERIES  # kiln/timings/ draws it
     series.unlink(missing_ok=True)
     watch = memwatch.Watcher(os.getpid(), interval=2.0, series=series)
-    names = {v.name for v in run.selected}
-    after = {v.name: [a for a in v.build.after if a in names] for v in run.selected}
-    pending = list(run.selected)
+    names = {v.name for v in selected}
+    after = {v.name: [a for a in v.build.after if a in names] for v in selected}
+    pending = list(selected)
+    at_once = 0
     running: dict[Future[VendorEntry], str] = {}
     results: dict[str, VendorEntry] = {}
     errors: dict[str, BaseException] = {}
@@ -294,7 +339,7 @@ def build_vendors(run: Run) -> None:
                         running[pool.submit(build_vendor, ctx, v, stage)] = v.name
                     if not running:
                         break
-                    ctx.most_at_once = max(ctx.most_at_once, len(running))
+                    at_once = max(at_once, len(running))
                     done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
                     for fut in done:
                         name = running.pop(fut)
@@ -313,8 +358,7 @@ def build_vendors(run: Run) -> None:
         )
     if errors:
         raise _first_error(errors, results, ctx)
-    run.built = results
-    run.peak_kib = watch.peak_kib
+    return Built(staged, results, at_once, watch.peak_kib)
 
 
 class _Skipped(Exception):
@@ -323,7 +367,7 @@ class _Skipped(Exception):
 
 def _failed_detail(exc: BaseException) -> str:
     """The summary's cell for a failed step: its first error, else its message's first line."""
-    detail = failure.summary_line(getattr(exc, "record", None))
+    detail = failure.summary_line(exc.record if isinstance(exc, KilnError) else None)
     return detail or (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
@@ -351,7 +395,7 @@ def _first_error(
     return first
 
 
-def _carry_over(previous: Path, stage: Path, head: Manifest, rebuilt: set[str]) -> dict:
+def _carry_over(previous: Path, stage: Path, head: Manifest, rebuilt: set[str]) -> dict[str, Any]:
     """Entries of the last release that this run did not rebuild, if made the same way."""
     try:
         old = manifest.read(previous / manifest.FILE_NAME)
@@ -385,118 +429,112 @@ def _carry_over(previous: Path, stage: Path, head: Manifest, rebuilt: set[str]) 
     return kept
 
 
-def write_release(run: Run) -> None:
-    assert run.ctx is not None and run.header is not None and run.stage is not None
-    assert run.snapshot is not None and run.release_dir is not None and run.ws is not None
-    assert run.budget is not None and run.logs is not None
-    for w in run.snapshot.warnings():
+def write_release(built: Built, started: float) -> Release:
+    """The manifest and the release files, in the staging folder."""
+    prepared = built.staged.prepared
+    ctx, stage, given = prepared.ctx, built.staged.stage, prepared.inputs
+    loaded, budget = given.planned.loaded, given.planned.budget
+    warnings = list(prepared.warnings)
+    for w in given.snapshot.warnings():
         log.warning("%s", w)
-        run.warnings.append(w)
-    kept = _carry_over(run.release_dir, run.stage, run.header, set(run.built))
+        warnings.append(w)
+    kept = _carry_over(loaded.release_dir, stage, prepared.header, set(built.entries))
     fresh = {
         v: e
-        for v, e in run.built.items()
+        for v, e in built.entries.items()
         if e.caches is None or e.caches.artifact is None or e.caches.artifact.status != "hit"
     }
-    compiled = [s for v in fresh for s in schedule.job_stats(run.logs / f"{v}.jobs")]
-    wall_s = time.monotonic() - run.started
+    compiled = [s for v in fresh for s in schedule.job_stats(ctx.logs / f"{v}.jobs")]
+    wall_s = time.monotonic() - started
     paths = {v: e.schedule.data() for v, e in fresh.items() if e.schedule is not None}
     limit = bound.bound(
         paths,
         sum(p.get("compile_cpu_s") or 0.0 for p in paths.values()),
-        run.budget.cpus,
+        budget.cpus,
         wall_s,
     )
-    run.ctx.display.bound_line = bound.describe(limit, paths)
-    m = run.header.model_copy(
+    ctx.display.bound_line = bound.describe(limit, paths)
+    m = prepared.header.model_copy(
         update={
-            "warnings": run.warnings,
+            "warnings": warnings,
             "scheduler": Scheduler.model_validate(
                 {
-                    **run.budget.to_json(),
-                    "steps_at_once": run.ctx.most_at_once,
+                    **budget.to_json(),
+                    "steps_at_once": built.steps_at_once,
                     "compiles_at_once": schedule.most_at_once(compiled),
-                    "remote_slots": run.ctx.ccache.remote_slots or None,
-                    "distributed_to": run.ctx.ccache.distribute
-                    if run.ctx.ccache.remote_slots
-                    else None,
-                    "peak_rss_gib": round(run.peak_kib / 2**20, 3),
+                    "remote_slots": ctx.ccache.remote_slots or None,
+                    "distributed_to": ctx.ccache.distribute if ctx.ccache.remote_slots else None,
+                    "peak_rss_gib": round(built.peak_kib / 2**20, 3),
                     "wall_s": round(wall_s, 3),
                     **({"bound": limit} if limit else {}),
                 }
             ),
-            "vendors": dict(sorted({**kept, **run.built}.items())),
+            "vendors": dict(sorted({**kept, **built.entries}.items())),
         }
     )
-    reqs = files.requirements(run.ws.root, run.ws.profile.torch)
-    m = m.model_copy(update={"files": files.write_files(run.stage, m, reqs, run.release_dir)})
-    manifest.write(run.stage / manifest.FILE_NAME, m)
-    if run.opts.save_learned:
-        assert run.peaks is not None
-        learned.save(run.ws.root, run.peaks, run.selected)
+    reqs = files.requirements(loaded.ws.root, loaded.ws.profile.torch)
+    m = m.model_copy(update={"files": files.write_files(stage, m, reqs, loaded.release_dir)})
+    manifest.write(stage / manifest.FILE_NAME, m)
+    if loaded.opts.save_learned:
+        learned.save(loaded.ws.root, given.planned.peaks, list(loaded.selected))
+    return Release(built, m)
 
 
-def publish(run: Run) -> None:
-    assert run.stage is not None and run.release_dir is not None
-    fsutil.publish(run.stage, run.release_dir)
-    log.info("release ready: %s", run.release_dir)
-
-
-STAGES: tuple[Callable[[Run], None], ...] = (
-    load,
-    budget,
-    lock,
-    snapshot_inputs,
-    choose_runner,
-    header,
-    stage_release,
-    build_vendors,
-    write_release,
-    publish,
-)
+def swap_in(release: Release) -> Path:
+    """The staging folder becomes the release folder, at once."""
+    staged = release.built.staged
+    release_dir = staged.prepared.inputs.planned.loaded.release_dir
+    fsutil.swap_in(staged.stage, release_dir)
+    log.info("release ready: %s", release_dir)
+    return release_dir
 
 
 def build(opts: Options) -> Path:
     """Build the selected vendors of ``opts.workspace``; return the release folder. With
     ``--timings``, the timings report is written into the logs folder at the end, also
     when a step failed (from what the steps recorded)."""
+    opts = opts.resolved()
+    started = time.monotonic()
+    reached: Prepared | None = None  # how far the build got (the timings report's input)
     with contextlib.ExitStack() as stack:
-        run = Run(opts.resolved(), stack)
         try:
-            for stage in STAGES:
-                stage(run)
+            planned = plan(load(opts))
+            check_plan(planned)
+            stack.callback(planned.peaks.save)
+            lock(opts, stack)
+            reached = prepare(take_inputs(planned), stack)
+            staged = stage_release(reached, stack)
+            built = build_vendors(staged)
+            release_dir = swap_in(write_release(built, started))
         except KilnError as exc:
-            if run.opts.timings and not isinstance(exc, Interrupted):
-                _timings(run, ok=False)
+            if opts.timings and reached is not None and not isinstance(exc, Interrupted):
+                _timings(reached, None)
             raise
-        if run.opts.timings:
-            _timings(run, ok=True)
-        assert run.release_dir is not None
-        return run.release_dir
+        if opts.timings:
+            _timings(reached, (release_dir, sorted(built.entries)))
+        return release_dir
 
 
-def _timings(run: Run, ok: bool) -> None:
+def _timings(prepared: Prepared, done: tuple[Path, list[str]] | None) -> None:
     """``timings.html`` and ``timings.trace.json`` in the logs folder: the vendors this
-    run built, with the manifest just published, or, where the build failed, with its
-    budget. A report that cannot be made is a warning: the build's own result stands."""
-    if run.logs is None or run.ctx is None or run.budget is None:
-        return  # stopped before any step started: nothing to draw
+    run built (``done``: the release folder and their names), with the manifest just
+    written, or, where the build failed, with its budget. A report that cannot be made is
+    a warning: the build's own result stands."""
     from kiln import timings
 
+    logs, planned = prepared.ctx.logs, prepared.inputs.planned
     try:
-        if ok:
-            assert run.release_dir is not None
-            timeline = records.load(
-                run.logs, run.release_dir / manifest.FILE_NAME, vendors=sorted(run.built)
-            )
+        if done is not None:
+            release_dir, built = done
+            timeline = records.load(logs, release_dir / manifest.FILE_NAME, vendors=built)
         else:
             timeline = records.load(
-                run.logs,
-                vendors=[v.name for v in run.selected],
-                mem_budget_gib=run.budget.mem_gib,
-                cpus=run.budget.cpus,
+                logs,
+                vendors=[v.name for v in planned.loaded.selected],
+                mem_budget_gib=planned.budget.mem_gib,
+                cpus=planned.budget.cpus,
             )
-        page, trace = timings.write(timeline, run.logs)
+        page, trace = timings.write(timeline, logs)
         log.info("timings: %s (trace: %s)", page, trace)
     except Exception as exc:  # never in place of the build's own result or error
         log.warning("timings: no report: %s", exc)

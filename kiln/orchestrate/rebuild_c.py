@@ -13,11 +13,11 @@ import os
 import shutil
 from pathlib import Path
 
-from kiln.build.kinds.inplace import TREE_FILE, find_outputs
-from kiln.build.kit import KIT
 from kiln.config.workspace import Workspace
 from kiln.errors import RebuildError, VerifyError
 from kiln.inside.kit import rebuild as shipped
+from kiln.orchestrate.kinds.inplace import TREE_FILE, find_outputs
+from kiln.orchestrate.kit import KIT
 from kiln.toolchain import compilercache
 from kiln.verify.binaries import SharedObject, check_archs, device_archs
 

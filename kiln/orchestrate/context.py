@@ -14,26 +14,47 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln.build import failure, fixcheck, progress
-from kiln.build.options import Options
 from kiln.config.workspace import Workspace
 from kiln.errors import BuildError
 from kiln.inside.step import StepSpec
+from kiln.orchestrate import failure, fixcheck, progress
+from kiln.orchestrate.options import Options
 from kiln.plan import schedule
 from kiln.release import artifactcache
 from kiln.runners.protocol import Command, Runner, step_env
-from kiln.sources import checkout as sources
-from kiln.toolchain import checks as toolchain
-from kiln.toolchain import compilercache
+from kiln.sources import checkout
+from kiln.toolchain import checks, compilercache
 
 
-@dataclass
+class Claims:
+    """Which vendor made each output file name: two may not make one (the vendors' threads
+    claim names at once, so under a lock)."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def claim(self, name: str, vendor: str) -> None:
+        with self._lock:
+            if name in self._made:
+                first, second = sorted((vendor, self._made[name]))
+                raise BuildError(
+                    f"{first} and {second} both made {name}: "
+                    f"give one of them another distribution name or version"
+                )
+            self._made[name] = vendor
+
+
+@dataclass(frozen=True)
 class Context:
+    """What every vendor's step of one build reads: fixed before the first step starts
+    (only ``claims`` and ``display`` change, each under its own lock)."""
+
     ws: Workspace
     opts: Options
-    git: sources.GitCache
+    git: checkout.GitCache  # with the mirrors this run fetches from (--bundles' own)
     runner: Runner
-    tc: toolchain.Toolchain
+    tc: checks.Toolchain
     logs: Path
     budget: schedule.Budget
     peaks: schedule.PeakStore
@@ -42,20 +63,16 @@ class Context:
     gate: Path
     display: progress.Display
     echo: bool  # stream build output to the console (one step at a time, no live table)
-    most_at_once: int = 0  # the most steps that ran at the same time (manifest)
-    made: dict[str, str] = field(default_factory=dict)  # output file name -> vendor
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    claims: Claims = field(default_factory=Claims)
+
+    @property
+    def offline(self) -> bool:
+        """Whether this run may reach the network (--offline, or --bundles)."""
+        return self.git.offline
 
     def claim(self, name: str, vendor: str) -> None:
         """Two vendors may not make one file name."""
-        with self._lock:
-            if name in self.made:
-                first, second = sorted((vendor, self.made[name]))
-                raise BuildError(
-                    f"{first} and {second} both made {name}: "
-                    f"give one of them another distribution name or version"
-                )
-            self.made[name] = vendor
+        self.claims.claim(name, vendor)
 
     def place(self, built: Path, folder: Path, vendor: str) -> Path:
         """Move a verified output into the release."""
@@ -145,5 +162,5 @@ def run_step(ctx: Context, step: Step) -> None:
             step.spec.vendor,
             ctx.logs,
             step.log_file,
-            lambda resolve: fixcheck.check(resolve, ctx.ws.profile, ctx.opts.offline),
+            lambda resolve: fixcheck.check(resolve, ctx.ws.profile, ctx.offline),
         ) from None

@@ -2,7 +2,7 @@
 backend called once, what ``pip wheel --no-build-isolation`` makes), then the
 wheel repaired to its manylinux tag, re-packed under kiln's version label with the torch
 pin in METADATA, held to its size budget, verified, placed in ``wheels/`` and proven to
-import where it lands (:mod:`kiln.build.importproof`)."""
+import where it lands (:mod:`kiln.orchestrate.importproof`)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import logging
 import shutil
 from pathlib import Path
 
-from kiln.build import importproof
-from kiln.build.context import run_step, timed
-from kiln.build.kinds import Job
 from kiln.config.models import Vendor
 from kiln.errors import BuildError, VerifyError
+from kiln.orchestrate import importproof
+from kiln.orchestrate.context import run_step, timed
+from kiln.orchestrate.kinds import Job
 from kiln.release import files, wheelfix
 from kiln.release.manifest import Output
-from kiln.verify import binaries as verify
+from kiln.verify import binaries
 
-log = logging.getLogger("kiln.build")
+log = logging.getLogger("kiln.orchestrate")
 
 
 class WheelKind:
@@ -48,7 +48,7 @@ class WheelKind:
             wheelfix.check_size(fixed, vendor.name, vendor.build.max_wheel_mib)
         with timed(timings, "verify"):
             try:
-                report = verify.verify_wheel(
+                report = binaries.verify_wheel(
                     fixed, list(vendor.build.archs), ctx.ws.profile, ctx.tc.site_packages
                 )
             except VerifyError as exc:

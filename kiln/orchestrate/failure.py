@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kiln.build import github
 from kiln.errors import BuildError
+from kiln.orchestrate import github
 
-log = logging.getLogger("kiln.build")
+log = logging.getLogger("kiln.orchestrate")
 
 SHOWN_ERRORS = 5
 
@@ -79,7 +79,7 @@ def explain(
     ``resolve``) where the index can be reached: its sentence joins the fix."""
     path = record_path(logs, vendor)
     record = read(path)
-    if getattr(exc, "oom", False):
+    if exc.oom:
         record = {**(record or {}), "vendor": vendor}
         record["cause"] = {
             "row": "out-of-memory",
@@ -98,7 +98,7 @@ def explain(
     message = render(record, log_file, _exit_line(exc))
     explained = BuildError(message)
     explained.output = exc.output
-    explained.record = record  # type: ignore[attr-defined]  (the summary table reads it)
+    explained.record = record  # the summary table reads it
     _annotate(vendor, record)
     return explained
 

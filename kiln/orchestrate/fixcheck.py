@@ -23,7 +23,7 @@ from kiln.config.models import Profile
 from kiln.errors import KilnError
 from kiln.inside import proc
 
-log = logging.getLogger("kiln.build")
+log = logging.getLogger("kiln.orchestrate")
 
 TIMEOUT_S = 120.0
 

@@ -41,7 +41,7 @@ def lock_vendor(ws: Workspace, name: str, cache: GitCache) -> list[str]:
     changes = []
     full = cache.resolve(vendor.source.url, vendor.source.commit, name)
     if full != vendor.source.commit:
-        doc["source"]["commit"] = full  # type: ignore[index]
+        doc["source"]["commit"] = full
         changes.append(f"{name}: source.commit {vendor.source.commit} -> {full}")
     links = gitlinks(cache.bare(vendor.source.url), full)
     for i, sub in enumerate(vendor.source.submodules):
@@ -50,7 +50,7 @@ def lock_vendor(ws: Workspace, name: str, cache: GitCache) -> list[str]:
             changes.append(f"{name}: submodule {sub.path} is not in the tree at {full[:12]}")
             continue
         if sub.commit != recorded:
-            doc["source"]["submodules"][i]["commit"] = recorded  # type: ignore[index]
+            doc["source"]["submodules"][i]["commit"] = recorded
             changes.append(f"{name}: submodule {sub.path} -> {recorded}")
     for path_ in sorted(set(links) - {s.path for s in vendor.source.submodules}):
         changes.append(f"{name}: the tree also records submodule {path_}; add it to the TOML")
@@ -95,7 +95,7 @@ def lock_series(ws: Workspace) -> list[str]:
             continue
         digest = sha256_file(target)
         if entry.sha256 != digest:
-            doc["patch"][i]["sha256"] = digest  # type: ignore[index]
+            doc["patch"][i]["sha256"] = digest
             was = f" (was {entry.sha256})" if entry.sha256 else ""
             changes.append(f"patch {entry.file}: sha256 {digest}{was}")
     _write_toml(path, doc)
@@ -118,7 +118,7 @@ def lock_image(ws: Workspace) -> list[str]:
         return [f"profile.image {ref}: not pinned, the registry could not be asked ({first})"]
     path = ws.root / WORKSPACE_FILE
     doc = tomlkit.parse(path.read_text(encoding="utf-8"))
-    doc["profile"]["image"] = f"{ref}@{digest}"  # type: ignore[index]
+    doc["profile"]["image"] = f"{ref}@{digest}"
     _write_toml(path, doc)
     return [f"profile.image {ref} -> {ref}@{digest}"]
 

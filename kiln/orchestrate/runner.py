@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kiln.build.options import Options
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError
+from kiln.orchestrate.options import Options
 from kiln.runners import docker as docker_runner
 from kiln.runners.local import LocalRunner
 from kiln.runners.protocol import Runner

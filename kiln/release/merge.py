@@ -23,10 +23,10 @@ from typing import Any
 from kiln import fsutil
 from kiln.config.workspace import Workspace
 from kiln.errors import MergeError
-from kiln.release import files as release
+from kiln.release import files as release_files
 from kiln.release import manifest
 from kiln.release.manifest import Manifest, Output, ReleaseFile, VendorEntry
-from kiln.verify import binaries as verify
+from kiln.verify import binaries
 
 # What must be equal across the partials of one release. Other top-level keys (such as
 # the scheduler's figures) describe one run and are not carried into the merged manifest.
@@ -127,9 +127,10 @@ def _check_archs(part: Partial, entry: VendorEntry) -> None:
     """The SASS each job recorded must be the vendor's recipe archs (verify's rule)."""
     for out in entry.outputs_of("wheel", "tarball"):
         objects = [
-            verify.SharedObject(o.path, list(o.sass), list(o.ptx)) for o in out.shared_objects or []
+            binaries.SharedObject(o.path, list(o.sass), list(o.ptx))
+            for o in out.shared_objects or []
         ]
-        verify.check_archs(f"{part.folder}: {out.path}", objects, entry.recipe["archs"])
+        binaries.check_archs(f"{part.folder}: {out.path}", objects, entry.recipe["archs"])
 
 
 def combine(partials: list[Partial]) -> tuple[Manifest, dict[str, Path]]:
@@ -236,9 +237,9 @@ def merge(
         reqs = (partials[0].folder / REQUIREMENTS).read_text()
         # ``previous`` is none: JIT caches come from the partials, not from whatever
         # ``out`` held before.
-        listed = release.write_files(stage, merged.model_copy(update={"files": []}), reqs)
+        listed = release_files.write_files(stage, merged.model_copy(update={"files": []}), reqs)
         if jit:
-            listed = release.finish_readme(
+            listed = release_files.finish_readme(
                 stage, merged.model_copy(update={"files": [*listed, *jit]})
             )
         final = merged.model_copy(update={"files": listed})
@@ -246,5 +247,5 @@ def merge(
         problems = manifest.check(stage / manifest.FILE_NAME)
         if problems:  # the copy itself went wrong (disk, concurrent writer)
             raise MergeError(f"{stage}: {problems[0].path}: {problems[0].problem} after copying")
-        fsutil.publish(stage, out)
+        fsutil.swap_in(stage, out)
     return out

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kiln.build.kinds import KINDS
 from kiln.config.models import SystemRequirement, Vendor
 from kiln.config.workspace import Workspace
 from kiln.errors import KilnError, PatchError, PreflightError, SourceError, ToolchainError
+from kiln.orchestrate.kinds import KINDS
 from kiln.release import files
 from kiln.runners.protocol import Runner
-from kiln.sources import checkout as sources
-from kiln.sources import patches
-from kiln.toolchain import checks as toolchain
+from kiln.sources import checkout, patches
+from kiln.toolchain import checks
 from kiln.toolchain.provision import Provision
 from kiln.verify import imports
 
@@ -104,7 +103,7 @@ def system_problems(missing: dict[Need, SystemRequirement], runner: Runner) -> l
     ]
 
 
-def cuda_include_dirs(tc: toolchain.Toolchain) -> list[str]:
+def cuda_include_dirs(tc: checks.Toolchain) -> list[str]:
     """The CUDA include folders a build compiles with, in their order: the CUDA home's
     (torch's CUDA extensions pass it with -I; --toolchain pypi provisions it), then its
     CCCL and the pip CUDA's (pipcuda.environment)."""
@@ -121,7 +120,7 @@ class Report:
 
     problems: list[str] = field(default_factory=list)
     offline: bool = False  # whether the advice on building offline applies
-    tc: toolchain.Toolchain | None = None
+    tc: checks.Toolchain | None = None
     warnings: list[str] = field(default_factory=list)
     provision: list[Provision] = field(default_factory=list)  # made or not (dry run)
     unchecked: list[str] = field(default_factory=list)
@@ -147,9 +146,9 @@ def preflight(
     ws: Workspace,
     selected: list[Vendor],
     runner: Runner | None,
-    cache: sources.GitCache,
+    cache: checkout.GitCache,
     runner_problem: str | None = None,
-) -> tuple[toolchain.Toolchain, list[str]]:
+) -> tuple[checks.Toolchain, list[str]]:
     """The toolchain where builds run and the warnings (edited patches); raises
     :class:`PreflightError` listing every problem found."""
     report = check(ws, selected, runner, cache, runner_problem)
@@ -164,7 +163,7 @@ def check(
     ws: Workspace,
     selected: list[Vendor],
     runner: Runner | None,
-    cache: sources.GitCache,
+    cache: checkout.GitCache,
     runner_problem: str | None = None,
     dry: bool = False,
 ) -> Report:
@@ -227,7 +226,7 @@ def check(
             {k: q for k, q in missing.items() if k not in deferred}, runner
         )
     for vendor in selected:
-        problem = sources.availability(cache, vendor.source.url, vendor.source.commit, vendor.name)
+        problem = checkout.availability(cache, vendor.source.url, vendor.source.commit, vendor.name)
         if problem:
             r.problems.append(str(problem))
             if problem.reachable:  # its source answers without it: the pin or the mirror
@@ -250,7 +249,7 @@ def check(
         ]
         return r
     tc = runner.toolchain(ws.profile)
-    wrong = toolchain.problems(tc, ws.profile)
+    wrong = checks.problems(tc, ws.profile)
     r.offline = r.offline or bool(wrong)
     still = missing_system(deferred, runner, cuda_include_dirs(tc))
     r.problems += wrong + system_problems(still, runner)

@@ -1,6 +1,6 @@
 """One build at a time per output and work folder.
 
-An flock on ``<folder>/.kiln.lock`` (``<artifacts>/logs/.kiln.lock``) held for the
+An flock on ``<folder>/.kiln.sources.lock`` (``<artifacts>/logs/.kiln.sources.lock``) held for the
 whole build. The kernel drops it when its process dies, however it dies, so a lock
 is never stale; the file only says who holds it (pid, start time, command) for the
 message a second build prints before it refuses (or waits, with ``--wait``).
@@ -23,7 +23,7 @@ from kiln.errors import Busy
 
 log = logging.getLogger("kiln.buildlock")
 
-LOCK_NAME = ".kiln.lock"
+LOCK_NAME = ".kiln.sources.lock"
 
 
 def _holder(fd: int) -> str:

@@ -26,12 +26,12 @@ from typing import Any
 import tomlkit
 import zstandard
 
-from kiln.build import pipeline
-from kiln.build.options import Options
 from kiln.config.fields import SERIES_FILE, WORKSPACE_FILE
 from kiln.errors import ManifestError, ToolchainError
 from kiln.fsutil import sha256_file
 from kiln.inside import proc
+from kiln.orchestrate import pipeline
+from kiln.orchestrate.options import Options
 from kiln.release import manifest
 from kiln.release.manifest import Manifest
 from kiln.sources import bundles

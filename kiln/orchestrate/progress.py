@@ -24,8 +24,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kiln.build import github
 from kiln.inside import memwatch
+from kiln.orchestrate import github
 
 log = logging.getLogger("kiln")
 

@@ -14,13 +14,14 @@ TOML names its kind (``build.kind``); adding a kind is adding a module here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kiln.build.context import Context, Step
     from kiln.config.models import Vendor
+    from kiln.orchestrate.context import Context, Step
     from kiln.release.manifest import Output
     from kiln.sources.checkout import Checkout
     from kiln.sources.patches import AppliedPatch
@@ -55,12 +56,12 @@ class BuildKind(Protocol):
 
 
 def _registry() -> dict[str, BuildKind]:
-    from kiln.build.kinds import inplace, wheel
+    from kiln.orchestrate.kinds import inplace, wheel
 
     return {k.name: k for k in (wheel.KIND, inplace.KIND)}
 
 
-class _Kinds(dict):
+class _Kinds(dict[str, BuildKind]):
     """``KINDS["wheel"]``: the registry, filled on first use (the kinds import the build
     context, which imports this package)."""
 
@@ -76,7 +77,7 @@ class _Kinds(dict):
         self._fill()
         return super().__contains__(key)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
         self._fill()
         return super().__iter__()
 

@@ -49,7 +49,10 @@ def write_step_summary(
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
-    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+
+    def cell(v: object) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
     lines = [f"### {title}", "", "| " + " | ".join(header) + " |"]
     lines.append("|" + "---|" * len(header))
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]

@@ -18,7 +18,7 @@ from kiln.config.fields import NAME_RE
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError, ManifestError
 from kiln.release import archive, manifest
-from kiln.release import files as release
+from kiln.release import files as release_files
 
 
 def pack_into_release(cache_dir: Path, label: str, release_dir: Path | None) -> Path:
@@ -50,7 +50,7 @@ def pack_into_release(cache_dir: Path, label: str, release_dir: Path | None) -> 
     archive.pack(sources, dest, mtime)
     m = manifest.read(manifest_file)
     files = [f for f in m.files if f.path != str(dest.relative_to(release_dir))]
-    files.append(release.file_entry(dest, release_dir, "jit-cache"))
-    listed = release.finish_readme(release_dir, m.model_copy(update={"files": files}))
+    files.append(release_files.file_entry(dest, release_dir, "jit-cache"))
+    listed = release_files.finish_readme(release_dir, m.model_copy(update={"files": files}))
     manifest.write(manifest_file, m.model_copy(update={"files": listed}))
     return dest

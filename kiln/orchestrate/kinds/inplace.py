@@ -10,7 +10,7 @@ verifies the declared outputs (SASS archs), writes ``.kiln/tree.json`` (what was
 how to rebuild) and ``.kiln/applied/`` (the patches as applied, so an edited patch can
 be swapped in later), packs the tarball, and proves that the tree unpacked from it as
 install.sh unpacks it imports in the consumer's environment
-(:mod:`kiln.build.importproof`).
+(:mod:`kiln.orchestrate.importproof`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kiln.build import importproof
-from kiln.build.context import run_step, timed
-from kiln.build.kinds import Job
-from kiln.build.kit import KIT
 from kiln.config.models import Profile, Vendor
 from kiln.errors import ConfigError, VerifyError
+from kiln.orchestrate import importproof
+from kiln.orchestrate.context import run_step, timed
+from kiln.orchestrate.kinds import Job
+from kiln.orchestrate.kit import KIT
 from kiln.release import archive, files
 from kiln.release.manifest import Output
 from kiln.sources.patches import AppliedPatch

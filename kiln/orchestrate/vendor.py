@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from kiln import fsutil
-from kiln.build import failure, importproof, kit, learned
-from kiln.build.context import Context, Step, Timings, phases_file, timed
-from kiln.build.kinds import KINDS, Job
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
 from kiln.inside import memwatch
 from kiln.inside.kit import pipcuda
 from kiln.inside.step import StepSpec
+from kiln.orchestrate import failure, importproof, kit, learned
+from kiln.orchestrate.context import Context, Step, Timings, phases_file, timed
+from kiln.orchestrate.kinds import KINDS, Job
 from kiln.plan import bound, cachekey, schedule
 from kiln.plan.environment import build_environment
 from kiln.release import artifactcache, files
@@ -34,16 +34,15 @@ from kiln.release.manifest import (
     SubmoduleInfo,
     VendorEntry,
 )
-from kiln.sources import checkout as sources
-from kiln.sources import licenses, patches
+from kiln.sources import checkout, licenses, patches
 from kiln.toolchain import compilercache
 
-log = logging.getLogger("kiln.build")
+log = logging.getLogger("kiln.orchestrate")
 
 
 def runner_info(ctx: Context) -> RunnerInfo:
     r = ctx.runner
-    return RunnerInfo(kind=r.kind, image=r.image, builder=r.builder)  # type: ignore[arg-type]
+    return RunnerInfo(kind=r.kind, image=r.image, builder=r.builder)
 
 
 def cache_key(ctx: Context, vendor: Vendor) -> tuple[str, dict[str, Any]]:
@@ -52,7 +51,7 @@ def cache_key(ctx: Context, vendor: Vendor) -> tuple[str, dict[str, Any]]:
 
 
 def key_of(
-    git: sources.GitCache,
+    git: checkout.GitCache,
     ws: Workspace,
     toolchain: dict[str, Any],
     runner: dict[str, Any],
@@ -67,7 +66,7 @@ def key_of(
     material = cachekey.material(
         vendor,
         commit,
-        sources.gitlinks(repo, commit),
+        checkout.gitlinks(repo, commit),
         [(e, fsutil.sha256_file(ws.patches_dir / e.file)) for e in ws.patches_for(vendor.name)],
         ws.series.tags.get(vendor.name),
         ws.profile,
@@ -117,8 +116,9 @@ def _proven(ctx: Context, vendor: Vendor, entry: VendorEntry, stage: Path) -> Ve
 
 def _measure(
     ctx: Context, vendor: Vendor, logs: dict[str, Path], timings: dict[str, float]
-) -> tuple[dict, dict]:
-    """What the step used (memory, compiles, compiler-cache hits, its critical path); the
+) -> tuple[dict[str, Any], CompilerCacheInfo]:
+    """What the step used (memory, compiles, its critical path: the manifest's schedule
+    fields) and its compiler cache's figures; the
     learned per-job and per-unit figures for the next run (only from real compiles:
     cache hits use little)."""
     stats = schedule.job_stats(logs["jobs"])
@@ -136,14 +136,14 @@ def _measure(
         ctx.peaks.remember_tail(vendor, tail)
     measured = {**jobs, "peak_rss_gib": round(mem["peak_kib"] / 2**20, 3)}
     tool = ctx.ccache.tool if ctx.ccache.enabled else None
-    compiler = {"tool": tool, **cc, "note": ctx.ccache.note}
-    for warning in cc.get("warnings", []):
+    compiler = CompilerCacheInfo.model_validate({"tool": tool, **cc, "note": ctx.ccache.note})
+    for warning in compiler.warnings or []:
         log.warning("%s: %s", vendor.name, warning)
     return measured, compiler
 
 
 def _license_outputs(
-    vendor: Vendor, tree: Path, stage: Path, co: sources.Checkout
+    vendor: Vendor, tree: Path, stage: Path, co: checkout.Checkout
 ) -> tuple[list[Output], list[SubmoduleInfo]]:
     """The upstream's license and every checked-out submodule's (built in or shipped)."""
     dest = stage / "licenses" / f"{vendor.name}-{Path(vendor.source.license).name}"
@@ -179,7 +179,7 @@ def _patch_outputs(ctx: Context, applied: list[patches.AppliedPatch], stage: Pat
 
 
 def _environment(
-    ctx: Context, vendor: Vendor, tree: Path, co: sources.Checkout, choice: schedule.Choice
+    ctx: Context, vendor: Vendor, tree: Path, co: checkout.Checkout, choice: schedule.Choice
 ) -> tuple[dict[str, str], dict[str, str], dict[str, Any], dict[str, Path]]:
     """(the step's environment, the part recorded, the pip-CUDA fixes, its log files)."""
     env, recorded = build_environment(
@@ -273,7 +273,7 @@ def _build(
     kind = KINDS[vendor.build.kind]
     tree = ctx.opts.work / ctx.ws.release.name / vendor.name
     with timed(timings, "fetch"):
-        co = sources.checkout(ctx.git, vendor.source, tree, what)
+        co = checkout.checkout(ctx.git, vendor.source, tree, what)
     with timed(timings, "patch"):
         ctx.display.update(what, "patching", cache="miss" if ctx.acache else "off")
         applied = patches.apply_series(
@@ -338,7 +338,7 @@ def _build(
                 file=p.file,
                 sha256=p.sha256,
                 locked_sha256=p.locked_sha256,
-                status=p.status,  # type: ignore[arg-type]
+                status=p.status,
             )
             for p in applied
         ],
@@ -352,7 +352,7 @@ def _build(
         schedule=Schedule.model_validate({**choice.to_json(), **measured}),
         caches=Caches(
             artifact=ArtifactCacheInfo(status="miss" if ctx.acache else "off", key=key),
-            compiler=CompilerCacheInfo.model_validate(compiler),
+            compiler=compiler,
         ),
         learned=learned.record(ctx.peaks, vendor),
     )

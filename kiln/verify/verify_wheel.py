@@ -14,7 +14,7 @@ from kiln.config.models import Profile
 from kiln.errors import VerifyError
 from kiln.release import manifest
 from kiln.release.manifest import ImportProof
-from kiln.verify import binaries as verify
+from kiln.verify import binaries
 from kiln.verify.wheels import summary
 
 
@@ -38,7 +38,7 @@ def verify_release(manifest_file: Path) -> list[str]:
     for name, entry in m.vendors.items():
         for out in entry.outputs_of("wheel"):
             wheel = manifest_file.parent / out.path
-            report = verify.verify_wheel(wheel, list(entry.recipe["archs"]), profile)
+            report = binaries.verify_wheel(wheel, list(entry.recipe["archs"]), profile)
             now = {o.path: o.sass for o in report.shared_objects}
             recorded = {o.path: o.sass for o in out.shared_objects or []}
             if now != recorded:
