@@ -19,7 +19,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kiln.add import recipe, revision, scan, stdcheck
 from kiln.config.fields import NAME_RE, WORKSPACE_FILE
@@ -186,7 +185,7 @@ def dry_run(
     python: str | None = None,
     cuda_home: str | None = None,
     toolchain: str = "system",
-) -> dict[str, Any]:
+) -> dryrun.DryRun:
     """``kiln build --dry-run`` of the one vendor (the plan as data)."""
     opts = Options(
         workspace=workspace,

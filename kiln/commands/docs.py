@@ -10,6 +10,7 @@ import re
 from kiln import commands
 from kiln.commands import options as o
 from kiln.commands.common import verbosity
+from kiln.orchestrate.options import Option
 
 INTRO = """\
 # Options
@@ -63,7 +64,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _row(opt: o.Option, users: list[str]) -> str:
+def _row(opt: Option, users: list[str]) -> str:
     flag = opt.flag + (f" {opt.metavar}" if opt.metavar else "")
     if opt.choices:
         flag += " {" + ",".join(opt.choices) + "}"
@@ -74,7 +75,7 @@ def _row(opt: o.Option, users: list[str]) -> str:
 
 
 def options_markdown() -> str:
-    users: dict[o.Option, list[str]] = {}
+    users: dict[Option, list[str]] = {}
     for name, parser in _parsers().items():
         for opt in parser.get_default(o.DECLARED) or ():
             users.setdefault(opt, []).append(name)

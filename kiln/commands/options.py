@@ -1,7 +1,9 @@
 """Every option of the command line, declared once (nox's ``_options.py`` is the model).
 
-An :class:`Option` holds everything about one option: its flag, type, choices, default,
-``KILN_*`` variable, help, and the :class:`~kiln.orchestrate.options.Options` field it fills.
+An :class:`~kiln.orchestrate.options.Option` holds everything about one option: its flag,
+type, choices, default, ``KILN_*`` variable, help, and the
+:class:`~kiln.orchestrate.options.Options` field it fills: the build's options are declared
+on those fields themselves (``FIELD_OPTIONS``, each default written once), the others here.
 From these declarations alone come the argparse arguments (:func:`add`), the ``--help``
 text (the default and the variable appended), the values (:func:`resolve`: the command
 line, else the variable, else the default), the build's ``Options`` (:func:`to_options`)
@@ -20,116 +22,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from kiln.errors import ConfigError
-from kiln.fsutil import user_cache_dir
-from kiln.orchestrate.options import Options
+from kiln.orchestrate.options import FIELD_OPTIONS, NOT_GIVEN, Option, Options
 
-Kind = Literal["value", "flag", "list", "words"]
-
-TRUE = ("1", "true", "yes", "on")
-FALSE = ("0", "false", "no", "off")
 # The parsed arguments' attribute listing the options a verb took (resolve() reads it).
 DECLARED = "_kiln_options"
-
-
-class _NotGiven:
-    """The argparse default of every option: tells "not on the command line" apart from
-    any value one could give."""
-
-    def __repr__(self) -> str:
-        return "<not given>"
-
-
-NOT_GIVEN: Any = _NotGiven()
-
-
-@dataclass(frozen=True)
-class Option:
-    flag: str  # "--workspace"
-    help: str  # what it is and does; the default and the variable are appended
-    group: str = "options"  # the section of --help and of docs/options.md
-    kind: Kind = "value"  # value | flag (on when given) | list (repeatable) | words (nargs +)
-    type: Callable[[str], Any] = str
-    default: Any = None  # when neither the command line nor the variable gives a value
-    default_factory: Callable[[], Any] | None = None  # a default computed when it is needed
-    default_text: str | None = None  # how a computed default is shown (help, docs)
-    choices: tuple[str, ...] | None = None
-    env: str | None = None  # KILN_*: the value when the command line gives none
-    metavar: str | None = None
-    dest: str | None = None  # the parsed attribute (default: from the flag)
-    field: str | None = None  # the Options field it fills (None: the verb reads it)
-    invert: bool = False  # the field is the flag's negation: --no-artifact-cache
-    required: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.dest or self.flag.lstrip("-").replace("-", "_")
-
-    def shown_default(self) -> str:
-        """The default as --help and the docs show it."""
-        if self.default_text is not None:
-            return self.default_text
-        if self.kind == "flag":
-            return "off"
-        if self.default in (None, (), []):
-            return "none"
-        return str(self.default)
-
-    def help_text(self) -> str:
-        env = ""
-        if self.env:
-            env = f"; ${self.env}=1" if self.kind == "flag" else f"; ${self.env}"
-        if self.required:
-            return f"{self.help} (required{env})".replace("%", "%%")
-        return f"{self.help} (default: {self.shown_default()}{env})".replace("%", "%%")
-
-    def from_env(self, environ: dict[str, str] | os._Environ[str]) -> Any:
-        """The variable's value, parsed (NOT_GIVEN when it is unset or empty)."""
-        raw = environ.get(self.env or "", "") if self.env else ""
-        if not raw.strip():
-            return NOT_GIVEN
-        fix = f"${self.env}={raw!r}"
-        if self.kind == "flag":
-            if raw.strip().lower() in TRUE:
-                return True
-            if raw.strip().lower() in FALSE:
-                return False
-            raise ConfigError(f"{fix}: not a flag value: set it to 1 or 0 (or unset it)")
-        words = shlex.split(raw) if self.kind in ("list", "words") else [raw]
-        values = [self._parse(fix, w) for w in words]
-        return values if self.kind in ("list", "words") else values[0]
-
-    def _parse(self, fix: str, word: str) -> Any:
-        if self.choices and word not in self.choices:
-            raise ConfigError(f"{fix}: not one of {', '.join(self.choices)} ({self.flag})")
-        try:
-            return self.type(word)
-        except ValueError:
-            kind = (
-                "whole number" if self.type is int else "number" if self.type is float else "value"
-            )
-            raise ConfigError(f"{fix}: not a {kind} ({self.flag} {self.metavar or ''})") from None
-
-    def add_to(self, parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-        kw: dict[str, Any] = {"dest": self.name, "help": self.help_text()}
-        if self.kind == "flag":
-            kw.update(action="store_const", const=True, default=NOT_GIVEN)
-        else:
-            kw.update(type=self.type, metavar=self.metavar, choices=self.choices)
-            if self.kind == "list":
-                kw.update(action="append", default=None)
-            elif self.kind == "words":
-                kw.update(nargs="+", default=NOT_GIVEN)
-            else:
-                kw.update(default=None if self.required else NOT_GIVEN, required=self.required)
-        parser.add_argument(self.flag, **kw)
 
 
 def add(parser: argparse.ArgumentParser, *options: Option) -> None:
@@ -180,308 +82,38 @@ def to_options(args: argparse.Namespace, **fields: Any) -> Options:
 # --------------------------------------------------------------------------- build options
 # What a build takes (build, demo, verify); the first ones also serve other verbs.
 
-WORKSPACE = Option(
-    "--workspace",
-    "folder with kiln.toml, vendors/ and patches/",
-    group="folders",
-    type=Path,
-    default=Path("."),
-    env="KILN_WORKSPACE",
-    metavar="DIR",
-    field="workspace",
-)
-PROFILE = Option(
-    "--profile",
-    "which profile: a [profiles.NAME] variant of kiln.toml's [profile], or 'default' (itself)",
-    group="folders",
-    default=None,
-    default_text="[profile]",
-    env="KILN_PROFILE",
-    metavar="NAME",
-    field="profile",
-)
-ARTIFACTS = Option(
-    "--artifacts",
-    "where releases and their logs go: <artifacts>/<release>/",
-    group="folders",
-    type=Path,
-    default=Path("artifacts"),
-    env="KILN_ARTIFACTS",
-    metavar="DIR",
-    field="artifacts",
-)
-CACHE = Option(
-    "--cache",
-    "kiln's cache: bare clones, build venvs, the PyPI CUDA, the compiler and artifact caches",
-    group="folders",
-    type=Path,
-    default_factory=user_cache_dir,
-    default_text="$XDG_CACHE_HOME/kiln, else ~/.cache/kiln",
-    env="KILN_CACHE_DIR",
-    metavar="DIR",
-    field="cache",
-)
-WORK = Option(
-    "--work",
-    "where work trees are checked out",
-    group="folders",
-    type=Path,
-    default=Path("build/work"),
-    env="KILN_WORK",
-    metavar="DIR",
-    field="work",
-)
-MIRRORS = Option(
-    "--mirrors",
-    "TOML mapping upstream URL prefixes to mirrors",
-    group="sources",
-    type=Path,
-    env="KILN_MIRRORS",
-    metavar="FILE",
-    field="mirrors",
-)
-OFFLINE = Option(
-    "--offline",
-    "never use the network: only the cache and local mirrors",
-    group="sources",
-    kind="flag",
-    env="KILN_OFFLINE",
-    field="offline",
-)
-# Not $KILN_BUNDLES: the tests and nox -s build_public use that for where the bundles of
-# the public upstreams lie, which must not turn every build into a build from bundles.
-BUNDLES = Option(
-    "--bundles",
-    "upstreams from the git bundles in DIR, as the workspace's bundles.toml names them "
-    "(made into mirrors; implies --offline)",
-    group="sources",
-    type=Path,
-    env="KILN_FROM_BUNDLES",
-    metavar="DIR",
-    field="bundles",  # made mirrors by the build's inputs stage, never by a dry run
-)
-PYTHON = Option(
-    "--python",
-    "build Python holding the profile's torch",
-    group="toolchain",
-    default_text="a venv kiln provisions once",
-    env="KILN_BUILD_PYTHON",
-    metavar="PYTHON",
-    field="python",
-)
-CUDA_HOME = Option(
-    "--cuda-home",
-    "the CUDA toolkit to compile with",
-    group="toolchain",
-    default_text="$CUDA_HOME, nvcc on PATH, /usr/local/cuda",
-    env="KILN_CUDA_HOME",
-    metavar="DIR",
-    field="cuda_home",
-)
-TOOLCHAIN = Option(
-    "--toolchain",
-    "pypi: the profile's CUDA from NVIDIA's hash-pinned PyPI wheels, local runner only",
-    group="toolchain",
-    default="system",
-    choices=("system", "pypi"),
-    env="KILN_TOOLCHAIN",
-    field="toolchain",
-)
-RUNNER = Option(
-    "--runner",
-    "where builds run; auto: docker when the profile names an image and a daemon answers, "
-    "else local",
-    group="where builds run",
-    default="auto",
-    choices=("auto", "local", "docker"),
-    env="KILN_RUNNER",
-    field="runner",
-)
-IMAGE = Option(
-    "--image",
-    "base image for the Docker runner, NAME:TAG@sha256:DIGEST",
-    group="where builds run",
-    default_text="profile.image",
-    env="KILN_IMAGE",
-    metavar="REF",
-    field="image",
-)
-ALLOW_UNPINNED_IMAGE = Option(
-    "--allow-unpinned-image",
-    "accept an image without a digest (the manifest says 'unpinned')",
-    group="where builds run",
-    kind="flag",
-    env="KILN_ALLOW_UNPINNED_IMAGE",
-    field="allow_unpinned_image",
-)
-DOCKER_DIR = Option(
-    "--docker-dir",
-    "the builder image's folder",
-    group="where builds run",
-    type=Path,
-    default_text="<workspace>/docker",
-    env="KILN_DOCKER_DIR",
-    metavar="DIR",
-    field="docker_dir",
-)
-DOCKER_MOUNT = Option(
-    "--docker-mount",
-    "an extra bind mount for build containers, e.g. a CUDA toolkit; repeatable",
-    group="where builds run",
-    kind="list",
-    env="KILN_DOCKER_MOUNTS",
-    metavar="SRC[:DST[:ro|rw]]",
-    field="docker_mounts",
-)
-KEEP_CONTAINER = Option(
-    "--keep-container",
-    "keep a failed step's build container (docker start -ai it to look inside)",
-    group="where builds run",
-    kind="flag",
-    env="KILN_KEEP_CONTAINER",
-    field="keep_container",
-)
-MEM_LIMIT = Option(
-    "--mem-limit",
-    "memory limit of a build step",
-    group="where builds run",
-    type=float,
-    default_text="what the scheduler planned",
-    env="KILN_MEM_LIMIT",
-    metavar="GIB",
-    field="mem_limit_gib",
-)
-JOBS = Option(
-    "--jobs",
-    "CPU slots for compiles across all steps",
-    group="speed and caches",
-    type=int,
-    default_text="this machine's usable CPUs: its affinity and cgroup CPU quota",
-    env="KILN_JOBS",
-    metavar="N",
-    field="jobs",
-)
-MEM_BUDGET = Option(
-    "--mem-budget",
-    "memory all compiles together may use",
-    group="speed and caches",
-    type=float,
-    default_text="available memory minus a margin",
-    env="KILN_MEM_BUDGET",
-    metavar="GIB",
-    field="mem_budget_gib",
-)
-COMPILER_CACHE = Option(
-    "--compiler-cache",
-    "the compiler cache's folder (a volume for the Docker runner; rebuild-c shares it)",
-    group="speed and caches",
-    type=Path,
-    default_text="<cache>/ccache or <cache>/sccache",
-    env="KILN_COMPILER_CACHE",
-    metavar="DIR",
-    field="compiler_cache",
-)
-NO_COMPILER_CACHE = Option(
-    "--no-compiler-cache",
-    "compile without ccache or sccache",
-    group="speed and caches",
-    kind="flag",
-    env="KILN_NO_COMPILER_CACHE",
-    field="no_compiler_cache",
-)
-COMPILER_CACHE_BACKEND = Option(
-    "--compiler-cache-backend",
-    "ccache, or sccache (implied by --distribute and s3:// or gha:// stores)",
-    group="speed and caches",
-    choices=("ccache", "sccache"),
-    default_text="ccache",
-    env="KILN_COMPILER_CACHE_BACKEND",
-    field="cache_backend",
-)
-CACHE_STORE = Option(
-    "--cache-store",
-    "a compiler cache shared by builders: redis://HOST:PORT or http:// (ccache, sccache), "
-    "s3://BUCKET/PREFIX[?endpoint=URL] or gha:// (sccache), or a folder; credentials from "
-    "the environment",
-    group="speed and caches",
-    env="KILN_CACHE_STORE",
-    metavar="URL",
-    field="cache_store",
-)
-DISTRIBUTE = Option(
-    "--distribute",
-    "send compiles to this sccache-dist scheduler (its token: $KILN_DIST_TOKEN)",
-    group="speed and caches",
-    env="KILN_DISTRIBUTE",
-    metavar="URL",
-    field="distribute",
-)
-ARTIFACT_CACHE = Option(
-    "--artifact-cache",
-    "the cache of verified outputs by input hash",
-    group="speed and caches",
-    type=Path,
-    default_text="<cache>/artifacts",
-    env="KILN_ARTIFACT_CACHE",
-    metavar="DIR",
-    field="artifact_cache_dir",
-)
-NO_ARTIFACT_CACHE = Option(
-    "--no-artifact-cache",
-    "rebuild every vendor even when its inputs are unchanged",
-    group="speed and caches",
-    kind="flag",
-    env="KILN_NO_ARTIFACT_CACHE",
-    field="artifact_cache",
-    invert=True,
-)
-WAIT = Option(
-    "--wait",
-    "wait for another build using the same artifacts/ or work folder instead of refusing",
-    group="folders",
-    kind="flag",
-    env="KILN_WAIT",
-    field="wait",
-)
-LEARNED_FROM = Option(
-    "--learned-from",
-    "schedule from another build's learned unit times and memory: a manifest.json or a "
-    "learned.json (default: what the cache learned, else <workspace>/learned.json)",
-    group="speed and caches",
-    type=Path,
-    env="KILN_LEARNED_FROM",
-    metavar="FILE",
-    field="learned_from",
-)
-SAVE_LEARNED = Option(
-    "--save-learned",
-    "write what this build learned into <workspace>/learned.json (to commit: a fresh "
-    "machine's first build is then scheduled like the tenth)",
-    group="speed and caches",
-    kind="flag",
-    env="KILN_SAVE_LEARNED",
-    field="save_learned",
-)
-TIMINGS = Option(
-    "--timings",
-    "write the build's timings into its logs folder: timings.html (a Gantt chart of every "
-    "compile per slot, phases, concurrency and memory against the budget; opens offline) "
-    "and timings.trace.json (for ui.perfetto.dev or chrome://tracing); docs/timings.md",
-    group="speed and caches",
-    kind="flag",
-    env="KILN_TIMINGS",
-    field="timings",
-)
-NO_IMPORT_PROOF = Option(
-    "--no-import-proof",
-    "skip the import proof (each output installed as install.sh installs it into the "
-    "consumer's environment and imported there before anything is published)",
-    group="verification",
-    kind="flag",
-    env="KILN_NO_IMPORT_PROOF",
-    field="import_proof",
-    invert=True,
-)
+WORKSPACE = FIELD_OPTIONS["workspace"]
+PROFILE = FIELD_OPTIONS["profile"]
+ARTIFACTS = FIELD_OPTIONS["artifacts"]
+CACHE = FIELD_OPTIONS["cache"]
+WORK = FIELD_OPTIONS["work"]
+MIRRORS = FIELD_OPTIONS["mirrors"]
+OFFLINE = FIELD_OPTIONS["offline"]
+BUNDLES = FIELD_OPTIONS["bundles"]
+PYTHON = FIELD_OPTIONS["python"]
+CUDA_HOME = FIELD_OPTIONS["cuda_home"]
+TOOLCHAIN = FIELD_OPTIONS["toolchain"]
+RUNNER = FIELD_OPTIONS["runner"]
+IMAGE = FIELD_OPTIONS["image"]
+ALLOW_UNPINNED_IMAGE = FIELD_OPTIONS["allow_unpinned_image"]
+DOCKER_DIR = FIELD_OPTIONS["docker_dir"]
+DOCKER_MOUNT = FIELD_OPTIONS["docker_mounts"]
+KEEP_CONTAINER = FIELD_OPTIONS["keep_container"]
+MEM_LIMIT = FIELD_OPTIONS["mem_limit_gib"]
+JOBS = FIELD_OPTIONS["jobs"]
+MEM_BUDGET = FIELD_OPTIONS["mem_budget_gib"]
+COMPILER_CACHE = FIELD_OPTIONS["compiler_cache"]
+NO_COMPILER_CACHE = FIELD_OPTIONS["no_compiler_cache"]
+COMPILER_CACHE_BACKEND = FIELD_OPTIONS["cache_backend"]
+CACHE_STORE = FIELD_OPTIONS["cache_store"]
+DISTRIBUTE = FIELD_OPTIONS["distribute"]
+ARTIFACT_CACHE = FIELD_OPTIONS["artifact_cache_dir"]
+NO_ARTIFACT_CACHE = FIELD_OPTIONS["artifact_cache"]
+WAIT = FIELD_OPTIONS["wait"]
+LEARNED_FROM = FIELD_OPTIONS["learned_from"]
+SAVE_LEARNED = FIELD_OPTIONS["save_learned"]
+TIMINGS = FIELD_OPTIONS["timings"]
+NO_IMPORT_PROOF = FIELD_OPTIONS["import_proof"]
 
 BUILD: tuple[Option, ...] = (
     WORKSPACE,

@@ -20,8 +20,9 @@ of the build's stages.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
@@ -41,22 +42,104 @@ from kiln.toolchain import provision as prov
 from kiln.toolchain.provision import Provision
 
 
-def _refusal(stage: str, exc: KilnError) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Refusal:
     """A refusal as the build reports it (``kiln: error: MESSAGE``, exit code)."""
-    return {
-        "stage": stage,
-        "error": type(exc).__name__,
-        "exit_code": exc.exit_code,
-        "message": str(exc),
-        "problems": list(getattr(exc, "problems", [])),
-    }
+
+    stage: str
+    error: str
+    exit_code: int
+    message: str
+    problems: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "problems": list(self.problems)}
 
 
-def plan(opts: Options) -> dict[str, Any]:
-    """The plan as data (``--json`` prints it as is). Raises what the build raises before
-    anything can be planned (an unreadable workspace: the same error, the same code)."""
+def _refusal(stage: str, exc: KilnError) -> Refusal:
+    problems = getattr(exc, "problems", [])
+    return Refusal(stage, type(exc).__name__, exc.exit_code, str(exc), tuple(problems))
+
+
+@dataclass(frozen=True)
+class CacheAnswer:
+    """Hit or miss in the artifact cache, and why (``unknown``: not answerable dry)."""
+
+    cache: Literal["hit", "miss", "unknown", "off"]
+    key: str | None
+    why: str
+
+
+@dataclass(frozen=True)
+class Fetches:
+    """The pinned commit as the git cache knows it, and what a build would fetch."""
+
+    requested: str
+    commit: str | None
+    fetch: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VendorPlan:
+    name: str
+    sources: Fetches
+    cache: CacheAnswer
+    schedule: schedule.Choice  # what the build's own schedule.choose would pick
+    units_from: str  # "learned", "work tree", "the pinned commit" or "unknown"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            **asdict(self.sources),
+            "fetch": list(self.sources.fetch),
+            **asdict(self.cache),
+            "schedule": {**self.schedule.to_json(), "units_from": self.units_from},
+        }
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a build would do and every refusal it would make (``--json``: ``to_json``)."""
+
+    release: str
+    profile: str
+    archs: tuple[str, ...]
+    runner: dict[str, str | None]  # kind, image, builder (empty: no runner could be made)
+    budget: schedule.Budget
+    provision: tuple[Provision, ...]  # what the build would make first
+    reused: tuple[Provision, ...]  # what it would find made
+    unchecked: tuple[str, ...]
+    problems: tuple[str, ...]
+    refusals: tuple[Refusal, ...]
+    vendors: tuple[VendorPlan, ...]
+
+    @property
+    def exit_code(self) -> int:
+        """The code the build would exit with: its first refusal's, else 0."""
+        return self.refusals[0].exit_code if self.refusals else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "release": self.release,
+            "profile": self.profile,
+            "archs": list(self.archs),
+            "runner": self.runner,
+            "budget": self.budget.to_json(),
+            "provision": [p.to_json() for p in self.provision],
+            "reused": [p.to_json() for p in self.reused],
+            "unchecked": list(self.unchecked),
+            "problems": list(self.problems),
+            "refusals": [r.to_json() for r in self.refusals],
+            "exit_code": self.exit_code,
+            "vendors": [v.to_json() for v in self.vendors],
+        }
+
+
+def plan(opts: Options) -> DryRun:
+    """What the build would do. Raises what the build raises before anything can be
+    planned (an unreadable workspace: the same error, the same code)."""
     opts = opts.resolved()
-    refusals: list[dict[str, Any]] = []
+    refusals: list[Refusal] = []
     # the build's own stages up to its plan; then asked, not done
     planned = pipeline.plan(pipeline.load(opts))
     try:
@@ -71,49 +154,48 @@ def plan(opts: Options) -> dict[str, Any]:
     runner, report = _preflight(opts, ws, selected, git, refusals)
     if not opts.wait:
         refusals += _busy("stage", opts.work)
-    runner_data = (
+    runner_data: dict[str, str | None] = (
         {"kind": runner.kind, "image": runner.image, "builder": runner.builder} if runner else {}
     )
     toolchain = report.tc.to_json() if report.tc else None
     made = [*_bundle_mirrors(opts, bundle_files), *report.provision]
     acache = ArtifactCache(opts.artifact_cache_root) if opts.artifact_cache_root else None
-    return {
-        "release": ws.release.name,
-        "profile": opts.profile or "default",
-        "archs": list(ws.profile.archs),
-        "runner": runner_data,
-        "budget": budget.to_json(),
-        "provision": [p.to_json() for p in made if not p.made],
-        "reused": [p.to_json() for p in made if p.made],
-        "unchecked": report.unchecked,
-        "problems": report.problems,
-        "refusals": refusals,
-        "exit_code": refusals[0]["exit_code"] if refusals else 0,
-        "vendors": [
-            {
-                "name": v.name,
-                **_sources(git, v, bundle_files),
-                **_cache(git, ws, toolchain, runner_data, acache, v, report),
-                **_schedule(v, opts.work / ws.release.name / v.name, peaks, budget, git),
-            }
+    return DryRun(
+        release=ws.release.name,
+        profile=opts.profile or "default",
+        archs=tuple(ws.profile.archs),
+        runner=runner_data,
+        budget=budget,
+        provision=tuple(p for p in made if not p.made),
+        reused=tuple(p for p in made if p.made),
+        unchecked=tuple(report.unchecked),
+        problems=tuple(report.problems),
+        refusals=tuple(refusals),
+        vendors=tuple(
+            VendorPlan(
+                v.name,
+                _sources(git, v, bundle_files),
+                _cache(git, ws, toolchain, runner_data, acache, v, report),
+                *_schedule(v, opts.work / ws.release.name / v.name, peaks, budget, git),
+            )
             for v in selected
-        ],
-    }
+        ),
+    )
 
 
-def exit_code(p: dict[str, Any]) -> int:
+def exit_code(p: DryRun) -> int:
     """The code the build would exit with: its first refusal's, else 0."""
-    return int(p["exit_code"])
+    return p.exit_code
 
 
-def _busy(stage: str, folder: Path) -> list[dict[str, Any]]:
+def _busy(stage: str, folder: Path) -> list[Refusal]:
     """The build's refusal when another build holds ``folder`` now (without --wait)."""
     holder = runlock.holder_now(folder)
     return [_refusal(stage, runlock.busy_error(folder, holder))] if holder else []
 
 
 def _git_cache(
-    opts: Options, ws: Workspace, refusals: list[dict[str, Any]]
+    opts: Options, ws: Workspace, refusals: list[Refusal]
 ) -> tuple[checkout.GitCache, dict[str, Path]]:
     """The git cache as the build reaches it: with ``--bundles``, each upstream mapped to
     its bundle file itself (read, never unbundled); else the mirrors file."""
@@ -148,7 +230,7 @@ def _preflight(
     ws: Workspace,
     selected: list[Vendor],
     git: checkout.GitCache,
-    refusals: list[dict[str, Any]],
+    refusals: list[Refusal],
 ) -> tuple[Runner | None, preflight.Report]:
     """The runner (made for a dry run) and preflight's checks, as the build runs them."""
     # Where a build keeps its logs; a dry run's runner provisions nothing, so writes none.
@@ -181,9 +263,7 @@ def _preflight(
     return runner, report
 
 
-def _sources(
-    git: checkout.GitCache, vendor: Vendor, bundle_files: dict[str, Path]
-) -> dict[str, Any]:
+def _sources(git: checkout.GitCache, vendor: Vendor, bundle_files: dict[str, Path]) -> Fetches:
     """The pinned commit as the git cache knows it, and what a build would fetch."""
     src = vendor.source
     fetch: list[str] = []
@@ -202,7 +282,7 @@ def _sources(
                     f"submodule {path}: {url} at {sha[:12]}{_via(git, url, sha, bundle_files)}"
                     f"{_new_clone(git, url)}"
                 )
-    return {"requested": src.commit, "commit": commit, "fetch": fetch}
+    return Fetches(src.commit, commit, tuple(fetch))
 
 
 def _via(git: checkout.GitCache, url: str, sha: str, bundle_files: dict[str, Path]) -> str:
@@ -224,33 +304,33 @@ def _cache(
     git: checkout.GitCache,
     ws: Workspace,
     toolchain: dict[str, Any] | None,
-    runner: dict[str, Any],
+    runner: dict[str, str | None],
     acache: ArtifactCache | None,
     vendor: Vendor,
     report: preflight.Report,
-) -> dict[str, Any]:
+) -> CacheAnswer:
     """Hit or miss in the artifact cache, and why."""
     if acache is None:
-        return {"cache": "off", "key": None, "why": "--no-artifact-cache"}
+        return CacheAnswer("off", None, "--no-artifact-cache")
     if toolchain is None:
         why = (
             "the toolchain is known once provisioned"
             if report.unchecked and not report.problems
             else "preflight failed (see problems)"
         )
-        return {"cache": "unknown", "key": None, "why": why}
+        return CacheAnswer("unknown", None, why)
     if git.lookup(vendor.source.url, vendor.source.commit, vendor.name) is None:
-        return {"cache": "unknown", "key": None, "why": "the commit is not fetched yet"}
+        return CacheAnswer("unknown", None, "the commit is not fetched yet")
     key, material = key_of(git, ws, toolchain, runner, vendor)
     if (acache.root / key / "entry.json").is_file():
-        return {"cache": "hit", "key": key, "why": "inputs unchanged: outputs reused"}
+        return CacheAnswer("hit", key, "inputs unchanged: outputs reused")
     last = acache.latest_material(vendor.name)
     if last is None:
         why = "never built with this artifact cache"
     else:
         diff = cachekey.changed(last[1], material)
         why = f"changed since entry {last[0][:12]}: {', '.join(diff) or 'nothing named'}"
-    return {"cache": "miss", "key": key, "why": why}
+    return CacheAnswer("miss", key, why)
 
 
 def _units_at(git: checkout.GitCache, vendor: Vendor) -> int | None:
@@ -279,7 +359,7 @@ def _schedule(
     peaks: schedule.PeakStore,
     budget: schedule.Budget,
     git: checkout.GitCache,
-) -> dict[str, Any]:
+) -> tuple[schedule.Choice, str]:
     """What the build's own ``schedule.choose`` would pick: from what it learned, else
     the work tree's units, else the pinned commit's (the clone is cached, the tree not
     checked out), else the slots alone (said so: the units are known once fetched)."""
@@ -291,52 +371,51 @@ def _schedule(
         units = _units_at(git, vendor)
         counted = "the pinned commit" if units is not None else "unknown"
     choice = schedule.choose(vendor, tree, peaks, budget, units=units)
-    return {"schedule": {**choice.to_json(), "units_from": counted}}
+    return choice, counted
 
 
-def render(p: dict[str, Any]) -> str:
+def render(p: DryRun) -> str:
     """The plan for people."""
-    b = p["budget"]
-    r = p["runner"]
+    b, r = p.budget, p.runner
     lines = [
-        f"dry run of {p['release']} (profile {p['profile']}: {', '.join(p['archs'])})",
+        f"dry run of {p.release} (profile {p.profile}: {', '.join(p.archs)})",
         f"runner: {r.get('kind', 'none')}" + (f", image {r['image']}" if r.get("image") else ""),
-        f"budget: {b['mem_gib']:g} GiB ({b['source']}), {b['cpus']} CPU slots ({b['cpus_from']})",
+        f"budget: {b.mem_gib:g} GiB ({b.source}), {b.cpus} CPU slots ({b.cpus_from})",
     ]
-    if p["provision"]:
+    if p.provision:
         lines.append("would provision first (a dry run makes nothing):")
-        lines += [f"  {x['what']} at {x['where']}: {x['size']}" for x in p["provision"]]
-    lines += [f"reuses {x['what']} at {x['where']}" for x in p["reused"]]
-    for v in p["vendors"]:
-        s = v["schedule"]
-        commit = (v["commit"] or v["requested"])[:12]
-        threads = f", nvcc threads {s['nvcc_threads']}" if s["nvcc_threads"] else ""
-        known = s["units_from"] != "unknown"
-        units = s["translation_units"] if known else "?"
-        jobs = f"MAX_JOBS {s['max_jobs']}" if known else f"MAX_JOBS up to {s['max_jobs']}"
+        lines += [f"  {x.what} at {x.where}: {x.size}" for x in p.provision]
+    lines += [f"reuses {x.what} at {x.where}" for x in p.reused]
+    for v in p.vendors:
+        s = v.schedule
+        commit = (v.sources.commit or v.sources.requested)[:12]
+        threads = f", nvcc threads {s.nvcc_threads}" if s.nvcc_threads else ""
+        known = v.units_from != "unknown"
+        units = s.translation_units if known else "?"
+        jobs = f"MAX_JOBS {s.max_jobs}" if known else f"MAX_JOBS up to {s.max_jobs}"
         lines += [
-            f"{v['name']} @ {commit}: artifact cache {v['cache']}: {v['why']}",
-            f"  {jobs}{threads}; {units} units ({s['units_from']}"
+            f"{v.name} @ {commit}: artifact cache {v.cache.cache}: {v.cache.why}",
+            f"  {jobs}{threads}; {units} units ({v.units_from}"
             + ("" if known else ": counted once fetched")
             + "); "
-            f"{s['mem_per_job_gib']:g} GiB per compile ({s['estimate_source']}), "
-            f"gate reserves {s['gate_mem_gib']:g} GiB",
+            f"{s.mem_per_job_gib:g} GiB per compile ({s.estimate_source}), "
+            f"gate reserves {s.gate_mem_gib:g} GiB",
         ]
-        lines += [f"  would fetch {f}" for f in v["fetch"]] or ["  nothing to fetch"]
-    preflight_refused = any(x["stage"] == "preflight" for x in p["refusals"])
-    if p["unchecked"] and not preflight_refused:
+        lines += [f"  would fetch {f}" for f in v.sources.fetch] or ["  nothing to fetch"]
+    preflight_refused = any(x.stage == "preflight" for x in p.refusals)
+    if p.unchecked and not preflight_refused:
         lines.append("preflight: no problem found so far; checked only once provisioned:")
-        lines += [f"  {x}" for x in p["unchecked"]]
-    elif not preflight_refused and not any(x["stage"] == "runner" for x in p["refusals"]):
+        lines += [f"  {x}" for x in p.unchecked]
+    elif not preflight_refused and not any(x.stage == "runner" for x in p.refusals):
         lines.append("preflight: passed")
-    for x in p["refusals"]:
-        lines.append(f"the build would stop at {x['stage']} (exit {x['exit_code']}):")
-        lines.append(f"kiln: error: {x['message']}")
-    if p["refusals"]:
-        first = p["refusals"][0]
-        lines.append(f"exit code: {first['exit_code']} (the build's: it stops at {first['stage']})")
+    for x in p.refusals:
+        lines.append(f"the build would stop at {x.stage} (exit {x.exit_code}):")
+        lines.append(f"kiln: error: {x.message}")
+    if p.refusals:
+        first = p.refusals[0]
+        lines.append(f"exit code: {first.exit_code} (the build's: it stops at {first.stage})")
     return "\n".join(lines)
 
 
-def as_json(p: dict[str, Any]) -> str:
-    return json.dumps(p, indent=2, sort_keys=True)
+def as_json(p: DryRun) -> str:
+    return json.dumps(p.to_json(), indent=2, sort_keys=True)

@@ -48,6 +48,19 @@ def test_every_build_option_has_its_variable_and_fills_one_field() -> None:
     assert set(fields) == {f.name for f in dataclasses.fields(Options)} - NOT_OPTIONS
 
 
+def test_each_build_default_is_written_once_on_its_field() -> None:
+    """Issue 36: the options dataclass is the declarations (no second, hand-written copy):
+    an option the command line leaves out gives exactly the field's default."""
+    parser = argparse.ArgumentParser()
+    o.add(parser, *o.BUILD)
+    args = parser.parse_args([])
+    o.resolve(args, environ={})
+    assert o.to_options(args) == Options()
+    source = (REPO / "kiln" / "commands" / "options.py").read_text()
+    for opt in o.BUILD:
+        assert f'FIELD_OPTIONS["{opt.field}"]' in source  # declared on the field, not here
+
+
 def test_no_two_declarations_share_a_variable_by_accident() -> None:
     declared = [v for v in vars(o).values() if isinstance(v, o.Option)]
     by_env: dict[str, set[str]] = {}
