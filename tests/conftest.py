@@ -128,6 +128,19 @@ def run_kiln(
     )
 
 
+# A refusal that comes before any fetch or compile takes seconds; the smallest compile of
+# the real upstreams takes minutes. The bound is generous (a loaded 2-core CI machine runs
+# several times slower than a developer's) and only tells "stopped first" from "stopped
+# after a compile"; the tests that use it also check that nothing was compiled.
+BEFORE_ANY_COMPILE_S = 120.0
+
+
+def compiled_units(artifacts: Path) -> list[str]:
+    """The compiler runs the build's steps recorded (its logs' ``*.jobs``): none for a
+    build refused before it compiled."""
+    return [ln for jobs in artifacts.rglob("*.jobs") for ln in jobs.read_text().splitlines()]
+
+
 def artifacts_files(artifacts: Path) -> list[str]:
     """Everything under artifacts/ except logs (which are kept on failure, on purpose)."""
     if not artifacts.exists():

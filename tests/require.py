@@ -11,7 +11,7 @@ import pytest
 
 
 def required(name: str) -> bool:
-    """Whether the resource ``name`` (DOCKER, BUNDLES, FLEET, CGROUP, ROOT, CHROMIUM) must
+    """Whether the resource ``name`` (DOCKER, BUNDLES, FLEET, CGROUP, ROOT, CHROMIUM, CCACHE) must
     be here."""
     return "1" in (os.environ.get("KILN_REQUIRE_ALL"), os.environ.get(f"KILN_REQUIRE_{name}"))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 import tomllib
 from pathlib import Path
 from types import UnionType
@@ -119,6 +120,16 @@ def test_every_key_has_a_description_and_every_value_an_example() -> None:
             assert field.examples or table, f"{which}: {path} has no example"
 
 
+def test_the_example_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page without a TOML block, or with a key its file does not have: red."""
+    for text in ("# kiln.toml\nno example here\n", '```toml\n[relase]\nname = "x"\n```\n'):
+        (tmp_path / "page.md").write_text(text)
+        monkeypatch.setattr(reference, "DOCS", {w: "page.md" for w in WHICH})
+        monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+        with pytest.raises(AssertionError):
+            test_the_pages_examples_are_toml_of_their_keys()
+
+
 def test_the_vendor_name_is_not_a_key_of_the_file() -> None:
     """kiln fills it from the file name and refuses it as a key."""
     assert "name" not in schema.json_schema("vendor")["properties"]
@@ -126,10 +137,20 @@ def test_the_vendor_name_is_not_a_key_of_the_file() -> None:
 
 
 def test_the_pages_examples_are_toml_of_their_keys() -> None:
+    """Every page has TOML examples (a page without one would pass a loop over none), each
+    one TOML whose top-level keys and tables the page's file knows."""
     for which in WHICH:
         page = (REPO / reference.DOCS[which]).read_text()  # type: ignore[index]
-        for block in re.findall(r"```toml\n(.*?)```", page, re.DOTALL):
-            tomllib.loads(block)
+        blocks = re.findall(r"```toml\n(.*?)```", page, re.DOTALL)
+        assert blocks, f"{reference.DOCS[which]}: no TOML example"  # type: ignore[index]
+        known = {path.split(".")[0].split("[")[0] for path, _, _ in _model_keys(MODELS[which])}
+        for block in blocks:
+            data = tomllib.loads(block)
+            if block.lstrip().startswith("#:schema"):
+                continue  # the editor's schema line, shown alone
+            assert data, f"{reference.DOCS[which]}: an empty TOML example"  # type: ignore[index]
+            unknown = set(data) - known
+            assert not unknown, f"{reference.DOCS[which]}: example keys {unknown} not in {known}"  # type: ignore[index]
 
 
 # ----------------------------------------------------------------------- editors: #:schema

@@ -294,7 +294,14 @@ def test_a_waiter_wakes_when_the_holder_lets_go_not_at_its_next_look(
     gate = tmp_path / "gate"
     compilegate.write_budget(gate, mem_gib=100.0, cpus=1)
     held, entered = threading.Event(), threading.Event()
-    release = threading.Event()
+    release, watching = threading.Event(), threading.Event()
+    watch_holder = compilegate._watch_holder
+
+    def watch(path: Path, woke: threading.Event) -> None:
+        watch_holder(path, woke)
+        watching.set()  # the waiter has looked, found no room, and now watches the holder
+
+    monkeypatch.setattr(compilegate, "_watch_holder", watch)
 
     def holder() -> None:
         with compilegate.slot(gate, 0.1, 1, compilegate.FIRST):
@@ -310,12 +317,11 @@ def test_a_waiter_wakes_when_the_holder_lets_go_not_at_its_next_look(
     assert held.wait(10)
     threads.append(threading.Thread(target=waiter, daemon=True))
     threads[1].start()
-    time.sleep(1.0)  # the waiter has looked once, found no room and sleeps
+    assert watching.wait(10), "the waiter never looked at the gate"
     assert not entered.is_set()
-    released = time.monotonic()
     release.set()
+    # every poll is 60 s: entering within 10 s can only be the release waking it
     assert entered.wait(10), "the waiter did not wake when the slot came free"
-    assert time.monotonic() - released < 5
 
 
 def test_gate_slot_of_a_killed_compile_is_not_leaked(tmp_path: Path) -> None:

@@ -22,16 +22,20 @@ from kiln.sources.checkout import GitCache
 from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests.conftest import REPO
 
-# A second process that makes ENTRY under its lock, slowly, counting its makes in COUNT.
+# A second process that makes ENTRY under its lock, counting its makes in COUNT: it says
+# it started (STARTED) and finishes only once told to (GO), so the test's own maker surely
+# finds the lock held (an event, not a sleep that hopes to be long enough).
 MAKER = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from kiln import fsutil
-entry, count, started = Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+entry, count, started, go = (Path(a) for a in sys.argv[2:6])
 def make():
     started.write_text("1")
-    time.sleep(1.5)
+    deadline = time.monotonic() + 60
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     with count.open("a") as fh:
         fh.write("made\\n")
     entry.write_text("whole")
@@ -43,8 +47,9 @@ def test_a_second_maker_waits_then_reuses_the_entry(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     entry, count, started = tmp_path / "cache" / "entry", tmp_path / "count", tmp_path / "started"
+    go = tmp_path / "go"
     other = subprocess.Popen(
-        [sys.executable, "-c", MAKER, str(REPO), str(entry), str(count), str(started)]
+        [sys.executable, "-c", MAKER, str(REPO), str(entry), str(count), str(started), str(go)]
     )
     deadline = time.monotonic() + 30
     while not started.exists():  # the other process holds the lock and is making it
@@ -56,9 +61,21 @@ def test_a_second_maker_waits_then_reuses_the_entry(
             fh.write("made\n")
         entry.write_text("whole")
 
+    result: list[bool] = []
     with caplog.at_level(logging.WARNING, logger="kiln.fs"):
-        made = fsutil.made_once(entry, entry.exists, make, "the test entry")
+        mine = threading.Thread(
+            target=lambda: result.append(
+                fsutil.made_once(entry, entry.exists, make, "the test entry")
+            )
+        )
+        mine.start()
+        while not any("waiting for another kiln" in r.message for r in caplog.records):
+            assert mine.is_alive() and time.monotonic() < deadline, "it never waited"
+            time.sleep(0.02)
+        go.write_text("1")  # this maker waits on the lock: now let the other one finish
+        mine.join(timeout=30)
     assert other.wait(timeout=30) == 0
+    made = result[0]
     assert not made and entry.read_text() == "whole"
     assert count.read_text() == "made\n"  # made once, by the other process
     said = [r.message for r in caplog.records]

@@ -228,27 +228,49 @@ def test_kiln_timings_writes_both_files_where_asked(tmp_path: Path) -> None:
     ]
 
 
-def test_a_step_records_its_phases_and_the_sampler_its_memory(tmp_path: Path) -> None:
+class _Clock:
+    """A clock that moves only when told (time.monotonic and time.time together)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_a_step_records_its_phases_and_the_sampler_its_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import os
     import time
 
     from kiln.inside import memwatch
+    from kiln.orchestrate import context
     from kiln.orchestrate.context import Timings, timed
 
+    clock = _Clock()
+    monkeypatch.setattr(context, "time", clock)
     spent = Timings(tmp_path / "v.phases")
-    for _ in range(2):
+    for took in (1.5, 2.25):
         with timed(spent, "build"):
-            time.sleep(0.01)
+            clock.now += took
+        clock.now += 10  # between the two parts
     lines = [json.loads(x) for x in (tmp_path / "v.phases").read_text().splitlines()]
-    assert [x["phase"] for x in lines] == ["build", "build"]
-    assert all(x["end"] >= x["start"] for x in lines) and lines[1]["start"] >= lines[0]["end"]
-    assert dict(spent) == {"build": pytest.approx(0.02, abs=0.05)}  # the manifest's, as before
+    assert [(x["phase"], x["end"] - x["start"]) for x in lines] == [("build", 1.5), ("build", 2.25)]
+    assert lines[1]["start"] - lines[0]["end"] == 10
+    assert dict(spent) == {"build": 3.75}  # the manifest's: the parts added up
     plain: dict[str, float] = {}
     with timed(plain, "fetch"):  # a plain dict: durations only, no file
         pass
     assert set(plain) == {"fetch"}
     with memwatch.Watcher(os.getpid(), interval=0.05, series=tmp_path / "m.jsonl"):
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30  # a deadline, not the expected time: samples are awaited
+        while len(records.memory_of(tmp_path / "m.jsonl")) < 3:
+            assert time.monotonic() < deadline, "the sampler wrote fewer than 3 samples in 30 s"
+            time.sleep(0.05)
     samples = records.memory_of(tmp_path / "m.jsonl")
     assert len(samples) >= 3 and all(gib > 0 for _, gib in samples)
 
