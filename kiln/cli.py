@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.execute(args)
         return code
     except KeyboardInterrupt:
-        return _fail(Interrupted("interrupted: nothing was published; partial output was removed"))
+        return _fail(Interrupted("interrupted: partial output was removed"))
     except KilnError as err:
         return _fail(err)
     except OSError as exc:

@@ -25,7 +25,7 @@ containers raises these too.
 | 16 | GpuTestError: kiln gpu-test could not run, or the upstream's GPU test failed |
 | 17 | TimingsError: kiln timings: no such folder, or no build records in it |
 | 18 | ImportFailed: a built module does not load where the release lands (import proof) |
-| 130 | Interrupted: Ctrl-C or SIGTERM; nothing was published |
+| 130 | Interrupted: Ctrl-C or SIGTERM; nothing half-written is left |
 """
 
 from __future__ import annotations

@@ -115,6 +115,36 @@ def options(
     return make
 
 
+def build_args(
+    ws: Path,
+    root: Path,
+    *extra: str | Path,
+    mirrors: Path | None = None,
+    offline: bool = True,
+    runner: str | None = "local",
+    toolchain: str | None = None,
+    python: str | Path | None = None,
+    cache: Path | None = None,
+    artifacts: Path | None = None,
+    work: Path | None = None,
+) -> list[str]:
+    """The arguments of ``kiln build`` of ``ws`` that every test building through the CLI
+    starts from: its folders under ``root`` (artifacts/, cache/, work/) unless given, the
+    mirrors (offline unless told), the runner, toolchain and build Python; ``extra`` last
+    (vendor names, other options)."""
+    args: list[str | Path] = ["build", "--workspace", ws]
+    args += ["--artifacts", artifacts or root / "artifacts"]
+    args += ["--cache", cache or root / "cache", "--work", work or root / "work"]
+    if mirrors is not None:
+        args += ["--mirrors", mirrors]
+    if offline and mirrors is not None:
+        args.append("--offline")
+    for flag, value in (("--runner", runner), ("--toolchain", toolchain), ("--python", python)):
+        if value is not None:
+            args += [flag, value]
+    return [str(a) for a in (*args, *extra)]
+
+
 def run_kiln(
     *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

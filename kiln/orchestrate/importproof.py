@@ -1,5 +1,5 @@
 """The import proof: a vendor's output installed where the release lands and imported
-there, before anything is published (on by default; ``--no-import-proof``).
+there, before the release folder is written (on by default; ``--no-import-proof``).
 
 1. The consumer's environment (:mod:`kiln.toolchain.consumerenv`): what ``install.sh``
    makes from the release's ``requirements.txt``, with the profile's Python, made once

@@ -401,7 +401,7 @@ class Options:
     )
     live: bool | None = None  # live progress table (default: when stderr is a terminal)
     # Another build's learned figures (a release's manifest.json or a learned.json): in
-    # place of this cache's (build/learned.py). Default: the workspace's learned.json.
+    # place of this cache's (orchestrate/learned.py). Default: the workspace's learned.json.
     learned_from: Path | None = option(
         "--learned-from",
         "schedule from another build's learned unit times and memory: a manifest.json or a "
@@ -434,7 +434,7 @@ class Options:
     import_proof: bool = option(
         "--no-import-proof",
         "skip the import proof (each output installed as install.sh installs it into the "
-        "consumer's environment and imported there before anything is published)",
+        "consumer's environment and imported there before the release folder is written)",
         group="verification",
         kind="flag",
         env="KILN_NO_IMPORT_PROOF",

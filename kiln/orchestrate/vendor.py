@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,16 +116,20 @@ def _proven(ctx: Context, vendor: Vendor, entry: VendorEntry, stage: Path) -> Ve
 
 
 def _measure(
-    ctx: Context, vendor: Vendor, logs: dict[str, Path], timings: dict[str, float]
-) -> tuple[dict[str, Any], CompilerCacheInfo]:
+    ctx: Context,
+    vendor: Vendor,
+    logs: StepLogs,
+    choice: schedule.Choice,
+    timings: dict[str, float],
+) -> tuple[Schedule, CompilerCacheInfo]:
     """What the step used (memory, compiles, its critical path: the manifest's schedule
     fields) and its compiler cache's figures; the
     learned per-job and per-unit figures for the next run (only from real compiles:
     cache hits use little)."""
-    stats = schedule.job_stats(logs["jobs"])
+    stats = schedule.job_stats(logs.jobs)
     jobs = {**schedule.summarize_jobs(stats), **bound.step_path(stats, timings).to_json()}
-    mem = memwatch.read(logs["mem"])
-    cc = compilercache.read_stats(logs["ccache"])
+    mem = memwatch.read(logs.mem)
+    cc = compilercache.read_stats(logs.ccache)
     tail = schedule.learned_tail(stats)
     # sccache compiles in its server, not below kiln's wrapper: the wrapper's figures are
     # sccache's client's, nothing to learn a unit's memory or CPU from.
@@ -134,12 +139,13 @@ def _measure(
         ctx.peaks.remember(vendor, jobs["peak_job_gib"], units, tail)
     elif learns and tail:
         ctx.peaks.remember_tail(vendor, tail)
-    measured = {**jobs, "peak_rss_gib": round(mem["peak_kib"] / 2**20, 3)}
+    peak_rss_gib = round(mem["peak_kib"] / 2**20, 3)
+    used = Schedule.model_validate({**choice.to_json(), **jobs, "peak_rss_gib": peak_rss_gib})
     tool = ctx.ccache.tool if ctx.ccache.enabled else None
     compiler = CompilerCacheInfo.model_validate({"tool": tool, **cc, "note": ctx.ccache.note})
     for warning in compiler.warnings or []:
         log.warning("%s: %s", vendor.name, warning)
-    return measured, compiler
+    return used, compiler
 
 
 def _license_outputs(
@@ -178,10 +184,38 @@ def _patch_outputs(ctx: Context, applied: list[patches.AppliedPatch], stage: Pat
     return out
 
 
+@dataclass(frozen=True)
+class StepLogs:
+    """The files a step's tools write beside its log (the compiler runs, the memory
+    sampler, the compiler cache's statistics, the failure record)."""
+
+    jobs: Path
+    mem: Path
+    ccache: Path
+    failure: Path
+
+    @classmethod
+    def of(cls, ctx: Context, vendor: str) -> StepLogs:
+        return cls(
+            jobs=ctx.logs / f"{vendor}.jobs",
+            mem=ctx.logs / f"{vendor}.mem",
+            ccache=ctx.logs / f"{vendor}.ccache",
+            failure=failure.record_path(ctx.logs, vendor),
+        )
+
+
+@dataclass(frozen=True)
+class StepSetup:
+    env: dict[str, str]  # the step's whole environment
+    recorded: dict[str, str]  # the part the manifest records
+    fixes: dict[str, Any]  # the pip-CUDA fixes (pipcuda.record's JSON: the manifest's)
+    logs: StepLogs
+
+
 def _environment(
     ctx: Context, vendor: Vendor, tree: Path, co: checkout.Checkout, choice: schedule.Choice
-) -> tuple[dict[str, str], dict[str, str], dict[str, Any], dict[str, Path]]:
-    """(the step's environment, the part recorded, the pip-CUDA fixes, its log files)."""
+) -> StepSetup:
+    """The step's environment, the part recorded, the pip-CUDA fixes, its log files."""
     env, recorded = build_environment(
         vendor,
         ctx.ws.profile,
@@ -205,11 +239,10 @@ def _environment(
         # each CUDA unit must make every arch of TORCH_CUDA_ARCH_LIST: an upstream that
         # maps it through a table of its own is stopped at its first compile
         env["KILN_NVCC_EXPECT"] = " ".join(vendor.build.archs)
-    logs = {k: ctx.logs / f"{vendor.name}.{k}" for k in ("jobs", "mem", "ccache")}
-    logs["failure"] = failure.record_path(ctx.logs, vendor.name)
-    for f in logs.values():
+    logs = StepLogs.of(ctx, vendor.name)
+    for f in (logs.jobs, logs.mem, logs.ccache, logs.failure):
         f.unlink(missing_ok=True)
-    env.update(compilercache.environment(ctx.ccache, tree, logs["ccache"]))
+    env.update(compilercache.environment(ctx.ccache, tree, logs.ccache))
     # torch >= 2.10 puts ccache in front of the compiler by itself when it finds one: in
     # front of kiln's wrapper, with kiln's ccache settings, caching every compile twice.
     env["TORCH_NO_COMPILER_WRAPPER"] = "1"
@@ -221,12 +254,12 @@ def _environment(
             "KILN_GATE_DIR": str(ctx.gate),
             # per nvcc thread: a compile reserves it times its own --threads
             "KILN_GATE_MEM_GIB": str(choice.mem_per_job_gib),
-            "KILN_JOB_STATS": str(logs["jobs"]),
-            "KILN_STEP_MEM": str(logs["mem"]),
-            "KILN_STEP_FAILURE": str(logs["failure"]),
+            "KILN_JOB_STATS": str(logs.jobs),
+            "KILN_STEP_MEM": str(logs.mem),
+            "KILN_STEP_FAILURE": str(logs.failure),
         }
     )
-    return env, recorded, fixes, logs
+    return StepSetup(env, recorded, fixes, logs)
 
 
 def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
@@ -286,7 +319,7 @@ def _build(
         # -lineinfo records source mtimes: make them the commit's, not the checkout's.
         fsutil.set_mtimes(tree, co.commit_time)
     choice = schedule.choose(vendor, tree, ctx.peaks, ctx.budget, ctx.ccache.remote_slots)
-    env, recorded_env, fixes, logs = _environment(ctx, vendor, tree, co, choice)
+    setup = _environment(ctx, vendor, tree, co, choice)
     container_gib = min(ctx.budget.mem_gib, choice.gate_mem_gib * choice.max_jobs + 1.0)
     b = vendor.build
     step = Step(
@@ -299,7 +332,7 @@ def _build(
             b.command,
             pip_cuda=ctx.tc.pip_cuda or None,
         ),
-        env,
+        setup.env,
         ctx.logs / f"{vendor.name}-build.log",
         ctx.opts.mem_limit_gib or max(container_gib, choice.gate_mem_gib),
     )
@@ -307,7 +340,7 @@ def _build(
     detail = f"jobs {choice.max_jobs}" + (
         f", nvcc threads {choice.nvcc_threads}" if choice.nvcc_threads else ""
     )
-    ctx.display.update(what, "building", detail, mem_file=logs["mem"])
+    ctx.display.update(what, "building", detail, mem_file=setup.logs.mem)
     log.info(
         "%s: building at %s with %s, %g GiB per job (%s) (log: %s)",
         what,
@@ -319,10 +352,10 @@ def _build(
     )
     # licenses first: a missing one fails in seconds, not after the compile
     license_outputs, submodules = _license_outputs(vendor, tree, stage, co)
-    outputs = kind.outputs(Job(ctx, vendor, step, stage, co, applied, recorded_env, timings))
+    outputs = kind.outputs(Job(ctx, vendor, step, stage, co, applied, setup.recorded, timings))
     outputs += license_outputs
     outputs.extend(_patch_outputs(ctx, applied, stage))
-    measured, compiler = _measure(ctx, vendor, logs, timings)
+    used, compiler = _measure(ctx, vendor, setup.logs, choice, timings)
     entry = VendorEntry(
         source=SourceInfo(
             url=co.url,
@@ -344,12 +377,12 @@ def _build(
         ],
         patch_tag=ctx.ws.series.tags.get(vendor.name),
         recipe=vendor.build.model_dump(mode="json"),
-        environment=recorded_env,
-        toolchain_fixes=fixes,
+        environment=setup.recorded,
+        toolchain_fixes=setup.fixes,
         runner=runner_info(ctx),
         outputs=outputs,
         timings=dict(timings),
-        schedule=Schedule.model_validate({**choice.to_json(), **measured}),
+        schedule=used,
         caches=Caches(
             artifact=ArtifactCacheInfo(status="miss" if ctx.acache else "off", key=key),
             compiler=compiler,
@@ -362,7 +395,7 @@ def _build(
     ctx.display.update(
         what,
         "done",
-        f"{detail}, peak {measured['peak_rss_gib']:g} GiB" + (f"; {proven}" if proven else ""),
+        f"{detail}, peak {used.peak_rss_gib:g} GiB" + (f"; {proven}" if proven else ""),
         cache="miss, kept" if ctx.acache is not None else "off",
     )
     return entry

@@ -9,8 +9,8 @@ A workspace's ``bundles.toml`` says which bundle file holds which upstream URL::
 kiln turns each bundle of ``DIR`` into a bare repository (once per bundle content) and
 writes a mirrors file that maps each URL to it; the build then reaches them through
 kiln's mirrors, offline, exactly as it would reach an internal mirror. The build does it
-in its inputs stage (``build.pipeline``); ``kiln build --dry-run`` writes nothing: it
-reads the bundles where they are (:func:`bundle_mirrors`, :func:`heads`).
+in its inputs stage (``orchestrate.pipeline.take_inputs``); ``kiln build --dry-run``
+writes nothing: it reads the bundles where they are (:func:`bundle_mirrors`, :func:`heads`).
 """
 
 from __future__ import annotations

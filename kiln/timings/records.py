@@ -5,7 +5,7 @@ What a build leaves in ``<artifacts>/logs/<release>/``:
 - ``<vendor>.jobs``: one JSON line per compiler run (``inside/kit/objcache.py``'s
   ``_record``): its start after the gate's wait, wall and CPU time, peak memory, where it
   ran, its nvcc threads;
-- ``<vendor>.phases``: one JSON line per timed block of the step (``build.context.timed``:
+- ``<vendor>.phases``: one JSON line per timed block of the step (``orchestrate.context.timed``:
   fetch, patch, build, package, verify, each with its start and end);
 - ``memory.jsonl``: kiln's process tree's memory, sampled while the vendors built;
 
@@ -28,8 +28,9 @@ from kiln.errors import TimingsError
 from kiln.plan import bound
 from kiln.release import manifest as manifest_io
 
-MEMORY_SERIES = "memory.jsonl"  # written by build.pipeline's sampler
-BUDGET_FILE = "budget.json"  # the run's memory budget and CPU slots (build.pipeline writes it)
+MEMORY_SERIES = "memory.jsonl"  # written by orchestrate.pipeline's sampler
+# the run's memory budget and CPU slots (orchestrate.pipeline writes it)
+BUDGET_FILE = "budget.json"
 PHASES = ("fetch", "patch", "build", "package", "verify")
 KINDS = {"compiled": "compile", "other": "link", "objcache-hit": "hit"}
 

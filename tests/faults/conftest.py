@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kiln.sources.gitrepo import CommitSpec, make_repo
-from tests import require
+from tests import conftest, require
 from tests.conftest import run_kiln
 from tests.upstreams import BASE_URL, MIT
 from tests.workspace import PROFILE, write
@@ -61,36 +61,28 @@ def tiny_workspace(root: Path, commit: str, name: str = "tiny", **build: Any) ->
     return write(root, {name: tiny_vendor(commit, name, **build)}, profile=FAULT_PROFILE)
 
 
-def build_args(
+def tiny_build_args(
     ws: Path, tmp: Path, mirrors: Path, *extra: str | Path, artifacts: Path | None = None
 ) -> list[str]:
-    """The arguments of ``kiln build`` of ``ws`` on the local runner with the system CUDA."""
-    return [
-        "build",
-        "--workspace",
-        str(ws),
-        "--artifacts",
-        str(artifacts or tmp / "artifacts"),
-        "--cache",
-        str(tmp / "cache"),
-        "--work",
-        str(tmp / "work"),
-        "--mirrors",
-        str(mirrors),
-        "--runner",
-        "local",
-        "--toolchain",
-        "system",
-        "--python",
-        sys.executable,
-        *map(str, extra),
-    ]
+    """``kiln build`` of ``ws`` on the local runner with the system CUDA and this Python
+    (the fault fixtures need no torch); mirrors given, never offline (some faults are
+    the network's)."""
+    return conftest.build_args(
+        ws,
+        tmp,
+        *extra,
+        mirrors=mirrors,
+        offline=False,
+        toolchain="system",
+        python=sys.executable,
+        artifacts=artifacts,
+    )
 
 
 def build_cli(
     ws: Path, tmp: Path, mirrors: Path, *extra: str | Path, artifacts: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return run_kiln(*build_args(ws, tmp, mirrors, *extra, artifacts=artifacts))
+    return run_kiln(*tiny_build_args(ws, tmp, mirrors, *extra, artifacts=artifacts))
 
 
 def mirrors_file(path: Path, target: str) -> Path:

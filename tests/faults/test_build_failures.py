@@ -14,7 +14,7 @@ import pytest
 import tomlkit
 
 from tests import broken, fleet, public, require
-from tests.conftest import REPO, artifacts_files, run_kiln, shared_cache
+from tests.conftest import REPO, artifacts_files, build_args, run_kiln, shared_cache
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
@@ -133,10 +133,7 @@ def _kiln_build(
     ws: Path, tmp: Path, mirrors: Path, python: Path, *extra: str, env: dict | None = None
 ):
     return run_kiln(
-        *("build", "--workspace", ws, "--runner", "local", "--python", python),
-        *("--artifacts", tmp / "artifacts", "--cache", tmp / "cache", "--work", tmp / "work"),
-        *("--mirrors", mirrors, "--offline", "--toolchain", "pypi", *extra),
-        env=env,
+        *build_args(ws, tmp, *extra, mirrors=mirrors, python=python, toolchain="pypi"), env=env
     )
 
 
@@ -339,10 +336,15 @@ def test_public_deepep_without_its_system_entry_shows_the_header_and_package(
         [
             *hidden,
             sys.executable,
-            *("-m", "kiln", "build", "--workspace", ws, "--runner", "local"),
-            *("--python", public_python, "--artifacts", tmp_path / "artifacts"),
-            *("--cache", shared_cache(tmp_path / "cache"), "--work", tmp_path / "work"),
-            *("--mirrors", mirrors, "--offline", "--profile", "sm100", "deepep"),
+            *("-m", "kiln"),
+            *build_args(
+                ws,
+                tmp_path,
+                *("--profile", "sm100", "deepep"),
+                mirrors=mirrors,
+                python=public_python,
+                cache=shared_cache(tmp_path / "cache"),
+            ),
             # One compile at a time: a first build's order (inside/kit/unitsize.py) puts
             # internode.cu, which reaches the hidden header, first, so the step stops
             # within seconds; with two, ninja lets python_api.cpp (2-3 minutes here)

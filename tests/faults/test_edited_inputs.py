@@ -14,7 +14,13 @@ import tomlkit
 import zstandard
 
 from tests.conftest import start_kiln_until
-from tests.faults.conftest import FAULT_PROFILE, build_args, make_tiny, mirrors_file, tiny_vendor
+from tests.faults.conftest import (
+    FAULT_PROFILE,
+    make_tiny,
+    mirrors_file,
+    tiny_build_args,
+    tiny_vendor,
+)
 from tests.workspace import write
 
 # The first vendor's build holds the run until the test has edited the inputs.
@@ -57,7 +63,7 @@ def test_inputs_edited_mid_run_are_not_mixed_in(tmp_path: Path) -> None:
     )
     original = hashlib.sha256(patch.read_bytes()).hexdigest()
 
-    kiln = start_kiln_until(started, *build_args(ws, tmp_path, mirrors, "--offline"))
+    kiln = start_kiln_until(started, *tiny_build_args(ws, tmp_path, mirrors, "--offline"))
     patch.write_text(_patch("version two"))  # edited while "first" builds...
     toml = ws / "vendors" / "second.toml"
     data = tomlkit.parse(toml.read_text())

@@ -13,10 +13,10 @@ from kiln.release import manifest
 from tests.conftest import start_kiln_until
 from tests.faults.conftest import (
     FAULT_PROFILE,
-    build_args,
     build_cli,
     make_tiny,
     mirrors_file,
+    tiny_build_args,
     tiny_vendor,
 )
 from tests.workspace import write
@@ -44,7 +44,7 @@ def test_sigkill_mid_build_then_a_rerun_cleans_up_and_reuses_what_finished(
     slow = tiny_vendor(commit, command=[sys.executable, "-c", SLOW, str(marker)], after=["fast"])
     ws = write(tmp_path / "ws", {"fast": tiny_vendor(commit), "slow": slow}, profile=FAULT_PROFILE)
 
-    kiln = start_kiln_until(marker, *build_args(ws, tmp_path, mirrors, "--offline"))
+    kiln = start_kiln_until(marker, *tiny_build_args(ws, tmp_path, mirrors, "--offline"))
     deadline = time.monotonic() + 60
     while not marker.read_text():  # the command writes its pid just after creating it
         assert time.monotonic() < deadline, "the step never wrote its pid"

@@ -19,7 +19,13 @@ from pathlib import Path
 from kiln.sources.checkout import _cache_name
 from kiln.sources.git import git, git_out
 from tests.conftest import REPO
-from tests.faults.conftest import build_args, error_lines, make_tiny, mirrors_file, tiny_workspace
+from tests.faults.conftest import (
+    error_lines,
+    make_tiny,
+    mirrors_file,
+    tiny_build_args,
+    tiny_workspace,
+)
 from tests.upstreams import BASE_URL
 
 BLOB = 24 << 20  # incompressible: the pack is at least this big
@@ -141,7 +147,7 @@ def test_server_killed_mid_clone(tmp_path: Path) -> None:
         mirrors = mirrors_file(tmp_path / "mirrors.toml", f"git://127.0.0.1:{relay.port}/")
         ws = tiny_workspace(tmp_path / "ws", commit, "big", exclude=["data"])
         # Not --offline: git:// is the network.
-        args = [sys.executable, "-m", "kiln", *build_args(ws, tmp_path, mirrors)]
+        args = [sys.executable, "-m", "kiln", *tiny_build_args(ws, tmp_path, mirrors)]
         kiln = subprocess.Popen(args, cwd=REPO, text=True, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while relay.sent < (2 << 20):  # 2 MiB of the pack have reached kiln

@@ -16,8 +16,8 @@ import pytest
 from kiln.errors import BuildError
 from kiln.runners import memlimit
 from tests import require
-from tests.conftest import artifacts_files, run_kiln
-from tests.faults.conftest import build_args, make_tiny, mirrors_file, tiny_workspace
+from tests.conftest import artifacts_files, build_args, run_kiln
+from tests.faults.conftest import make_tiny, mirrors_file, tiny_build_args, tiny_workspace
 from tests.integration.test_docker import DOCKER_DIR, NO_TORCH, docker_args
 
 LIMIT = 0.0625  # GiB
@@ -81,7 +81,7 @@ def test_local_build_over_its_limit_reports_out_of_memory(cgroups, tmp_path: Pat
         tmp_path / "ws", commit, command=[sys.executable, "-c", HOG], mem_per_job_gib=LIMIT
     )
     mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
-    args = build_args(ws, tmp_path, mirrors, "--offline", "--mem-limit", str(LIMIT))
+    args = tiny_build_args(ws, tmp_path, mirrors, "--offline", "--mem-limit", str(LIMIT))
     res = run_kiln(*args)
     assert res.returncode == 6, res.stderr[-2000:]
     last = res.stderr.strip().splitlines()[-1]
@@ -99,21 +99,13 @@ def test_docker_build_over_its_limit_reports_out_of_memory(
     )
     assert NO_TORCH["cuda"] == "13.0"  # the image's CUDA, as in FAULT_PROFILE
     res = run_kiln(
-        "build",
-        "--workspace",
-        ws,
-        "--artifacts",
-        tmp_path / "artifacts",
-        "--cache",
-        tmp_path / "cache",
-        "--work",
-        tmp_path / "work",
-        "--mirrors",
-        mirrors_file(up / "mirrors.toml", f"{up}/"),
-        "--offline",
-        "--mem-limit",
-        str(LIMIT),
-        *docker_args(image),
+        *build_args(
+            ws,
+            tmp_path,
+            *("--mem-limit", str(LIMIT), *docker_args(image)),
+            mirrors=mirrors_file(up / "mirrors.toml", f"{up}/"),
+            runner=None,
+        )
     )
     assert res.returncode == 6, res.stderr[-2000:]
     # The last line is kiln's verdict (above it, the step's own output is echoed, which

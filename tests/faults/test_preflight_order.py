@@ -14,14 +14,20 @@ import pytest
 from kiln.config.models import Profile, SystemRequirement
 from kiln.orchestrate.preflight import pip_cuda_may_provide
 from kiln.toolchain import buildenv
-from tests.conftest import BEFORE_ANY_COMPILE_S, artifacts_files, compiled_units, run_kiln
+from tests.conftest import (
+    BEFORE_ANY_COMPILE_S,
+    artifacts_files,
+    build_args,
+    compiled_units,
+    run_kiln,
+)
 from tests.faults.conftest import (
     ABSENT,
     FAULT_PROFILE,
-    build_args,
     error_lines,
     make_tiny,
     mirrors_file,
+    tiny_build_args,
     tiny_vendor,
 )
 from tests.workspace import PROFILE, write
@@ -46,11 +52,7 @@ def _unprovisioned_build(ws: Path, tmp: Path, mirrors: Path, cache: Path):
     preflight that provisions first fails in seconds instead of installing 5 GB."""
     no_wheels = tmp / "no-wheels"
     no_wheels.mkdir()
-    args = [
-        *("build", "--workspace", ws, "--runner", "local", "--toolchain", "pypi"),
-        *("--artifacts", tmp / "artifacts", "--cache", cache, "--work", tmp / "work"),
-        *("--mirrors", mirrors, "--offline"),
-    ]
+    args = build_args(ws, tmp, mirrors=mirrors, toolchain="pypi", cache=cache)
     env = {
         buildenv.ENV_VAR: "",  # no build Python from the environment either
         "PIP_NO_INDEX": "1",
@@ -118,7 +120,7 @@ def test_a_system_header_that_is_there_passes(tmp_path: Path, tiny: tuple[str, P
     commit, mirrors = tiny
     here = {"header": "stdio.h", "package": "libc6-dev"}
     ws = write(tmp_path / "ws", {"tiny": tiny_vendor(commit, system=[here])}, profile=FAULT_PROFILE)
-    res = run_kiln(*build_args(ws, tmp_path, mirrors, "--offline", "--dry-run"))
+    res = run_kiln(*tiny_build_args(ws, tmp_path, mirrors, "--offline", "--dry-run"))
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-3000:]
     assert "preflight: passed" in res.stdout
     assert "stdio.h" not in res.stdout + res.stderr
@@ -137,7 +139,7 @@ def test_headers_nvidias_wheels_may_provide_wait_for_them(
     ]
     profile = {**FAULT_PROFILE, "torch": PROFILE["torch"]}  # the system CUDA 13.0, cu130 torch
     ws = write(tmp_path / "ws", {"tiny": tiny_vendor(commit, system=needs)}, profile=profile)
-    args = build_args(ws, tmp_path, mirrors, "--offline", "--dry-run")
+    args = tiny_build_args(ws, tmp_path, mirrors, "--offline", "--dry-run")
     args[args.index(sys.executable)] = str(build_python)
     res = run_kiln(*args)
     assert res.returncode == 9, res.stderr[-3000:] + res.stdout[-3000:]

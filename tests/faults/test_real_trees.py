@@ -24,6 +24,7 @@ from tests import public
 from tests.conftest import (
     BEFORE_ANY_COMPILE_S,
     artifacts_files,
+    build_args,
     compiled_units,
     run_kiln,
     shared_cache,
@@ -38,14 +39,10 @@ def mirrors(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _build(ws: Path, tmp: Path, mirrors: Path, python: Path, *vendors: str, offline: bool = True):
-    args = [
-        *("build", "--workspace", ws, "--runner", "local", "--python", python),
-        *("--artifacts", tmp / "artifacts", "--cache", shared_cache(tmp / "cache")),
-        *("--work", tmp / "work"),
-        *("--mirrors", mirrors),
-        *(("--offline",) if offline else ()),
-        *vendors,
-    ]
+    cache = shared_cache(tmp / "cache")
+    args = build_args(
+        ws, tmp, *vendors, mirrors=mirrors, offline=offline, python=python, cache=cache
+    )
     return run_kiln(*args, env={"KILN_FETCH_STALL_S": "5"})
 
 

@@ -13,7 +13,7 @@ from kiln.orchestrate import pipeline
 from kiln.orchestrate.runlock import Busy
 from kiln.release import manifest
 from tests import require
-from tests.conftest import artifacts_files, run_kiln, shared_cache, start_kiln_until
+from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
@@ -101,13 +101,16 @@ def test_compiler_cache_hits_from_another_work_tree_path(
     assert _files(b) == wheel  # a hit gives the same bytes as the compile
 
 
-def _cli_args(tmp: Path, ws: Path, upstreams: Upstreams, python: Path) -> list[str | Path]:
+def _cli_args(tmp: Path, ws: Path, upstreams: Upstreams, python: Path) -> list[str]:
     """``kiln build`` of ``ws`` on the local runner, everything under ``tmp``."""
-    return [
-        *("--workspace", ws, "--artifacts", tmp / "artifacts", "--work", tmp / "work"),
-        *("--cache", shared_cache(tmp / "cache"), "--mirrors", upstreams.mirrors, "--offline"),
-        *("--python", python, "--toolchain", "pypi", "--runner", "local"),
-    ]
+    return build_args(
+        ws,
+        tmp,
+        mirrors=upstreams.mirrors,
+        python=python,
+        toolchain="pypi",
+        cache=shared_cache(tmp / "cache"),
+    )
 
 
 @pytest.fixture
@@ -133,7 +136,6 @@ def test_non_writable_compiler_cache_warns_once_and_builds_without(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[1], archs=["sm_100a"])})
     res = run_kiln(
-        "build",
         *_cli_args(tmp_path, ws, upstreams, build_python),
         "--compiler-cache",
         read_only_dir,
@@ -155,9 +157,9 @@ def test_two_builds_on_one_artifacts_folder_never_interleave(
     vendor["build"]["env"] = {"PLAIN_BUILD_DELAY": "120", "PLAIN_STARTED_MARKER": str(marker)}
     ws = write(tmp_path / "ws", {"plain": vendor})
     common = _cli_args(tmp_path, ws, upstreams, build_python)
-    first = start_kiln_until(marker, "build", *common)
+    first = start_kiln_until(marker, *common)
     try:
-        second = run_kiln("build", *common)
+        second = run_kiln(*common)
         assert second.returncode == Busy.exit_code, second.stderr
         assert "is in use by another kiln build (pid" in second.stderr
         assert f"pid {first.pid}" in second.stderr

@@ -33,7 +33,7 @@ from kiln.orchestrate import pipeline
 from kiln.runners.docker import KEPT_PREFIX
 from kiln.toolchain.checks import cuobjdump
 from tests import upstreams as fixture_upstreams
-from tests.conftest import REPO, artifacts_files, run_kiln, start_kiln_until
+from tests.conftest import REPO, artifacts_files, build_args, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import PROFILE, plain_vendor, write
 
@@ -307,16 +307,7 @@ def test_unpinned_image_is_refused_without_the_flag(
 def test_daemon_unreachable_is_one_clear_line(tmp_path: Path, upstreams: Upstreams) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])}, profile=NO_TORCH)
     res = run_kiln(
-        "build",
-        "--workspace",
-        ws,
-        "--artifacts",
-        tmp_path / "a",
-        "--cache",
-        tmp_path / "c",
-        "--work",
-        tmp_path / "w",
-        *docker_args("any:tag"),
+        *build_args(ws, tmp_path, *docker_args("any:tag"), runner=None),
         env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
     )
     assert res.returncode == 12
@@ -337,19 +328,14 @@ def test_interrupt_leaves_no_container_behind(
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
     proc = start_kiln_until(
         marker,
-        "build",
-        "--workspace",
-        ws,
-        "--artifacts",
-        tmp_path / "artifacts",
-        "--cache",
-        tmp_path / "cache",
-        "--work",
-        work,
-        "--mirrors",
-        upstreams.mirrors,
-        "--offline",
-        *docker_args(test_image),
+        *build_args(
+            ws,
+            tmp_path,
+            *docker_args(test_image),
+            mirrors=upstreams.mirrors,
+            work=work,
+            runner=None,
+        ),
     )
     assert client.containers.list(filters={"label": "kiln"})  # one is running now
     os.kill(proc.pid, signal.SIGINT)
@@ -405,19 +391,7 @@ def test_artifacts_belong_to_a_non_root_caller(test_image: str) -> None:
                 "/usr/bin/python3",
                 "-m",
                 "kiln",
-                "build",
-                "--workspace",
-                str(ws),
-                "--artifacts",
-                str(root / "artifacts"),
-                "--cache",
-                str(root / "cache"),
-                "--work",
-                str(root / "work"),
-                "--mirrors",
-                str(up.mirrors),
-                "--offline",
-                *docker_args(test_image),
+                *build_args(ws, root, *docker_args(test_image), mirrors=up.mirrors, runner=None),
             ],
             cwd=root,
             env=env,

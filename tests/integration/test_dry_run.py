@@ -18,14 +18,14 @@ from kiln.orchestrate import runlock
 from kiln.sources.git import git
 from kiln.toolchain import buildenv, cudapypi
 from tests import public
-from tests.conftest import BEFORE_ANY_COMPILE_S, run_kiln
+from tests.conftest import BEFORE_ANY_COMPILE_S, build_args, run_kiln
 from tests.faults.conftest import (
     ABSENT,
     FAULT_PROFILE,
-    build_args,
     error_lines,
     make_tiny,
     mirrors_file,
+    tiny_build_args,
     tiny_vendor,
 )
 from tests.upstreams import BASE_URL
@@ -63,12 +63,8 @@ def test_a_dry_run_on_an_empty_cache_writes_nothing_and_refuses_as_the_build(
 ) -> None:
     bundles = public.require_bundles()
     ws = public.copy_workspace(tmp_path / "ws")
-    cache, work, artifacts = _folders(tmp_path)
-    args = [
-        *("build", "--workspace", ws, "--bundles", bundles, "--profile", "cu132"),
-        *("--cache", cache, "--work", work, "--artifacts", artifacts),
-        *("--runner", "local", "--toolchain", "pypi"),
-    ]
+    cache, work, _artifacts = _folders(tmp_path)
+    args = build_args(ws, tmp_path, "--bundles", bundles, "--profile", "cu132", toolchain="pypi")
     env = {buildenv.ENV_VAR: ""}  # no build Python from the environment: one to provision
     before = snapshot(tmp_path, bundles)
     started = time.monotonic()
@@ -115,12 +111,8 @@ def test_a_missing_system_header_exits_with_preflights_code_and_words(tmp_path: 
     commit = make_tiny(up)
     mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
     ws = write(tmp_path / "ws", {"tiny": tiny_vendor(commit, system=[ABSENT])}, profile=PROFILE)
-    cache, work, artifacts = _folders(tmp_path)
-    args = [
-        *("build", "--workspace", ws, "--runner", "local", "--toolchain", "pypi"),
-        *("--artifacts", artifacts, "--cache", cache, "--work", work),
-        *("--mirrors", mirrors, "--offline"),
-    ]
+    _folders(tmp_path)
+    args = build_args(ws, tmp_path, mirrors=mirrors, toolchain="pypi")
     # No build Python from the environment, and pip pointed at nothing: a build that
     # provisioned before its checks would fail in seconds instead of installing 5 GB.
     (tmp_path / "no-wheels").mkdir()
@@ -142,7 +134,7 @@ def test_another_build_holding_artifacts_is_the_builds_refusal(tmp_path: Path) -
     commit = make_tiny(up)
     mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
     ws = write(tmp_path / "ws", {"tiny": tiny_vendor(commit)}, profile=FAULT_PROFILE)
-    args = build_args(ws, tmp_path, mirrors, "--offline")
+    args = tiny_build_args(ws, tmp_path, mirrors, "--offline")
     free = run_kiln(*args, "--dry-run")
     assert free.returncode == 0, free.stderr[-3000:] + free.stdout
     assert "preflight: passed" in free.stdout
@@ -165,11 +157,8 @@ def test_bundles_are_read_by_the_dry_run_and_unbundled_by_the_build(tmp_path: Pa
     git("bundle", "create", bundles / "tiny.bundle", "--all", cwd=up / "tiny.git")
     ws = write(tmp_path / "ws", {"tiny": tiny_vendor(commit)}, profile=FAULT_PROFILE)
     (ws / "bundles.toml").write_text(f'[bundles]\n"{BASE_URL}tiny.git" = "tiny.bundle"\n')
-    cache, work, artifacts = _folders(tmp_path)
-    args = [
-        *("build", "--workspace", ws, "--bundles", bundles, "--runner", "local"),
-        *("--artifacts", artifacts, "--cache", cache, "--work", work, "--python", sys.executable),
-    ]
+    _cache, work, _artifacts = _folders(tmp_path)
+    args = build_args(ws, tmp_path, "--bundles", bundles, python=sys.executable)
     before = snapshot(tmp_path)
     dry = run_kiln(*args, "--dry-run")
     assert snapshot(tmp_path) == before
@@ -192,7 +181,7 @@ def test_a_venv_that_cannot_be_made_is_the_builds_refusal(tmp_path: Path) -> Non
     mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
     profile = {**FAULT_PROFILE, "python": "3.99"}
     ws = write(tmp_path / "ws", {"tiny": tiny_vendor(commit)}, profile=profile)
-    args = [a for a in build_args(ws, tmp_path, mirrors, "--offline") if a != sys.executable]
+    args = [a for a in tiny_build_args(ws, tmp_path, mirrors, "--offline") if a != sys.executable]
     args.remove("--python")
     env = {buildenv.ENV_VAR: ""}
     dry = run_kiln(*args, "--dry-run", env=env)

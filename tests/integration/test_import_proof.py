@@ -16,7 +16,7 @@ import tomlkit
 from kiln.errors import ImportFailed
 from kiln.release import manifest, variants
 from tests import landing
-from tests.conftest import artifacts_files, run_kiln, shared_cache
+from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache
 from tests.workspace import PROFILE, write
 
 # No torch (its consumer environment is then a venv with nothing to install): CUDA 13.0
@@ -35,11 +35,15 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> landing.Landing:
 
 def _build(tmp: Path, ws: Path, mirrors: Path, python: Path, *extra: str):
     return run_kiln(
-        *("build", "--workspace", ws, "--runner", "local", "--toolchain", "system"),
-        *("--cuda-home", "/usr/local/cuda", "--python", python),
-        *("--artifacts", tmp / "artifacts", "--cache", shared_cache(tmp / "cache")),
-        *("--work", tmp / "work", "--mirrors", mirrors, "--offline", "--no-compiler-cache"),
-        *extra,
+        *build_args(
+            ws,
+            tmp,
+            *("--cuda-home", "/usr/local/cuda", "--no-compiler-cache", *extra),
+            mirrors=mirrors,
+            toolchain="system",
+            python=python,
+            cache=shared_cache(tmp / "cache"),
+        )
     )
 
 

@@ -20,7 +20,7 @@ from kiln.plan import schedule
 from kiln.release import manifest
 from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests import ninjafix as ninjafix_tree
-from tests.conftest import run_kiln, shared_cache
+from tests.conftest import build_args, run_kiln, shared_cache
 from tests.upstreams import BASE_URL
 from tests.workspace import write
 
@@ -73,11 +73,14 @@ def test_a_build_from_another_builds_learned_data_starts_like_its_next(
     # workspace, a memory budget the recipe's 6 GiB per job does not fit.
     other = tmp_path / "other"
     ws_b = shutil.copytree(ws, other / "ws", ignore=shutil.ignore_patterns("learned.json"))
-    common = (
-        *("build", "--workspace", ws_b, "--artifacts", other / "artifacts"),
-        *("--work", other / "work", "--cache", shared_cache(other / "cache")),
-        *("--mirrors", mirrors, "--offline", "--python", build_python, "--toolchain", "pypi"),
-        *("--runner", "local", "--jobs", "1", "--mem-budget", "3", "--no-compiler-cache"),
+    common = build_args(
+        ws_b,
+        other,
+        *("--jobs", "1", "--mem-budget", "3", "--no-compiler-cache"),
+        mirrors=mirrors,
+        python=build_python,
+        toolchain="pypi",
+        cache=shared_cache(other / "cache"),
     )
     refused = run_kiln(*common)
     assert refused.returncode == ConfigError.exit_code, refused.stderr

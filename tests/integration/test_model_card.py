@@ -10,7 +10,7 @@ from pathlib import Path
 from huggingface_hub import ModelCard
 
 from tests.conftest import run_kiln
-from tests.faults.conftest import build_args
+from tests.faults.conftest import tiny_build_args
 from tests.integration.test_plan_cli import tiny  # noqa: F401  (the fixture)
 
 TEMPLATE = """\
@@ -31,7 +31,7 @@ Measured on our pods: fast enough.
 
 
 def _readme(tmp_path: Path, ws: Path, mirrors: Path) -> str:
-    res = run_kiln(*build_args(ws, tmp_path, mirrors, "--offline"))
+    res = run_kiln(*tiny_build_args(ws, tmp_path, mirrors, "--offline"))
     assert res.returncode == 0, res.stderr[-3000:]
     return (tmp_path / "artifacts" / "test-release" / "README.md").read_text()
 
@@ -81,7 +81,7 @@ def test_unknown_marker_is_refused_before_any_work(tmp_path: Path, tiny) -> None
     ws, mirrors, _commit = tiny
     (ws / "release").mkdir()
     (ws / "release" / "README.md.in").write_text("# x\n<!-- kiln:tables -->\n")
-    res = run_kiln(*build_args(ws, tmp_path, mirrors, "--offline"))
+    res = run_kiln(*tiny_build_args(ws, tmp_path, mirrors, "--offline"))
     assert res.returncode == 2
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("kiln: error: release/README.md.in: unknown marker <!-- kiln:tables -->")

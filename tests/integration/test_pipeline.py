@@ -16,7 +16,7 @@ import pytest
 from kiln.errors import BuildError, PreflightError, VerifyError
 from kiln.orchestrate import pipeline
 from kiln.release import manifest
-from tests.conftest import artifacts_files, run_kiln, start_kiln_until
+from tests.conftest import artifacts_files, build_args, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import PATCH, PROFILE, plain_vendor, write
 
@@ -267,22 +267,15 @@ def test_interrupted_build_leaves_no_partial_output(
     work = tmp_path / "work-interrupt"
     proc = start_kiln_until(
         marker,
-        "build",
-        "--workspace",
-        ws,
-        "--artifacts",
-        tmp_path / "artifacts",
-        "--cache",
-        tmp_path / "cache",
-        "--work",
-        work,
-        "--mirrors",
-        upstreams.mirrors,
-        "--offline",
-        "--python",
-        build_python,
-        "--toolchain",
-        "pypi",
+        *build_args(
+            ws,
+            tmp_path,
+            mirrors=upstreams.mirrors,
+            python=build_python,
+            toolchain="pypi",
+            work=work,
+            runner=None,
+        ),
     )
     os.kill(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

@@ -16,7 +16,7 @@ import pytest
 from kiln import source_commit
 from tests import require
 from tests.conftest import REPO, artifacts_files, run_kiln
-from tests.faults.conftest import build_args, make_tiny, mirrors_file, tiny_workspace
+from tests.faults.conftest import make_tiny, mirrors_file, tiny_build_args, tiny_workspace
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def tiny(tmp_path: Path) -> tuple[Path, Path, str]:
 
 
 def _plan(ws: Path, tmp: Path, mirrors: Path, *extra: str) -> dict:
-    res = run_kiln(*build_args(ws, tmp, mirrors, "--offline", "--dry-run", "--json", *extra))
+    res = run_kiln(*tiny_build_args(ws, tmp, mirrors, "--offline", "--dry-run", "--json", *extra))
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)
 
@@ -51,7 +51,8 @@ def test_dry_run_says_what_would_be_fetched_then_that_the_build_is_a_hit(
 
     summary = tmp_path / "step-summary.md"
     built = run_kiln(
-        *build_args(ws, tmp_path, mirrors, "--offline"), env={"GITHUB_STEP_SUMMARY": str(summary)}
+        *tiny_build_args(ws, tmp_path, mirrors, "--offline"),
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
     )
     assert built.returncode == 0, built.stderr[-3000:]
     assert "### kiln build summary" in summary.read_text()
@@ -72,7 +73,7 @@ def test_dry_run_says_what_would_be_fetched_then_that_the_build_is_a_hit(
     assert vendor["schedule"]["translation_units"] == built["translation_units"]
     assert vendor["schedule"]["max_jobs"] == built["max_jobs"]
 
-    text = run_kiln(*build_args(ws, tmp_path, mirrors, "--offline", "--dry-run"))
+    text = run_kiln(*tiny_build_args(ws, tmp_path, mirrors, "--offline", "--dry-run"))
     assert text.returncode == 0, text.stderr[-2000:]
     assert f"tiny @ {commit[:12]}: artifact cache hit" in text.stdout
     assert "nothing to fetch" in text.stdout and "MAX_JOBS" in text.stdout
@@ -93,13 +94,13 @@ def test_dry_run_with_a_preflight_problem_exits_9(
         fh.write(
             '\n[[build.system]]\nheader = "kiln-no-such-header/really.h"\npackage = "libnope-dev"\n'
         )
-    res = run_kiln(*build_args(ws, tmp_path, mirrors, "--offline", "--dry-run"))
+    res = run_kiln(*tiny_build_args(ws, tmp_path, mirrors, "--offline", "--dry-run"))
     assert res.returncode == 9, res.stderr[-2000:]
     assert "kiln-no-such-header/really.h" in res.stdout and "libnope-dev" in res.stdout
 
 
 def _slots_under(prefix: list[str], ws: Path, tmp: Path, mirrors: Path) -> dict:
-    args = build_args(ws, tmp, mirrors, "--offline", "--dry-run", "--json")
+    args = tiny_build_args(ws, tmp, mirrors, "--offline", "--dry-run", "--json")
     res = subprocess.run(
         [*prefix, sys.executable, "-m", "kiln", *args],
         cwd=REPO,

@@ -26,7 +26,7 @@ from kiln.orchestrate import pipeline
 from kiln.release.wheelfix import local_label
 from kiln.verify import rebuild
 from tests import upstreams as fixture_upstreams
-from tests.conftest import REPO, run_kiln
+from tests.conftest import REPO, build_args, run_kiln
 from tests.upstreams import Upstreams
 from tests.workspace import PROFILE, plain_vendor, write
 
@@ -182,11 +182,15 @@ def test_builds_in_other_processes_users_and_environments_give_the_same_bytes(
             umask = env.pop("UMASK")
             argv = [
                 "/usr/bin/python3",
-                *("-m", "kiln", "build", "--workspace", ws, "--runner", "local"),
-                *("--python", "/usr/bin/python3", "--cuda-home", "/usr/local/cuda"),
-                *("--artifacts", where / "artifacts", "--work", where / "work"),
-                *("--cache", where / "cache", "--mirrors", mirrors, "--offline"),
-                *("--jobs", jobs, "--no-compiler-cache", "--no-artifact-cache"),
+                *("-m", "kiln"),
+                *build_args(
+                    ws,
+                    where,
+                    *("--cuda-home", "/usr/local/cuda", "--jobs", jobs),
+                    *("--no-compiler-cache", "--no-artifact-cache"),
+                    mirrors=mirrors,
+                    python="/usr/bin/python3",
+                ),
             ]
             as_user = (
                 ["setpriv", f"--reuid={user[0]}", f"--regid={user[1]}", "--clear-groups"]

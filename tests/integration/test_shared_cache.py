@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO
-from tests.faults.conftest import BUILD_PY, build_args, make_tiny, mirrors_file, tiny_workspace
+from tests.faults.conftest import BUILD_PY, make_tiny, mirrors_file, tiny_build_args, tiny_workspace
 
 # The tiny upstream's build, held until GO exists: the second build reaches the artifact
 # cache while the first is still building (without the entry's lock it would build it too).
@@ -49,7 +49,7 @@ def test_two_checkouts_build_at_once_with_one_cache(tmp_path: Path) -> None:
                         sys.executable,
                         "-m",
                         "kiln",
-                        *build_args(ws, ws.parent, mirrors, "--offline", "--cache", cache),
+                        *tiny_build_args(ws, ws.parent, mirrors, "--offline", "--cache", cache),
                     ],
                     cwd=REPO,
                     stdout=subprocess.DEVNULL,

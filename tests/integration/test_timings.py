@@ -17,7 +17,7 @@ from kiln import timings
 from kiln.errors import BuildError
 from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests import ninjafix, timingscheck
-from tests.conftest import REPO, run_kiln, shared_cache
+from tests.conftest import REPO, build_args, run_kiln, shared_cache
 from tests.require import missing
 from tests.upstreams import BASE_URL
 from tests.workspace import write
@@ -38,11 +38,16 @@ def _build(root: Path, build_python: Path, names: tuple[str, ...], fails: str = 
     (root / "up" / "mirrors.toml").write_text(f'[mirrors]\n"{BASE_URL}" = "{root}/up/"\n')
     ws = write(root / "ws", vendors)
     res = run_kiln(
-        *("build", "--workspace", ws, "--artifacts", root / "artifacts"),
-        *("--work", root / "work", "--cache", shared_cache(root / "cache")),
-        *("--mirrors", root / "up" / "mirrors.toml", "--offline", "--python", build_python),
-        *("--toolchain", "pypi", "--runner", "local", "--jobs", "2", "--mem-budget", "4"),
-        *("--no-compiler-cache", "--no-artifact-cache", "--timings"),
+        *build_args(
+            ws,
+            root,
+            *("--jobs", "2", "--mem-budget", "4"),
+            *("--no-compiler-cache", "--no-artifact-cache", "--timings"),
+            mirrors=root / "up" / "mirrors.toml",
+            python=build_python,
+            toolchain="pypi",
+            cache=shared_cache(root / "cache"),
+        )
     )
     return res, root / "artifacts" / "logs" / "test-release"
 

@@ -12,7 +12,7 @@ import pytest
 from kiln.errors import ConfigError
 from kiln.orchestrate import learned
 from kiln.plan import bound, schedule
-from tests.conftest import artifacts_files, run_kiln
+from tests.conftest import artifacts_files, build_args, run_kiln
 from tests.unit.test_schedule import _vendor
 from tests.workspace import plain_vendor, write
 
@@ -88,10 +88,7 @@ def test_build_with_a_bad_learned_from_stops_before_anything_is_written(tmp_path
     ws = write(tmp_path / "ws", {"plain": plain_vendor("a" * 40)})
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "kiln.learned/1", "vendors": []}')
-    res = run_kiln(
-        *("build", "--workspace", ws, "--artifacts", tmp_path / "artifacts"),
-        *("--work", tmp_path / "work", "--cache", tmp_path / "cache", "--learned-from", bad),
-    )
+    res = run_kiln(*build_args(ws, tmp_path, "--learned-from", bad, runner=None))
     assert res.returncode == ConfigError.exit_code, res.stderr
     (line,) = res.stderr.strip().splitlines()
     assert f"--learned-from {bad}: vendors: Input should be a valid dictionary" in line

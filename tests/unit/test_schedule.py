@@ -17,7 +17,7 @@ from kiln.errors import ConfigError
 from kiln.inside.kit import compilegate
 from kiln.orchestrate import runlock as buildlock
 from kiln.plan import schedule
-from tests.conftest import REPO, artifacts_files, run_kiln
+from tests.conftest import REPO, artifacts_files, build_args, run_kiln
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
@@ -197,9 +197,7 @@ def test_budget_smaller_than_one_job_is_refused_before_starting(
     tmp_path: Path, upstreams: Upstreams
 ) -> None:
     ws = write(tmp_path / "ws", {"heavy": plain_vendor(upstreams.plain[2], mem_per_job_gib=6.0)})
-    res = run_kiln(
-        "build", "--workspace", ws, "--artifacts", tmp_path / "artifacts", "--mem-budget", "2"
-    )
+    res = run_kiln(*build_args(ws, tmp_path, "--mem-budget", "2", runner=None))
     assert res.returncode == ConfigError.exit_code, res.stderr
     assert "heavy: one compile job needs an estimated 6 GiB (recipe)" in res.stderr
     assert "memory budget of 2 GiB (--mem-budget)" in res.stderr
