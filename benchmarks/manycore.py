@@ -81,7 +81,7 @@ from speed_public import measured  # noqa: E402
 from kiln.config.mirrors import Mirrors  # noqa: E402
 from kiln.config.workspace import Workspace, arch_to_torch  # noqa: E402
 from kiln.orchestrate import learned  # noqa: E402
-from kiln.plan import schedule  # noqa: E402
+from kiln.plan import jobs  # noqa: E402
 from kiln.plan.cpus import cpu_slots  # noqa: E402
 from kiln.sources import bundles  # noqa: E402
 
@@ -293,7 +293,7 @@ def kiln_timeline(logs: Path, began: float, wall: float) -> dict[str, Any]:
     """Where a kiln run's wall went: from its start to the first compile, the longest
     compile (its start and wall), the last compile's end, and the run's end (seconds from
     the start, from the compiler wrapper's records)."""
-    jobs = [j for f in sorted(logs.glob("*.jobs")) for j in schedule.job_stats(f)]
+    jobs = [j for f in sorted(logs.glob("*.jobs")) for j in jobs.job_stats(f)]
     compiled = [j for j in jobs if j.get("result") == "compiled" and "start" in j]
     if not compiled:
         return {}

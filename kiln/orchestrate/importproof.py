@@ -42,7 +42,7 @@ from kiln.errors import BuildError, ImportFailed, ToolchainError
 from kiln.inside import causes
 from kiln.orchestrate import failure as failure_record
 from kiln.orchestrate.context import Context
-from kiln.plan import schedule
+from kiln.plan import jobs
 from kiln.release import archive, files
 from kiln.release.manifest import ImportedModule, ImportProof, Output
 from kiln.runners.protocol import Command, step_env
@@ -412,7 +412,7 @@ def _explain(
     tree = ctx.opts.work / ctx.ws.release.name / vendor.name
     compiled = {
         str(s["source"])
-        for s in schedule.job_stats(ctx.logs / f"{vendor.name}.jobs")
+        for s in jobs.job_stats(ctx.logs / f"{vendor.name}.jobs")
         if s.get("source")
     }
     facts = loadfacts.gather(

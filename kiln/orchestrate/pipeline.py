@@ -52,7 +52,7 @@ from kiln.orchestrate.options import Options
 from kiln.orchestrate.preflight import preflight
 from kiln.orchestrate.runner import make_runner
 from kiln.orchestrate.vendor import build_vendor
-from kiln.plan import bound, schedule
+from kiln.plan import bound, jobs, schedule
 from kiln.release import artifactcache, files, manifest
 from kiln.release.manifest import (
     Manifest,
@@ -444,7 +444,7 @@ def write_release(built: Built, started: float) -> Release:
         for v, e in built.entries.items()
         if e.caches is None or e.caches.artifact is None or e.caches.artifact.status != "hit"
     }
-    compiled = [s for v in fresh for s in schedule.job_stats(ctx.logs / f"{v}.jobs")]
+    compiled = [s for v in fresh for s in jobs.job_stats(ctx.logs / f"{v}.jobs")]
     wall_s = time.monotonic() - started
     paths = {v: e.schedule.data() for v, e in fresh.items() if e.schedule is not None}
     limit = bound.bound(

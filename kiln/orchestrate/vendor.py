@@ -20,7 +20,7 @@ from kiln.inside.step import StepSpec
 from kiln.orchestrate import failure, importproof, kit, learned
 from kiln.orchestrate.context import Context, Step, Timings, phases_file, timed
 from kiln.orchestrate.kinds import KINDS, Job
-from kiln.plan import bound, cachekey, schedule
+from kiln.plan import bound, cachekey, jobs, schedule
 from kiln.plan.environment import build_environment
 from kiln.release import artifactcache, files
 from kiln.release.manifest import (
@@ -126,21 +126,21 @@ def _measure(
     fields) and its compiler cache's figures; the
     learned per-job and per-unit figures for the next run (only from real compiles:
     cache hits use little)."""
-    stats = schedule.job_stats(logs.jobs)
-    jobs = {**schedule.summarize_jobs(stats), **bound.step_path(stats, timings).to_json()}
+    stats = jobs.job_stats(logs.jobs)
+    ran = {**schedule.summarize_jobs(stats), **bound.step_path(stats, timings).to_json()}
     mem = memwatch.read(logs.mem)
     cc = compilercache.read_stats(logs.ccache)
     tail = schedule.learned_tail(stats)
     # sccache compiles in its server, not below kiln's wrapper: the wrapper's figures are
     # sccache's client's, nothing to learn a unit's memory or CPU from.
     learns = ctx.ccache.tool != "sccache" or not ctx.ccache.enabled
-    if learns and jobs["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
+    if learns and ran["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
         units = schedule.learned_units(stats) if not cc["hits"] else {}
-        ctx.peaks.remember(vendor, jobs["peak_job_gib"], units, tail)
+        ctx.peaks.remember(vendor, ran["peak_job_gib"], units, tail)
     elif learns and tail:
         ctx.peaks.remember_tail(vendor, tail)
     peak_rss_gib = round(mem["peak_kib"] / 2**20, 3)
-    used = Schedule.model_validate({**choice.to_json(), **jobs, "peak_rss_gib": peak_rss_gib})
+    used = Schedule.model_validate({**choice.to_json(), **ran, "peak_rss_gib": peak_rss_gib})
     tool = ctx.ccache.tool if ctx.ccache.enabled else None
     compiler = CompilerCacheInfo.model_validate({"tool": tool, **cc, "note": ctx.ccache.note})
     for warning in compiler.warnings or []:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.plan.jobs import JobLine
+
 
 @dataclass(frozen=True)
 class StepPath:
@@ -33,7 +35,7 @@ class StepPath:
         }
 
 
-def step_path(stats: list[dict[str, Any]], timings: dict[str, float]) -> StepPath:
+def step_path(stats: list[JobLine], timings: dict[str, float]) -> StepPath:
     """From one step's compiler records (``KILN_JOB_STATS``) and its timings: the unit
     that took the longest here (wall time: with its nvcc threads), the wall time of its
     compiler runs that are not compiles (the links) and its packaging and verification."""

@@ -28,6 +28,7 @@ from kiln.config.models import Vendor
 from kiln.errors import ConfigError
 from kiln.inside.kit.compileflags import SOURCE_SUFFIXES
 from kiln.plan.cpus import cpu_slots
+from kiln.plan.jobs import JobLine
 
 GIB = 1024**3
 SAFETY_MARGIN_GIB = 1.0  # for kiln itself, the page cache and whatever else runs
@@ -364,20 +365,21 @@ def gate_hints(vendor: Vendor, peaks: PeakStore) -> dict[str, Any]:
     }
 
 
-def learned_units(stats: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def learned_units(stats: list[JobLine]) -> dict[str, dict[str, float]]:
     """Per unit, from one step's compiles: CPU seconds and peak RSS (GiB)."""
     out: dict[str, dict[str, float]] = {}
     for s in stats:
-        if s.get("result") != "compiled" or s.get("rc") != 0 or not s.get("source"):
+        source = s.get("source")
+        if s.get("result") != "compiled" or s.get("rc") != 0 or not source:
             continue
-        out[s["source"]] = {
+        out[source] = {
             "cpu_s": round(float(s.get("cpu_s", 0.0)), 3),
             "rss_gib": round(float(s.get("rss_kib", 0)) / 2**20, 3),
         }
     return out
 
 
-def learned_tail(stats: list[dict[str, Any]]) -> float:
+def learned_tail(stats: list[JobLine]) -> float:
     """CPU seconds of the step's compiler runs that are not compiles (links)."""
     return round(
         sum(
@@ -389,7 +391,7 @@ def learned_tail(stats: list[dict[str, Any]]) -> float:
     )
 
 
-def most_at_once(stats: list[dict[str, Any]]) -> int:
+def most_at_once(stats: list[JobLine]) -> int:
     """The most compiles that ran on this machine at the same moment (from their start and
     wall time; those the gate sent to build servers are not counted)."""
     events = []
@@ -404,20 +406,7 @@ def most_at_once(stats: list[dict[str, Any]]) -> int:
     return most
 
 
-def job_stats(path: Path) -> list[dict[str, Any]]:
-    """The compiler wrapper's lines for one step (``KILN_JOB_STATS``)."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
-def summarize_jobs(stats: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_jobs(stats: list[JobLine]) -> dict[str, Any]:
     compiled = [s for s in stats if s.get("result") == "compiled"]
     return {
         "compiles": len(compiled),

@@ -26,6 +26,7 @@ from typing import Any
 
 from kiln.errors import TimingsError
 from kiln.plan import bound
+from kiln.plan.jobs import JobLine
 from kiln.release import manifest as manifest_io
 
 MEMORY_SERIES = "memory.jsonl"  # written by orchestrate.pipeline's sampler
@@ -160,7 +161,7 @@ def _lines(path: Path) -> tuple[list[Any], int]:
 
 def units_of(path: Path, vendor: str, notes: list[str]) -> list[Unit]:
     """A ``.jobs`` file's runs; lines that are not JSON or not a run are skipped (as
-    ``plan.schedule.job_stats`` skips them) and counted in ``notes``."""
+    ``plan.jobs.job_stats`` skips them) and counted in ``notes``."""
     values, bad = _lines(path)
     out, reasons = [], []
     for value in values:
@@ -387,12 +388,12 @@ def critical_path(
     cpu = 0.0
     for vendor in vendors:
         stats = [
-            {
-                "result": {"compile": "compiled", "link": "other"}.get(u.kind, "objcache-hit"),
-                "rc": u.rc,
-                "wall_s": u.wall_s,
-                "source": u.source,
-            }
+            JobLine(
+                result={"compile": "compiled", "link": "other"}.get(u.kind, "objcache-hit"),
+                rc=u.rc,
+                wall_s=u.wall_s,
+                source=u.source,
+            )
             for u in units
             if u.vendor == vendor
         ]

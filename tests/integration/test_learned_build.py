@@ -16,7 +16,7 @@ import pytest
 
 from kiln.errors import ConfigError
 from kiln.orchestrate import pipeline
-from kiln.plan import schedule
+from kiln.plan import jobs, schedule
 from kiln.release import manifest
 from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests import ninjafix as ninjafix_tree
@@ -43,7 +43,7 @@ def _workspace(root: Path, commit: str) -> Path:
 
 
 def _compiled_in_order(artifacts: Path) -> list[str]:
-    stats = schedule.job_stats(artifacts / "logs" / "test-release" / "fix.jobs")
+    stats = jobs.job_stats(artifacts / "logs" / "test-release" / "fix.jobs")
     compiled = [s for s in stats if s.get("result") == "compiled"]
     return [s["source"] for s in sorted(compiled, key=lambda s: s["start"])]
 

@@ -1,0 +1,42 @@
+"""The compiler runs of one step, as the compiler wrapper records them: one JSON line per
+run in ``<logs>/<vendor>.jobs`` (``KILN_JOB_STATS``). The scheduler learns from them, the
+bound and the timings report read them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TypedDict, cast
+
+
+class JobLine(TypedDict, total=False):
+    """One compiler run as the compiler wrapper records it (``KILN_JOB_STATS``, a JSON
+    line each: ``kiln/inside/kit/objcache.py``, ``_record``); read from disk, so every
+    key may be missing from an older or cut line."""
+
+    compiler: str
+    source: str | None  # the unit, relative to the tree (None: a link or a probe)
+    result: str  # "compiled", "objcache-hit" or "other"
+    rc: int
+    rss_kib: int  # the run's largest process's peak
+    cpu_s: float
+    wall_s: float
+    start: float  # epoch seconds, after the gate wait
+    waited_s: float  # at the compile gate
+    where: str  # "remote": an sccache-dist server ran it
+    threads: int  # nvcc --threads, where more than one
+
+
+def job_stats(path: Path) -> list[JobLine]:
+    """The compiler wrapper's lines for one step (``KILN_JOB_STATS``)."""
+    if not path.is_file():
+        return []
+    out: list[JobLine] = []
+    for line in path.read_text().splitlines():
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict):
+            out.append(cast(JobLine, parsed))
+    return out
