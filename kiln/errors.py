@@ -30,7 +30,44 @@ containers raises these too.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
+
+
+class ErrorEntry(TypedDict, total=False):
+    """One error of a failure record: an :class:`ErrorLine`'s fields and ``text``, the
+    error as the screen shows it (with its instantiation chain)."""
+
+    text: str
+    message: str
+    file: str | None
+    line: int | None
+    tool: str
+    chain: list[str]
+
+
+class CauseEntry(TypedDict, total=False):
+    """A failure record's cause: the row of the cause table, what it says and the fix;
+    ``resolve``/``resolved``: a fix that changes the build environment and what its dry
+    resolve said (``kiln/orchestrate/fixcheck.py``)."""
+
+    row: str
+    cause: str
+    fix: str
+    resolve: dict[str, str] | None
+    resolved: str
+
+
+class FailureRecord(TypedDict, total=False):
+    """``<vendor>.failure.json``: what a failed step (or import proof) left beside its log,
+    read by the first screen, the summary table, GitHub's annotations and the timings
+    report. Read from disk: any key may be missing."""
+
+    vendor: str
+    unit: str | None
+    errors: list[ErrorEntry]
+    command: str | None
+    cause: CauseEntry | None
+    log: str
 
 
 class KilnError(Exception):
@@ -39,7 +76,7 @@ class KilnError(Exception):
     exit_code = 1
     output = ""  # a failed command's whole output (kiln.inside.proc sets it)
     # a failed step's failure record (<vendor>.failure.json), read by the summary table
-    record: dict[str, Any] | None = None
+    record: FailureRecord | None = None
 
 
 class ConfigError(KilnError):

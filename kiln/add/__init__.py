@@ -122,7 +122,7 @@ def add_recipe(
         findings = scan.scan(co, env)
     made = recipe.build(findings, profiles, name, rev, how)
     _check(workspace, list(profiles), name, made.text)
-    checked = stdcheck.check(name, made.data["build"], findings, env)
+    checked = stdcheck.check(name, made.data.build, findings, env)
     _write(target, made.text)
     log.info("%s: wrote %s", name, target)
     return Added(target, name, commit, made, findings, checked)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import tomlkit
 from tomlkit.items import Table
@@ -53,11 +53,45 @@ TORCH_CXX20_SINCE = (2, 14)
 _WIDTH = 90
 
 
+class DecidedBuild(TypedDict, total=False):
+    """The ``[build]`` keys ``add`` decided, as they are written (the TOML's own shapes)."""
+
+    kind: Literal["wheel", "inplace"]
+    command: list[str]
+    outputs: list[str]
+    archs: list[str]
+    arch_control: str
+    arch_toggles: dict[str, dict[str, str]]
+    nvcc_threads: int | None
+    mem_per_job_gib: float
+    nvcc_drop_flags: list[str]
+    cxx_append_flags: list[str]
+    nvcc_append_flags: list[str]
+    env: dict[str, str]
+    system: list[dict[str, str]]
+
+
+class DecidedSource(TypedDict, total=False):
+    url: str
+    commit: str
+    license: str | None
+    license_id: str | None
+    submodules: list[dict[str, Any]]
+
+
+@dataclass
+class Decided:
+    """What ``add`` decided: the keys of the recipe it writes."""
+
+    source: DecidedSource = field(default_factory=lambda: DecidedSource())
+    build: DecidedBuild = field(default_factory=lambda: DecidedBuild())
+
+
 @dataclass
 class Recipe:
     """The decided keys (what the tests compare) and the TOML text."""
 
-    data: dict[str, Any] = field(default_factory=dict)
+    data: Decided = field(default_factory=Decided)
     text: str = ""
 
 
@@ -136,7 +170,7 @@ def _source(f: Findings, r: Recipe) -> Table:
     t = tomlkit.table()
     t.add("url", f.url)
     t.add("commit", f.commit)
-    src: dict[str, Any] = {"url": f.url, "commit": f.commit, "submodules": []}
+    src = DecidedSource(url=f.url, commit=f.commit, submodules=[])
     if f.license is None:
         _say(t, "No license file at the top of the tree (LICENSE, COPYING, ...): a release")
         _say(t, "cannot ship it without one; name it here once found.")
@@ -168,7 +202,7 @@ def _source(f: Findings, r: Recipe) -> Table:
         aot.append(s)
     if f.submodules:
         t.add("submodules", aot)
-    r.data["source"] = src
+    r.data.source = src
     return t
 
 
@@ -177,7 +211,7 @@ def _source(f: Findings, r: Recipe) -> Table:
 
 def _build(f: Findings, profiles: dict[str | None, Profile], r: Recipe) -> Table:
     t = tomlkit.table()
-    b: dict[str, Any] = {}
+    b = DecidedBuild()
     _kind(t, f, b)
     _archs(t, f, profiles, b)
     _parallelism(t, f, b)
@@ -193,11 +227,11 @@ def _build(f: Findings, profiles: dict[str | None, Profile], r: Recipe) -> Table
         f"proves a wheel on a GPU ({len(f.tests)} test file(s) under tests/); add one by "
         f"hand for `kiln gpu-test`.",
     )
-    r.data["build"] = b
+    r.data.build = b
     return t
 
 
-def _kind(t: Table, f: Findings, b: dict[str, Any]) -> None:
+def _kind(t: Table, f: Findings, b: DecidedBuild) -> None:
     be = f.backend
     torch_ext = f.first("torch_extension")
     if be.kind in ("setuptools", "pep517"):
@@ -219,7 +253,7 @@ def _kind(t: Table, f: Findings, b: dict[str, Any]) -> None:
         t.add("kind", "inplace")
         t.add("command", run)
         t.add("outputs", ["**/*.so"])
-        b.update(kind="inplace", command=run, outputs=["**/*.so"])
+        b.update({"kind": "inplace", "command": run, "outputs": ["**/*.so"]})
         return
     raise ConfigError(
         f"{f.url} at {f.commit[:12]}: {be.detail}: kiln add cannot tell how it is built; "
@@ -233,7 +267,7 @@ def _torch_arch(arch: str) -> str:
     return f"{m[1]}.{m[2]}{m[3]}" if m else arch
 
 
-def _arch_table_note(t: Table, f: Findings, b: dict[str, Any]) -> None:
+def _arch_table_note(t: Table, f: Findings, b: DecidedBuild) -> None:
     """An arch table of the upstream's own (keys spelled as TORCH_CUDA_ARCH_LIST spells
     them) without an entry for an arch the recipe builds: that arch would be dropped; kiln
     stops at the first compile then, and the draft says so now."""
@@ -253,7 +287,7 @@ def _arch_table_note(t: Table, f: Findings, b: dict[str, Any]) -> None:
                 )
 
 
-def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[str, Any]) -> None:
+def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: DecidedBuild) -> None:
     flags = f.arch_flags
     common = common_archs(profiles)
     if len(profiles) > 1:
@@ -279,7 +313,7 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[s
         )
         t.add("archs", tomlkit.array())
         t.add("arch_control", "none")
-        b.update(archs=[], arch_control="none")
+        b.update({"archs": [], "arch_control": "none"})
         return
     literal = [fl for fl in flags if fl.archs]
     sms = list(dict.fromkeys(a for fl in literal for a in fl.archs if a.startswith("sm_")))
@@ -304,7 +338,7 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[s
             inner.update(env)
             inline.append(arch, inner)
         t.add("arch_toggles", inline)
-        b.update(archs=sms, arch_control="toggles", arch_toggles=toggles)
+        b.update({"archs": sms, "arch_control": "toggles", "arch_toggles": toggles})
         return
     if flags:
         for fl in flags[:4]:
@@ -360,18 +394,18 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: dict[s
     )
     t.add("archs", list(common))
     t.add("arch_control", "rewrite")
-    b.update(archs=list(common), arch_control="rewrite")
+    b.update({"archs": list(common), "arch_control": "rewrite"})
 
 
-def _choose(t: Table, b: dict[str, Any], why: str, archs: list[str], mode: str) -> None:
+def _choose(t: Table, b: DecidedBuild, why: str, archs: list[str], mode: str) -> None:
     """Write the decided ``archs`` and ``arch_control`` under the comment saying why."""
     _say(t, why)
     t.add("archs", archs)
     t.add("arch_control", mode)
-    b.update(archs=archs, arch_control=mode)
+    b.update({"archs": archs, "arch_control": mode})
 
 
-def _parallelism(t: Table, f: Findings, b: dict[str, Any]) -> None:
+def _parallelism(t: Table, f: Findings, b: DecidedBuild) -> None:
     threads = f.first("threads_flag")
     reads = [r for r in f.env_reads if r.name == "NVCC_THREADS"]
     b["nvcc_threads"] = None
@@ -402,7 +436,7 @@ def _parallelism(t: Table, f: Findings, b: dict[str, Any]) -> None:
         )
 
 
-def _memory(t: Table, f: Findings, b: dict[str, Any]) -> None:
+def _memory(t: Table, f: Findings, b: DecidedBuild) -> None:
     heavy = f.cutlass_units()
     if heavy:
         src, header = next(iter(heavy.items()))
@@ -438,7 +472,7 @@ def _setup_imports(t: Table, f: Findings) -> None:
         )
 
 
-def _flags(t: Table, f: Findings, b: dict[str, Any]) -> None:
+def _flags(t: Table, f: Findings, b: DecidedBuild) -> None:
     drop = list(dict.fromkeys(flag for s in f.setup for flag, _ in s.unreproducible))
     b["nvcc_drop_flags"], b["cxx_append_flags"] = drop, []
     if drop:
@@ -480,7 +514,10 @@ def _flags(t: Table, f: Findings, b: dict[str, Any]) -> None:
         )
         for key in keys:
             t.add(key, [flag])
-            b[key] = [flag]
+        if "cxx_append_flags" in keys:
+            b["cxx_append_flags"] = [flag]
+        if "nvcc_append_flags" in keys:
+            b["nvcc_append_flags"] = [flag]
 
 
 def _torch_cxx(f: Findings) -> tuple[int | None, str]:
@@ -490,7 +527,7 @@ def _torch_cxx(f: Findings) -> tuple[int | None, str]:
     return None, "the build venv's torch headers could not be read"
 
 
-def _env(t: Table, f: Findings, b: dict[str, Any]) -> None:
+def _env(t: Table, f: Findings, b: DecidedBuild) -> None:
     toggles = {v for env in b["arch_toggles"].values() for v in env}
     chosen: dict[str, tuple[str, str]] = {}
     for module in f.setup:
@@ -544,7 +581,7 @@ def _why(why: str) -> str:
     )
 
 
-def _system(t: Table, f: Findings, b: dict[str, Any]) -> None:
+def _system(t: Table, f: Findings, b: DecidedBuild) -> None:
     b["system"] = [{"header": s.header, "package": s.package} for s in f.system_headers]
     if not f.headers_scanned:
         _say(t, "The build venv was not at hand: system headers were not looked for.")

@@ -13,6 +13,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def _compiler(key: str, env: Environment) -> list[str]:
     return [os.environ.get("CXX", "g++"), "-E", "-x", "c++"]
 
 
-def check(name: str, build: dict[str, object], f: Findings, env: Environment) -> list[Tried]:
+def check(name: str, build: Mapping[str, object], f: Findings, env: Environment) -> list[Tried]:
     """Each drafted standard flag, preprocessed once; a flag that does not get torch's
     headers through stops ``add`` before anything is written (ConfigError)."""
     header = f.torch_header()

@@ -19,8 +19,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
+from kiln.errors import FailureRecord
 from kiln.inside import causes
 from kiln.inside.kit import archflags
 
@@ -59,10 +60,10 @@ class Diagnosis:
     command: str | None = None  # the failed unit's command line, when ninja printed it
     cause: causes.Cause | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FailureRecord:
         data = asdict(self)
         data["errors"] = [asdict(e) | {"text": e.shown()} for e in self.errors]
-        return data
+        return cast(FailureRecord, data)
 
 
 # g++/gcc/clang: "file:12:3: fatal error: x.h: No such file or directory", "file:4: error: ..."

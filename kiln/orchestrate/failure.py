@@ -12,9 +12,9 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import cast
 
-from kiln.errors import BuildError
+from kiln.errors import BuildError, FailureRecord
 from kiln.orchestrate import github
 
 log = logging.getLogger("kiln.orchestrate")
@@ -26,12 +26,12 @@ def record_path(logs: Path, vendor: str) -> Path:
     return logs / f"{vendor}.failure.json"
 
 
-def read(path: Path) -> dict[str, Any] | None:
+def read(path: Path) -> FailureRecord | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    return cast(FailureRecord, data) if isinstance(data, dict) else None
 
 
 def _exit_line(exc: BuildError) -> str:
@@ -41,7 +41,7 @@ def _exit_line(exc: BuildError) -> str:
     return first.split("; full log: ")[0]
 
 
-def render(record: dict[str, Any], log_file: Path, headline: str) -> str:
+def render(record: FailureRecord, log_file: Path, headline: str) -> str:
     """The message for people: what failed and where, the first errors, cause, fix, log."""
     unit = record.get("unit")
     lines = [f"{headline}" + (f", in {unit}:" if unit else ":")]
@@ -55,7 +55,7 @@ def render(record: dict[str, Any], log_file: Path, headline: str) -> str:
     return "\n".join(lines)
 
 
-def summary_line(record: dict[str, Any] | None) -> str:
+def summary_line(record: FailureRecord | None) -> str:
     """One cell for the summary table: the unit and its first error (whole)."""
     if not record:
         return ""
@@ -91,8 +91,9 @@ def explain(
     if record is None or not (record.get("errors") or record.get("cause")):
         return exc
     cause = record.get("cause") or {}
-    if cause.get("resolve") and resolve_fix is not None and "resolved" not in cause:
-        cause["resolved"] = resolve_fix(cause["resolve"])
+    resolve = cause.get("resolve")
+    if resolve and resolve_fix is not None and "resolved" not in cause:
+        cause["resolved"] = resolve_fix(resolve)
         cause["fix"] = f"{cause['fix']}; {cause['resolved']}"
     _write(path, record, log_file)
     message = render(record, log_file, _exit_line(exc))
@@ -103,14 +104,14 @@ def explain(
     return explained
 
 
-def _write(path: Path, record: dict[str, Any], log_file: Path) -> None:
+def _write(path: Path, record: FailureRecord, log_file: Path) -> None:
     record["log"] = str(log_file)
     tmp = path.with_name(path.name + ".part")
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
     tmp.replace(path)
 
 
-def _annotate(vendor: str, record: dict[str, Any]) -> None:
+def _annotate(vendor: str, record: FailureRecord) -> None:
     """One ``::error file=,line=::`` annotation for the first error (GitHub Actions)."""
     errors = record.get("errors") or []
     first = errors[0] if errors else {}

@@ -38,7 +38,14 @@ from packaging.version import Version
 
 from kiln import fsutil
 from kiln.config.models import Vendor
-from kiln.errors import BuildError, ImportFailed, ToolchainError
+from kiln.errors import (
+    BuildError,
+    CauseEntry,
+    ErrorEntry,
+    FailureRecord,
+    ImportFailed,
+    ToolchainError,
+)
 from kiln.inside import causes
 from kiln.orchestrate import failure as failure_record
 from kiln.orchestrate.context import Context
@@ -279,13 +286,13 @@ def _fail(
     timings report read."""
     lines = [f"{vendor}: {headline}", *(f"    {d}" for d in details if d)]
     lines += [f"  cause: {cause.cause}", f"  fix: {cause.fix}", f"  full log: {log_file}"]
-    record = {
-        "vendor": vendor,
-        "unit": unit,
-        "errors": [{"text": d} for d in details if d][:5],
-        "cause": {"row": cause.row, "cause": cause.cause, "fix": cause.fix},
-        "log": str(log_file),
-    }
+    record = FailureRecord(
+        vendor=vendor,
+        unit=unit,
+        errors=[ErrorEntry(text=d) for d in details if d][:5],
+        cause=CauseEntry(row=cause.row, cause=cause.cause, fix=cause.fix),
+        log=str(log_file),
+    )
     path = failure_record.record_path(ctx.logs, vendor)
     fsutil.write_atomic(path, json.dumps(record, indent=1, sort_keys=True))
     error = ImportFailed("\n".join(lines))
