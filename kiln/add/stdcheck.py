@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.add.scan import Environment, Findings
-from kiln.errors import ConfigError
+from kiln.errors import ConfigError, KilnError
 from kiln.inside import proc
 
 log = logging.getLogger("kiln.add")
@@ -82,7 +82,11 @@ def check(name: str, build: Mapping[str, object], f: Findings, env: Environment)
             given = [*upstream[:1], *flags]
             cmd = [*_compiler(key, env), *given, *_include_dirs(env), str(src), "-o", os.devnull]
             start = time.monotonic()
-            res = proc.run(cmd, check=False, what=f"{kind} preprocessing of {header.header}")
+            try:
+                res = proc.run(cmd, check=False, what=f"{kind} preprocessing of {header.header}")
+            except KilnError as exc:  # no such compiler here: add only reads, so it goes on
+                log.warning("%s: %s not checked: %s", name, key, str(exc).splitlines()[0])
+                continue
         if res.returncode != 0:
             first = next(
                 (ln.strip() for ln in res.output.splitlines() if "error" in ln),

@@ -6,6 +6,7 @@ written. The public upstreams: tests/integration/test_add.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 import tomllib
 from pathlib import Path
@@ -181,6 +182,12 @@ def test_a_cuda_only_tree_with_torch_headers_gets_nvccs_standard_flag(
         "does not get csrc/k.cu's torch headers through the CUDA compiler ("
     ), refused.value
     assert "C++20 or later" in str(refused.value)
+    # where the compiler is not there, add only reads: the flag stays, said not checked
+    no_cuda = dataclasses.replace(env, cuda_home=tmp_path / "no-cuda")
+    assert (
+        stdcheck.check("cuonly", {"nvcc_append_flags": ["-std=c++20"]}, added.findings, no_cuda)
+        == []
+    )
     # issue 35 (9): setup.py imports what the build venv lacks: flagged, build_tools proposed
     assert "setup.py:1: `import pybind11`: setup.py imports pybind11, which the build venv " in text
     assert 'add "pybind11==VERSION" to the profile\'s build_tools in kiln.toml' in text
