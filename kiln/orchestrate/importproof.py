@@ -98,6 +98,15 @@ def _run(
     )
 
 
+def _tool_said(tail: list[str]) -> str:
+    """What pip (or venv) said last, for the one-line error: its ``ERROR:`` lines where
+    it printed any, else its last line (the cause, which the log's path alone hides)."""
+    lines = [t.strip() for t in tail if t.strip()]
+    errors = [t for t in lines if t.startswith("ERROR:")]
+    said = " ".join(errors[-2:]) if errors else (lines[-1] if lines else "")
+    return f" ({said})" if said else ""
+
+
 def planned_environment(ctx: Context) -> ConsumerEnv:
     """This build's consumer environment, made or not: its inputs are the workspace's
     runtime requirements, the build's Python and what the build runs in."""
@@ -146,9 +155,11 @@ def environment(ctx: Context) -> ConsumerEnv:
                 )
         except BuildError as exc:
             source = files.requirements_source(ws.root)
+            first, *tail = str(exc).splitlines()
+            said = _tool_said(tail)
             raise ToolchainError(
                 f"the consumer environment (what the release's install.sh makes from "
-                f"{source}) could not be made: {str(exc).splitlines()[0]}; fix {source} "
+                f"{source}) could not be made: {first}{said}; fix {source} "
                 f"(`kiln lock` pins it) or pass --no-import-proof"
             ) from None
         consumerenv.mark_made(env)

@@ -33,7 +33,9 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> landing.Landing:
     return landing.make(tmp_path_factory.mktemp("landing"))
 
 
-def _build(tmp: Path, ws: Path, mirrors: Path, python: Path, *extra: str):
+def _build(
+    tmp: Path, ws: Path, mirrors: Path, python: Path, *extra: str, env: dict[str, str] | None = None
+):
     return run_kiln(
         *build_args(
             ws,
@@ -43,7 +45,8 @@ def _build(tmp: Path, ws: Path, mirrors: Path, python: Path, *extra: str):
             toolchain="system",
             python=python,
             cache=shared_cache(tmp / "cache"),
-        )
+        ),
+        env=env,
     )
 
 
@@ -195,4 +198,28 @@ def test_a_runtime_lock_with_another_torch_stops_the_build_before_it_starts(
         "lock` (or set the profile's torch to the one pinned there)"
     ) in res.stderr.splitlines()
     assert "fetching" not in res.stderr
+    assert artifacts_files(tmp_path / "artifacts") == []
+
+
+def test_a_consumer_environment_that_cannot_be_made_says_what_pip_said(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """A runtime requirement no index has: the one-line error carries pip's own ERROR
+    line (the cause), not only the log's path, and nothing is published."""
+    ws = write(
+        tmp_path / "ws",
+        {"good": landing.vendor("good", cases.commits["good"])},
+        profile=PROFILE_NO_TORCH,
+    )
+    (ws / "runtime-requirements.txt").write_text("kiln-no-such-distribution==1.0\n")
+    # no index at all: pip's answer is immediate and the same on every machine
+    res = _build(
+        tmp_path, ws, cases.mirrors, build_python, env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
+    )
+    assert res.returncode != 0, res.stderr[-3000:]
+    assert "the consumer environment (what the release's install.sh makes from " in res.stderr
+    assert (
+        "(ERROR: Could not find a version that satisfies the requirement "
+        "kiln-no-such-distribution==1.0"
+    ) in res.stderr, res.stderr[-3000:]
     assert artifacts_files(tmp_path / "artifacts") == []

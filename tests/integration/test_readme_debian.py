@@ -125,7 +125,13 @@ def test_first_command_passes_in_a_debian_only_container(client, tmp_path: Path)
         # the container ran as root: give the copy back to the test's user for cleanup
         subprocess.run(["chmod", "-R", "u+rwX", str(checkout)], check=False)
     made = (checkout / "artifacts/kiln-demo/manifest.json").is_file()
+    # the logs a failure names ("full log: /src/...") live in the copy, which goes next
+    named = dict.fromkeys(re.findall(r"full log: /src/(\S+?\.log)", logs)) if rc else {}
+    for rel in named:
+        log = checkout / rel
+        if log.is_file():
+            logs += f"\n--- {rel} (last lines)\n" + log.read_text(errors="replace")[-1500:]
     # the copy now holds a torch venv and CUDA (gigabytes): not left for the whole run
     shutil.rmtree(checkout, ignore_errors=True)
-    assert rc == 0, logs[-4000:]
+    assert rc == 0, logs[-8000:]
     assert "release ready" in logs and made
