@@ -98,13 +98,31 @@ def _run(
     )
 
 
+# pip 23 (Debian 12's) does not notice a download cut short: it reads as a hash mismatch
+HASH_MISMATCH = "DO NOT MATCH THE HASHES"
+
+
 def _tool_said(tail: list[str]) -> str:
-    """What pip (or venv) said last, for the one-line error: its ``ERROR:`` lines where
-    it printed any, else its last line (the cause, which the log's path alone hides)."""
-    lines = [t.strip() for t in tail if t.strip()]
-    errors = [t for t in lines if t.startswith("ERROR:")]
-    said = " ".join(errors[-2:]) if errors else (lines[-1] if lines else "")
-    return f" ({said})" if said else ""
+    """What pip (or venv) said last, for the one-line error: its last two ``ERROR:``
+    lines and the indented lines under the last (the package a hash error names), else
+    its last line: the cause, which the log's path alone hides."""
+    lines = [t.rstrip() for t in tail if t.strip()]
+    starts = [i for i, t in enumerate(lines) if t.startswith("ERROR:")]
+    if not starts:
+        return f" ({lines[-1].strip()})" if lines else ""
+    last = starts[-1]
+    detail = []
+    for line in lines[last + 1 : last + 4]:
+        if not line.startswith((" ", "\t")):
+            break
+        detail.append(line.strip())
+    said = " ".join([lines[i] for i in starts[-2:]] + detail)
+    if HASH_MISMATCH in said:
+        said += (
+            "; a download cut short reads the same (pip does not notice): build again, "
+            "and where it repeats, the lock is wrong"
+        )
+    return f" ({said})"
 
 
 def planned_environment(ctx: Context) -> ConsumerEnv:

@@ -387,3 +387,34 @@ def test_the_inside_runner_imports_with_bind_now_a_stub_and_a_time_limit(tmp_pat
     assert results["cuda"]["returncode"] == 0, results["cuda"]
     if found["driver"] != "found":  # the stub answers dlopen and says it is one
         assert "cuInit 34" in results["cuda"]["output"]
+
+
+# pip 23.0.1's (Debian 12's venv pip) answer to a wheel whose download was cut short
+# (seen with a server that closed the connection after 1000 of 100000 bytes)
+PIP_CUT_DOWNLOAD = (
+    (
+        "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have "
+        "updated the package versions, please update the hashes. Otherwise, examine the package "
+        "contents carefully; someone may have tampered with them.\n"
+    )
+    + """\
+    tinypkg==1.0 from http://127.0.0.1:8765/f/tinypkg-1.0-py3-none-any.whl#sha256=00:
+        Expected sha256 00
+             Got        44f8354494a5ba03ba1792a8d3e9c534c47a9181980fde7a3f44b06ef2ae7c7f
+"""
+)
+
+
+def test_what_pip_said_keeps_the_package_a_hash_error_names_and_says_a_cut_download_reads_so() -> (
+    None
+):
+    from kiln.orchestrate.importproof import _tool_said
+
+    said = _tool_said(PIP_CUT_DOWNLOAD.splitlines())
+    assert "DO NOT MATCH THE HASHES" in said and "tinypkg==1.0 from http://" in said
+    assert "Expected sha256 00 Got" in said
+    assert "a download cut short reads the same" in said
+    plain = _tool_said(["Collecting x", "ERROR: No matching distribution found for x"])
+    assert plain == " (ERROR: No matching distribution found for x)"
+    assert _tool_said(["Error: [Errno 28] No space left on device"]).endswith("device)")
+    assert _tool_said([]) == ""
