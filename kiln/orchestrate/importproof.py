@@ -107,16 +107,17 @@ def _tool_said(tail: list[str]) -> str:
     lines and the indented lines under the last (the package a hash error names), else
     its last line: the cause, which the log's path alone hides."""
     lines = [t.rstrip() for t in tail if t.strip()]
-    starts = [i for i, t in enumerate(lines) if t.startswith("ERROR:")]
+    starts = [i for i, t in enumerate(lines) if t.lstrip().startswith("ERROR:")]
     if not starts:
         return f" ({lines[-1].strip()})" if lines else ""
     last = starts[-1]
+    margin = len(lines[last]) - len(lines[last].lstrip())  # the error's tail may be indented
     detail = []
     for line in lines[last + 1 : last + 4]:
-        if not line.startswith((" ", "\t")):
+        if len(line) - len(line.lstrip()) <= margin:
             break
         detail.append(line.strip())
-    said = " ".join([lines[i] for i in starts[-2:]] + detail)
+    said = " ".join([lines[i].strip() for i in starts[-2:]] + detail)
     if HASH_MISMATCH in said:
         said += (
             "; a download cut short reads the same (pip does not notice): build again, "

@@ -418,3 +418,8 @@ def test_what_pip_said_keeps_the_package_a_hash_error_names_and_says_a_cut_downl
     assert plain == " (ERROR: No matching distribution found for x)"
     assert _tool_said(["Error: [Errno 28] No space left on device"]).endswith("device)")
     assert _tool_said([]) == ""
+    # as a failed command's error carries them: its output's lines indented
+    indented = ["    " + line for line in PIP_CUT_DOWNLOAD.splitlines()]
+    assert _tool_said(indented) == said
+    two = ["  ERROR: Could not find a version", "  ERROR: No matching distribution", "  x"]
+    assert _tool_said(two) == " (ERROR: Could not find a version ERROR: No matching distribution)"
