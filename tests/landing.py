@@ -129,6 +129,17 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
             ),
         },
     ),
+    # requires a distribution (a local fixture wheel: tests/integration/test_inplace.py's
+    # make_wheel) that the consumer environment lacks: setup.py says so in its first lines
+    "requires-dep": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
+        {
+            "setup.py": SETUP_PY.replace(
+                '    packages=["landing"],\n',
+                '    packages=["landing"],\n    install_requires=["kiln_fixture_dep>=1.0"],\n',
+            )
+        },
+    ),
     # the package raises at import
     "raises": (
         {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},

@@ -36,6 +36,27 @@ print("kiln: built " + backend.build_wheel(out), flush=True)
 """
 
 
+# Run as ``python -c METADATA_HOOK BACKEND OUT_DIR [BACKEND_PATH...]`` in the tree: the
+# wheel's metadata alone (seconds: setup.py runs, nothing compiles), so what the wheel will
+# require is known before the compile. Exit 3: the backend has no such hook (PEP 517 lets
+# it leave it out; then only the built wheel says).
+METADATA_HOOK = """\
+import importlib, os, sys
+spec, out, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.path[:0] = [os.path.abspath(p) for p in paths]
+module, _, attrs = spec.partition(":")
+backend = importlib.import_module(module)
+for attr in filter(None, attrs.split(".")):
+    backend = getattr(backend, attr)
+hook = getattr(backend, "prepare_metadata_for_build_wheel", None)
+if hook is None:
+    print("kiln: the backend has no prepare_metadata_for_build_wheel hook", flush=True)
+    sys.exit(3)
+print("kiln: metadata " + os.path.join(out, hook(out)), flush=True)
+"""
+NO_METADATA_HOOK = 3
+
+
 def backend_of(tree: Path) -> tuple[str, list[str]] | None:
     """The tree's build backend and its ``backend-path``; None where ``pyproject.toml``
     cannot be read here (a Python without ``tomllib``: then kiln runs ``pip wheel``)."""
@@ -60,3 +81,13 @@ def command(python: str, tree: Path, out_dir: Path) -> list[str] | None:
         return None
     backend, paths = found
     return [python, "-c", HOOK, backend, str(out_dir), *paths]
+
+
+def metadata_command(python: str, tree: Path, out_dir: Path) -> list[str] | None:
+    """The argv that writes ``tree``'s wheel metadata (a ``.dist-info`` folder) into
+    ``out_dir`` through its backend's ``prepare_metadata_for_build_wheel``."""
+    found = backend_of(tree)
+    if found is None:
+        return None
+    backend, paths = found
+    return [python, "-c", METADATA_HOOK, backend, str(out_dir), *paths]

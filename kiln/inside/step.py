@@ -124,13 +124,37 @@ def _record_failure(spec: StepSpec, env: Mapping[str, str], exc: BuildError) -> 
         print(f"kiln: could not read the failure's first errors: {problem!r}", flush=True)
 
 
-def _run(spec: StepSpec, env: Mapping[str, str] | None) -> None:
-    tree = Path(spec.tree)
+def _materialize(spec: StepSpec, env: Mapping[str, str] | None) -> None:
+    """The pip CUDA's link names in the tree (setup.py may look for CUDA_HOME there)."""
     if spec.pip_cuda is not None:
         where = env if env is not None else os.environ
         pipcuda.materialize(
-            spec.pip_cuda, str(tree / pipcuda.LINKS_DIR), cc=where.get("KILN_REAL_CC", "gcc")
+            spec.pip_cuda,
+            str(Path(spec.tree) / pipcuda.LINKS_DIR),
+            cc=where.get("KILN_REAL_CC", "gcc"),
         )
+
+
+def metadata(spec: StepSpec, out_dir: Path, env: Mapping[str, str] | None = None) -> None:
+    """The wheel's metadata, before the compile: the tree's PEP 517
+    ``prepare_metadata_for_build_wheel`` in the step's environment (setup.py runs, as in
+    the build; nothing compiles), its ``.dist-info`` written into ``out_dir``. Exits
+    with :data:`pep517.NO_METADATA_HOOK` where the backend has no such hook."""
+    _materialize(spec, env)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hook = pep517.metadata_command(spec.python, Path(spec.tree), out_dir)
+    if hook is None:
+        raise SystemExit(pep517.NO_METADATA_HOOK)
+    res = proc.run(
+        hook, cwd=Path(spec.tree), env=env, echo=True, what="the PEP 517 metadata hook", check=False
+    )
+    if res.returncode:
+        raise SystemExit(res.returncode)
+
+
+def _run(spec: StepSpec, env: Mapping[str, str] | None) -> None:
+    tree = Path(spec.tree)
+    _materialize(spec, env)
     if spec.kind == "inplace":
         assert spec.command
         proc.run(

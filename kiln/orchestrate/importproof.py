@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
 from packaging.version import Version
 
 from kiln import fsutil
@@ -333,26 +334,67 @@ def _fail(
 def _check_requirements(
     ctx: Context, vendor: str, landed: Landed, versions: dict[str, str], log_file: Path
 ) -> None:
-    problems = imports.requirement_problems(landed.requires, versions)
-    if not problems:
-        return
+    unmet = imports.unmet_requirements(landed.requires, versions)
+    if unmet:
+        raise requirements_refused(ctx, vendor, unmet, log_file)
+
+
+def requirements_refused(
+    ctx: Context,
+    vendor: str,
+    unmet: list[tuple[Requirement, str | None]],
+    log_file: Path,
+    before_compile: bool = False,
+) -> ImportFailed:
+    """The wheel requires what the consumer environment does not hold: the screen, with
+    the lines that make install.sh install it (``before_compile``: read from the tree's
+    metadata, so no compile has run)."""
+    problems = [
+        f"{req} (not installed)"
+        if have is None
+        else f"{req} (the environment has {req.name} {have})"
+        for req, have in unmet
+    ]
     source = files.requirements_source(ctx.ws.root)
     pin = ctx.ws.profile.torch_pin
-    fix = (
-        f"pin {pin} in runtime-requirements.txt and run `kiln lock` (or set the profile's "
-        "torch to the version the environment has, and rebuild)"
-        if pin and any(p.startswith("torch") for p in problems)
-        else "add them to runtime-requirements.txt (then `kiln lock`), so install.sh installs them"
+    others = [imports.requirement_line(req) for req, _ in unmet if req.name.lower() != "torch"]
+    torch_unmet = len(others) < len(unmet)
+    fixes = []
+    if pin and torch_unmet:
+        fixes.append(
+            f"pin {pin} in runtime-requirements.txt and run `kiln lock` (or set the profile's "
+            "torch to the version the environment has, and rebuild)"
+        )
+    if others:
+        lines = ", ".join(f"`{line}`" for line in others)
+        where = (
+            f"add the line{'s' if len(others) > 1 else ''} {lines} to {files.REQUIREMENTS}"
+            if (ctx.ws.root / files.REQUIREMENTS).is_file()
+            else f"write {files.REQUIREMENTS} in {ctx.ws.root} with the line"
+            f"{'s' if len(others) > 1 else ''} {lines}"
+        )
+        keep = f" (kiln keeps the profile's {pin} beside them)" if pin else ""
+        fixes.append(f"{where}{keep}, then run `kiln lock`, so install.sh installs them")
+    headline = (
+        "the wheel's metadata (read before any compile) requires what the consumer "
+        f"environment ({source}) does not hold:"
+        if before_compile
+        else f"the consumer environment ({source}) cannot hold the output: it requires"
     )
-    raise _fail(
+    return _fail(
         ctx,
         vendor,
-        f"the consumer environment ({source}) cannot hold the output: it requires",
+        headline,
         causes.Cause(
             "requirements-unmet",
             f"install.sh installs {source} and then the wheels with --no-deps: the wheel's "
-            f"requirements are not met there, so it would load against something else",
-            fix,
+            f"requirements are not met there, so it would load against something else"
+            + (
+                "; refused before compiling, since the build cannot change it"
+                if before_compile
+                else ""
+            ),
+            "; ".join(fixes),
         ),
         problems,
         log_file,

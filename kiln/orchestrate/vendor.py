@@ -96,13 +96,25 @@ def _reuse(ctx: Context, vendor: Vendor, key: str, stage: Path) -> VendorEntry |
     caches = (entry.caches or Caches()).model_copy(
         update={"artifact": ArtifactCacheInfo(status="hit", key=key)}
     )
-    return _proven(ctx, vendor, entry.model_copy(update={"caches": caches}), stage)
+    # the key leaves out what only the proof reads: the recipe as it is now, and a proof
+    # made under other proof settings is made again
+    recipe = vendor.build.model_dump(mode="json")
+    settings = {k: v for k, v in entry.recipe.items() if k in cachekey.PROOF_ONLY}
+    again = settings != {k: v for k, v in recipe.items() if k in cachekey.PROOF_ONLY}
+    reused = entry.model_copy(update={"caches": caches, "recipe": recipe})
+    proven = _proven(ctx, vendor, reused, stage, again)
+    if proven is not reused:
+        ctx.acache.update_entry(key, proven)  # the next build keeps this proof
+    return proven
 
 
-def _proven(ctx: Context, vendor: Vendor, entry: VendorEntry, stage: Path) -> VendorEntry:
-    """A reused entry keeps its import proof while the consumer environment is the one it
-    was proven in; in another (the runtime requirements changed), it is proven again."""
-    if not ctx.opts.import_proof or not importproof.stale(entry.outputs, ctx):
+def _proven(
+    ctx: Context, vendor: Vendor, entry: VendorEntry, stage: Path, again: bool = False
+) -> VendorEntry:
+    """An entry keeps its import proof while the consumer environment is the one it was
+    proven in and the proof's settings are the same (``again``: they changed); else (the
+    runtime requirements changed, or it was kept before its proof) it is proven now."""
+    if not ctx.opts.import_proof or not (again or importproof.stale(entry.outputs, ctx)):
         return entry
     outputs = [
         o.model_copy(
@@ -390,8 +402,15 @@ def _build(
         learned=learned.record(ctx.peaks, vendor),
     )
     if ctx.acache is not None:
+        # kept before its proof: a proof that fails (the runtime requirements, the proof's
+        # settings) never costs the compile again; the next build proves the kept entry
         ctx.acache.store(key, material, entry, stage)
-    proven = importproof.summary([o.import_proof for o in outputs if o.import_proof])
+    with timed(timings, "verify"):
+        entry = _proven(ctx, vendor, entry, stage)
+    entry = entry.model_copy(update={"timings": dict(timings)})
+    if ctx.acache is not None:
+        ctx.acache.update_entry(key, entry)
+    proven = importproof.summary([o.import_proof for o in entry.outputs if o.import_proof])
     ctx.display.update(
         what,
         "done",

@@ -1,7 +1,8 @@
 """The artifact cache's key: a hash of everything that determines a vendor's outputs.
 
 Pure functions of explicit values: the full commit and every submodule commit, the
-patches as the series lists them and as they are on disk, the patch tag, the recipe,
+patches as the series lists them and as they are on disk, the patch tag, the recipe
+(less what only the import proof reads),
 the profile, the toolchain, the runner and its image, and kiln's own code (a change to
 kiln may change what it builds).
 """
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from kiln.config.models import PatchEntry, Profile, Vendor
+
+# The recipe's keys that only the import proof reads (kiln/orchestrate/importproof.py).
+PROOF_ONLY: set[str] = {"import_proof", "import_check"}
 
 
 @cache
@@ -60,7 +64,8 @@ def material(
             {**entry.model_dump(mode="json"), "actual_sha256": digest} for entry, digest in patches
         ],
         "patch_tag": patch_tag,
-        "recipe": vendor.build.model_dump(mode="json"),
+        # the import proof's settings decide nothing built: a change re-runs the proof alone
+        "recipe": vendor.build.model_dump(mode="json", exclude=PROOF_ONLY),
         "profile": profile.model_dump(mode="json"),
         "toolchain": toolchain,
         "runner": runner,

@@ -75,6 +75,19 @@ class ArtifactCache:
             return None
         return found, files
 
+    def update_entry(self, key: str, vendor_entry: VendorEntry) -> None:
+        """Replace the stored entry's record, its files unchanged (the import proof added
+        to an entry kept before it); written whole or not at all."""
+        path = self._dir(key) / "entry.json"
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return  # gone or damaged: the next build rebuilds it
+        if {o.path: o.sha256 for o in vendor_entry.outputs} != stored.get("files"):
+            raise AssertionError(f"artifact cache {key[:12]}: an update may not change files")
+        stored["vendor_entry"] = vendor_entry.data()
+        fsutil.write_atomic(path, json.dumps(stored, indent=1, sort_keys=True))
+
     def latest_material(self, vendor: str) -> tuple[str, dict[str, Any]] | None:
         """(key, material) of the newest entry stored for ``vendor``: what a miss is
         compared with to say what changed (``kiln build --dry-run``)."""

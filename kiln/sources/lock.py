@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import tomlkit
+from packaging.version import Version
 
 from kiln.config.fields import SERIES_FILE, WORKSPACE_FILE
 from kiln.config.models import PatchEntry, Profile
@@ -138,7 +139,7 @@ def lock_runtime(ws: Workspace) -> list[str]:
     """Resolve what install.sh installs (``runtime-requirements.txt``, else the profile's
     torch) for the profile's Python and platform with pip's installation report, and
     write every package with its sha256 to ``runtime-requirements.lock``."""
-    from kiln.release.files import requirements
+    from kiln.release.files import KEPT_TORCH, requirements
 
     text = requirements(ws.root, ws.profile.torch, locked=False)
     with tempfile.TemporaryDirectory(prefix="kiln-lock-") as tmp:
@@ -175,11 +176,17 @@ def lock_runtime(ws: Workspace) -> list[str]:
             last = (res.output.strip().splitlines() or ["?"])[-1]
             return [f"runtime requirements: not locked, pip could not resolve them ({last})"]
         installs = json.loads(report.read_text())["install"]
+    kept = KEPT_TORCH in text
     lines = [
         f"# Resolved by `kiln lock` from {REQUIREMENTS_NAME} (or the profile's torch) for "
         f"Python {ws.profile.python}, {ws.profile.platform}.",
         "# install.sh installs exactly these, with pip --require-hashes.",
     ]
+    if kept:
+        lines.append(
+            f"# {REQUIREMENTS_NAME} names no torch: the profile's torch "
+            f"(torch=={Version(ws.profile.torch or '0').public}) kept, which the wheels require."
+        )
     for item in sorted(installs, key=lambda i: i["metadata"]["name"].lower()):
         digest = item["download_info"].get("archive_info", {}).get("hashes", {}).get("sha256")
         if not digest:
@@ -192,7 +199,15 @@ def lock_runtime(ws: Workspace) -> list[str]:
     if path.exists() and path.read_text() == new:
         return []
     path.write_text(new)
-    return [f"runtime requirements: {len(installs)} packages pinned by hash in {RUNTIME_LOCK}"]
+    return [
+        f"runtime requirements: {len(installs)} packages pinned by hash in {RUNTIME_LOCK}"
+        + (
+            f" ({REQUIREMENTS_NAME} names no torch: kept the profile's "
+            f"torch=={Version(ws.profile.torch or '0').public})"
+            if kept
+            else ""
+        )
+    ]
 
 
 def lock(ws: Workspace, cache: GitCache) -> list[str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from kiln.config.models import ImportProofSettings
 
@@ -189,10 +189,12 @@ def system_libraries(platform_tag: str) -> frozenset[str]:
 # --------------------------------------------------------------------------- requirements
 
 
-def requirement_problems(requires: list[str], installed: Mapping[str, str]) -> list[str]:
+def unmet_requirements(
+    requires: list[str], installed: Mapping[str, str]
+) -> list[tuple[Requirement, str | None]]:
     """Each ``Requires-Dist`` of the output (without an extra) that the consumer
-    environment does not satisfy, said with what it holds instead."""
-    problems = []
+    environment does not satisfy, with the version it holds instead (None: none)."""
+    unmet: list[tuple[Requirement, str | None]] = []
     for text in requires:
         try:
             req = Requirement(text)
@@ -201,11 +203,49 @@ def requirement_problems(requires: list[str], installed: Mapping[str, str]) -> l
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue
         have = installed.get(canonicalize_name(req.name))
-        if have is None:
-            problems.append(f"{req} (not installed)")
-        elif not req.specifier.contains(have, prereleases=True):
-            problems.append(f"{req} (the environment has {req.name} {have})")
-    return problems
+        if have is None or not req.specifier.contains(have, prereleases=True):
+            unmet.append((req, have))
+    return unmet
+
+
+def requirement_problems(requires: list[str], installed: Mapping[str, str]) -> list[str]:
+    """:func:`unmet_requirements` said with what the environment holds instead."""
+    return [
+        f"{req} (not installed)"
+        if have is None
+        else f"{req} (the environment has {req.name} {have})"
+        for req, have in unmet_requirements(requires, installed)
+    ]
+
+
+def requirement_line(req: Requirement) -> str:
+    """The line of ``runtime-requirements.txt`` that installs ``req`` (its marker left
+    out: install.sh installs for the profile's Python and platform alone)."""
+    return f"{req.name}{req.specifier}" if req.specifier else req.name
+
+
+def pinned_versions(text: str) -> tuple[dict[str, str], bool]:
+    """What a requirements text pins (``name==version``, by canonical name), and whether
+    it is a whole lock: every requirement pinned by hash, which pip installs with
+    ``--require-hashes`` and so only with every dependency listed too."""
+    pins: dict[str, str] = {}
+    whole = True
+    for line in text.replace("\\\n", " ").splitlines():
+        spec = line.split("#", 1)[0]
+        hashed = "--hash" in spec
+        spec = spec.split(" --hash", 1)[0].strip()
+        if not spec or spec.startswith("-"):
+            continue
+        try:
+            req = Requirement(spec)
+        except InvalidRequirement:
+            whole = False
+            continue
+        whole = whole and hashed
+        exact = [s for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
+        if exact:
+            pins[canonicalize_name(req.name)] = exact[0].version
+    return pins, whole and bool(pins)
 
 
 def requires_dist(metadata: str) -> list[str]:
@@ -280,6 +320,24 @@ def read_failure(
     )
 
 
+def _torch_pin_holds(req: Requirement, profile: Version) -> bool:
+    """Whether what ``req`` installs is the profile's torch, by PEP 440's rules: an exact
+    pin by its public version, and by its local label where both have one (2.13.0 and
+    2.13.0+cu132 are the same torch to the wheels' ``torch==2.13.0``; +cu130 and +cu132
+    are two builds); a range, where it holds the profile's version."""
+    exact = [
+        s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version
+    ]
+    if not exact:
+        return req.specifier.contains(profile, True) or req.specifier.contains(profile.public, True)
+    try:
+        pinned = Version(exact[0])
+    except InvalidVersion:
+        return False
+    labels_differ = bool(pinned.local and profile.local and pinned.local != profile.local)
+    return pinned.public == profile.public and not labels_differ
+
+
 def pinned_torch_problem(text: str, source: str, torch: str | None) -> str | None:
     """Where ``install.sh``'s requirements (``text``, from ``source``) pin a torch that
     the profile's (what the wheels are compiled against and require) does not satisfy:
@@ -295,7 +353,9 @@ def pinned_torch_problem(text: str, source: str, torch: str | None) -> str | Non
             req = Requirement(spec)
         except InvalidRequirement:
             continue
-        if canonicalize_name(req.name) != "torch" or req.specifier.contains(want, True):
+        if canonicalize_name(req.name) != "torch":
+            continue
+        if _torch_pin_holds(req, Version(torch)):
             continue
         return (
             f"{source} pins {req}, but the wheels are compiled against the profile's torch "

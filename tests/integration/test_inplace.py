@@ -36,24 +36,23 @@ DEP = "kiln_fixture_dep"
 NO_TORCH = {k: v for k, v in PROFILE.items() if k != "torch"}
 
 
-def make_wheel(folder: Path) -> Path:
+def make_wheel(folder: Path, name: str = DEP, version: str = "1.0") -> Path:
     """A tiny pure-Python wheel for install.sh to install from a local folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{DEP}-1.0-py3-none-any.whl"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
     files = {
-        f"{DEP}/__init__.py": b"VALUE = 42\n",
-        f"{DEP}-1.0.dist-info/METADATA": (
-            f"Metadata-Version: 2.1\nName: {DEP}\nVersion: 1.0\n".encode()
-        ),
-        f"{DEP}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: kiln-tests\n"
+        f"{name}/__init__.py": b"VALUE = 42\n",
+        f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: kiln-tests\n"
         b"Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
     for name, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         record.append(f"{name},sha256={digest},{len(data)}")
-    record.append(f"{DEP}-1.0.dist-info/RECORD,,")
-    files[f"{DEP}-1.0.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in files.items():
             zf.writestr(name, data)

@@ -163,6 +163,23 @@ def test_a_runtime_lock_pinning_another_torch_is_named_with_the_pin_to_change() 
     assert imports.pinned_torch_problem(same, "runtime-requirements.lock", "2.14.1+cu130") is None
     assert imports.pinned_torch_problem("torch>=2.10\n", "x", "2.14.1+cu130") is None
     assert imports.pinned_torch_problem(LOCKED_OTHER, "x", None) is None  # no torch built
+    # local version labels by PEP 440's rules (the release's own workspace pins one)
+    cu132 = "2.13.0+cu132"
+    assert imports.pinned_torch_problem(f"torch=={cu132}\n", "x", cu132) is None
+    assert imports.pinned_torch_problem("torch==2.13.0\n", "x", cu132) is None
+    assert imports.pinned_torch_problem("torch==2.13.0+cu130\n", "x", cu132) is not None
+    assert imports.pinned_torch_problem("torch==2.14.1+cu130\n", "x", "2.14.1") is None
+
+
+def test_what_a_requirements_text_pins_and_whether_it_is_a_whole_lock() -> None:
+    assert imports.pinned_versions(LOCKED_OTHER) == (
+        {"filelock": "4.3.1", "torch": "2.13.0"},
+        True,
+    )
+    pins, whole = imports.pinned_versions("# kiln\ntorch==2.14.1\nnumpy>=2\n-e ./x\n")
+    assert pins == {"torch": "2.14.1"} and not whole  # nothing pinned by hash: not a lock
+    assert imports.pinned_versions("Foo_Bar===1.0 --hash=sha256:x\n") == ({"foo-bar": "1.0"}, True)
+    assert imports.pinned_versions("") == ({}, False)
 
 
 def test_requirements_the_environment_does_not_meet_are_named_with_what_it_has() -> None:

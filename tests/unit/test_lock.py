@@ -81,10 +81,10 @@ def test_lock_with_malformed_commit_fails(tmp_path: Path) -> None:
 
 
 def test_lock_pins_runtime_requirements_by_hash(tmp_path: Path, monkeypatch) -> None:
-    from tests.integration.test_inplace import make_wheel
+    from tests.integration.test_inplace import NO_TORCH, make_wheel
 
     wheel = make_wheel(tmp_path / "wheelhouse")
-    ws_dir = write(tmp_path / "ws", {})
+    ws_dir = write(tmp_path / "ws", {}, profile=NO_TORCH)
     (ws_dir / "vendors" / "plain.toml").write_text(VENDOR.format(short="a" * 40))
     (ws_dir / "runtime-requirements.txt").write_text("kiln_fixture_dep==1.0\n")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
@@ -95,4 +95,44 @@ def test_lock_pins_runtime_requirements_by_hash(tmp_path: Path, monkeypatch) -> 
     digest = sha256_file(wheel)
     lock = (ws_dir / "runtime-requirements.lock").read_text()
     assert f"kiln_fixture_dep==1.0 --hash=sha256:{digest}" in lock
+    assert "torch==" not in lock
     assert lock_runtime(Workspace(ws_dir)) == []  # unchanged: nothing rewritten
+
+
+def test_a_runtime_list_without_torch_keeps_the_profiles_torch(tmp_path: Path, monkeypatch) -> None:
+    """The wheels are compiled against the profile's torch and require it: a
+    runtime-requirements.txt that lists only the other packages (as the import proof's
+    fix asks) must not lock a release without torch. Real pip, resolving from a local
+    wheelhouse that holds a stand-in torch 2.14.1 (PyPI's is 5 GB with its CUDA wheels)."""
+    from tests.integration.test_inplace import make_wheel
+
+    make_wheel(tmp_path / "wheelhouse")
+    torch = make_wheel(tmp_path / "wheelhouse", "torch", "2.14.1")
+    ws_dir = write(tmp_path / "ws", {})  # the profile's torch: 2.14.1+cu130
+    (ws_dir / "vendors" / "plain.toml").write_text(VENDOR.format(short="a" * 40))
+    (ws_dir / "runtime-requirements.txt").write_text("kiln_fixture_dep==1.0\n")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheelhouse"))
+    assert lock_runtime(Workspace(ws_dir)) == [
+        "runtime requirements: 2 packages pinned by hash in runtime-requirements.lock "
+        "(runtime-requirements.txt names no torch: kept the profile's torch==2.14.1)"
+    ]
+    lock = (ws_dir / "runtime-requirements.lock").read_text()
+    assert f"torch==2.14.1 --hash=sha256:{sha256_file(torch)}" in lock.splitlines()
+    assert "# runtime-requirements.txt names no torch: the profile's torch" in lock
+
+
+def test_install_requirements_keep_the_profiles_torch_unless_the_list_names_one(
+    tmp_path: Path,
+) -> None:
+    from kiln.release.files import requirements
+
+    (tmp_path / "runtime-requirements.txt").write_text("numpy==2.1.0\n")
+    text = requirements(tmp_path, "2.14.1+cu130")
+    assert text.splitlines()[0] == "numpy==2.1.0" and text.splitlines()[-1] == "torch==2.14.1"
+    assert requirements(tmp_path, None) == "numpy==2.1.0\n"  # a profile without torch
+    for named in ("torch==2.13.0\n", "Torch>=2\n", "torch  # any\n"):
+        (tmp_path / "runtime-requirements.txt").write_text(named)
+        assert requirements(tmp_path, "2.14.1+cu130") == named  # the list's own torch
+    (tmp_path / "runtime-requirements.txt").write_text("torchvision==0.29.1\n")
+    assert requirements(tmp_path, "2.14.1+cu130").endswith("torch==2.14.1\n")

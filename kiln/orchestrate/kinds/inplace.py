@@ -8,9 +8,9 @@ object cache, so the tarball carries every object it made; ``rebuild_c`` on an
 installed tree then recompiles only what a patch changed. After the build kiln
 verifies the declared outputs (SASS archs), writes ``.kiln/tree.json`` (what was built,
 how to rebuild) and ``.kiln/applied/`` (the patches as applied, so an edited patch can
-be swapped in later), packs the tarball, and proves that the tree unpacked from it as
-install.sh unpacks it imports in the consumer's environment
-(:mod:`kiln.orchestrate.importproof`).
+be swapped in later) and packs the tarball. Once it is kept in the artifact cache, the
+vendor's build proves that the tree unpacked from it as install.sh unpacks it imports in
+the consumer's environment (:mod:`kiln.orchestrate.importproof`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 
 from kiln.config.models import Profile, Vendor
 from kiln.errors import ConfigError, VerifyError
-from kiln.orchestrate import importproof
 from kiln.orchestrate.context import run_step, timed
 from kiln.orchestrate.kinds import Job
 from kiln.orchestrate.kit import KIT
@@ -149,9 +148,7 @@ class InplaceKind:
             tarball = pack_tree(tree, stage / name, vendor, co.commit_time)
         ctx.claim(tarball.name, vendor.name)
         extra: dict[str, Any] = {"shared_objects": [o.__dict__ for o in objects]}
-        if ctx.opts.import_proof:
-            with timed(timings, "verify"):
-                extra["import_proof"] = importproof.prove(ctx, vendor, tarball, "tarball").data()
+        # proven by the vendor's build once kept in the artifact cache (vendor.py)
         return [files.output_entry(tarball, stage, "tarball", **extra)]
 
 

@@ -1,8 +1,10 @@
 """Build kind ``wheel``: the tree's wheel with build isolation off (the step: its PEP 517
 backend called once, what ``pip wheel --no-build-isolation`` makes), then the
 wheel repaired to its manylinux tag, re-packed under kiln's version label with the torch
-pin in METADATA, held to its size budget, verified, placed in ``wheels/`` and proven to
-import where it lands (:mod:`kiln.orchestrate.importproof`)."""
+pin in METADATA, held to its size budget, verified and placed in ``wheels/``. Before the
+compile, what the wheel will require is held against where it lands
+(:mod:`kiln.orchestrate.beforecompile`); once kept in the artifact cache, the vendor's
+build proves it imports there (:mod:`kiln.orchestrate.importproof`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 from kiln.config.models import Vendor
 from kiln.errors import BuildError, VerifyError
-from kiln.orchestrate import importproof
+from kiln.orchestrate import beforecompile
 from kiln.orchestrate.context import run_step, timed
 from kiln.orchestrate.kinds import Job
 from kiln.release import files, wheelfix
@@ -31,6 +33,9 @@ class WheelKind:
     def outputs(self, job: Job) -> list[Output]:
         ctx, vendor, step, stage, co = job.ctx, job.vendor, job.step, job.stage, job.co
         applied, timings = job.applied, job.timings
+        if ctx.opts.import_proof:
+            with timed(timings, "verify"):  # seconds, before minutes of compiling
+                beforecompile.check_requirements(ctx, step)
         with timed(timings, "build"):
             run_step(ctx, step)
         made = sorted(Path(step.spec.out_dir).glob("*.whl"))
@@ -58,10 +63,7 @@ class WheelKind:
         archs = sorted({a for o in report.shared_objects for a in o.sass})
         log.info("%s: %s verified (%s)", vendor.name, wheel.name, ", ".join(archs) or "host only")
         details = {k: v for k, v in report.to_json().items() if k != "file"}
-        if ctx.opts.import_proof:
-            # installed from the staging folder as install.sh installs it, imported there
-            with timed(timings, "verify"):
-                details["import_proof"] = importproof.prove(ctx, vendor, wheel, "wheel").data()
+        # proven by the vendor's build once kept in the artifact cache (vendor.py)
         return [files.output_entry(wheel, stage, "wheel", **details)]
 
 

@@ -1,0 +1,115 @@
+"""What a wheel step can be refused for before its compile (issue 40): what the wheel
+will require, held against the consumer environment install.sh makes.
+
+The tree's PEP 517 metadata (``python -m kiln.inside metadata``: the backend's
+``prepare_metadata_for_build_wheel``, setup.py run as the build runs it, in the step's
+own environment and runner; seconds, nothing compiled) gives the wheel's
+``Requires-Dist``. They are held against what the consumer environment holds: the
+environment itself where it is made; else the pins of install.sh's requirements, where
+they answer (a whole lock, or pins naming every requirement); else the environment is
+made now, once (it is made for the import proof anyway). The import proof checks the
+same again after the build, on the wheel itself (kiln's torch pin included); this one
+finds it before minutes of compiling. A tree whose metadata cannot be read here (its
+backend has no metadata hook, or setup.py fails) is built as before: the build's own
+diagnosis explains a setup.py that fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from kiln.inside import pep517
+from kiln.orchestrate import importproof
+from kiln.orchestrate.context import Context, Step
+from kiln.runners.protocol import Command, step_env
+from kiln.toolchain import consumerenv
+from kiln.verify import imports
+
+log = logging.getLogger(__name__)
+
+
+def wheel_requires(ctx: Context, step: Step) -> list[str] | None:
+    """The ``Requires-Dist`` of the wheel ``step`` will build, read from its tree's
+    metadata; None where it cannot be read before the build (said in the log)."""
+    vendor = step.spec.vendor
+    spec_file = step.log_file.with_suffix(".step.json")
+    spec_file.write_text(step.spec.to_json())
+    scratch = ctx.opts.work / ".kiln-metadata"
+    scratch.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=f"{vendor}-", dir=scratch))
+    log_file = ctx.logs / f"{vendor}-metadata.log"
+    log_file.unlink(missing_ok=True)
+    try:
+        res = ctx.runner.run(
+            Command(
+                [step.spec.python, "-m", "kiln.inside", "metadata", spec_file, out],
+                Path(step.spec.tree),
+                step_env(step.env),
+                f"reading {vendor}'s wheel metadata",
+                log_file=log_file,
+                writable=[Path(step.spec.tree), out, ctx.logs],
+                mem_gib=step.mem_gib,
+                check=False,
+            )
+        )
+        found = sorted(out.glob("*.dist-info/METADATA"))
+        if res.returncode != 0 or len(found) != 1:
+            why = (
+                "its build backend has no metadata hook"
+                if res.returncode == pep517.NO_METADATA_HOOK
+                else f"the metadata hook exited {res.returncode} (log: {log_file})"
+            )
+            log.info("%s: requirements not checked before the compile: %s", vendor, why)
+            return None
+        return imports.requires_dist(found[0].read_text(encoding="utf-8", errors="replace"))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def environment_versions(ctx: Context, names: list[str]) -> dict[str, str]:
+    """What the consumer environment holds of ``names`` (canonical): read from it where
+    it is made or the requirements' pins cannot answer, else from those pins."""
+    env = importproof.planned_environment(ctx)
+    if not env.made():
+        pins, whole = imports.pinned_versions(env.requirements)
+        if whole or all(n in pins for n in names):
+            return pins
+        log.info(
+            "import proof: the runtime requirements do not pin %s: making the consumer "
+            "environment now to check the wheel's requirements before its compile",
+            ", ".join(n for n in names if n not in pins),
+        )
+        env = importproof.environment(ctx)
+    return consumerenv.distributions(env.site_packages())
+
+
+def check_requirements(ctx: Context, step: Step) -> None:
+    """Refuse the step before its compile when the wheel it builds requires what the
+    consumer environment does not hold (:class:`kiln.errors.ImportFailed`, the import
+    proof's ``requirements-unmet`` screen with the lines to add)."""
+    requires = wheel_requires(ctx, step)
+    if not requires:
+        return
+    names: list[str] = []
+    for text in requires:
+        try:
+            names.append(canonicalize_name(Requirement(text).name))
+        except InvalidRequirement:
+            continue
+    unmet = imports.unmet_requirements(requires, environment_versions(ctx, names))
+    if unmet:
+        vendor = step.spec.vendor
+        raise importproof.requirements_refused(
+            ctx, vendor, unmet, ctx.logs / f"{vendor}-metadata.log", before_compile=True
+        )
+    log.info(
+        "%s: the wheel's requirements (%s) are met where it lands: checked before the compile",
+        step.spec.vendor,
+        ", ".join(requires),
+    )
