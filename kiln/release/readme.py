@@ -18,6 +18,36 @@ def _archs(output: Output) -> str:
     return ", ".join(archs) or "no device code"
 
 
+def verified_archs(m: Manifest) -> list[str]:
+    """The archs the release's outputs carry, read from their SASS when they were
+    verified: what the README says it is for (the profile's list is what was asked; an
+    upstream that hard-codes its own archs may build fewer)."""
+    return sorted(
+        {
+            a
+            for v in m.vendors.values()
+            for o in v.outputs
+            for so in o.shared_objects or []
+            for a in so.sass
+        }
+    )
+
+
+def _built_for(m: Manifest) -> str:
+    """The summary's "for ...": the verified archs, and which output has fewer."""
+    archs = verified_archs(m)
+    if not archs:
+        return "no GPU architecture (no output has device code)"
+    fewer = [
+        f"{o.path.split('/')[-1]}: {_archs(o)}"
+        for v in m.vendors.values()
+        for o in v.outputs
+        if o.shared_objects and _archs(o) != ", ".join(archs) and o.kind in ("wheel", "tarball")
+    ]
+    said = ", ".join(archs) + " (read from the SASS of every output"
+    return said + (f"; not all carry each: {'; '.join(fewer)})" if fewer else ")")
+
+
 def _contents(m: Manifest) -> list[str]:
     rows = []
     wheels = [o for v in m.vendors.values() for o in v.outputs_of("wheel")]
@@ -177,7 +207,7 @@ def front_matter(m: Manifest) -> dict[str, Any]:
         meta["license_name"] = " AND ".join(parts) if used else "see-licenses"
         meta["license_link"] = "licenses/"
     tags = ["kiln", "cuda", "kernels", "cu" + p.cuda.replace(".", "")]
-    tags += list(p.archs)
+    tags += verified_archs(m)
     if p.torch:
         tags.append("torch" + ".".join(p.torch.split("+")[0].split(".")[:2]))
     tags += [f"python{p.python}", *m.vendors]
@@ -220,7 +250,7 @@ def _sections(m: Manifest) -> dict[str, list[str]]:
     proven = [o for v in m.vendors.values() for o in v.outputs if o.import_proof is not None]
     sections["summary"] = [
         f"Built by kiln {m.kiln_version} from pinned sources for "
-        f"{', '.join(p.archs)} with CUDA {p.cuda}, Python {p.python} and torch "
+        f"{_built_for(m)} with CUDA {p.cuda}, Python {p.python} and torch "
         f"{p.torch}. `manifest.json` lists every file here with its sha256; "
         f"check them with `python -m kiln manifest check manifest.json`."
         + (

