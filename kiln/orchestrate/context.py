@@ -19,11 +19,12 @@ from kiln.errors import BuildError
 from kiln.inside.step import StepSpec
 from kiln.orchestrate import failure, fixcheck, progress
 from kiln.orchestrate.options import Options
-from kiln.plan import schedule
+from kiln.plan import jobs, schedule
 from kiln.release import artifactcache
 from kiln.runners.protocol import Command, Runner, step_env
 from kiln.sources import checkout
 from kiln.toolchain import checks, compilercache
+from kiln.verify import wrapped
 
 
 class Claims:
@@ -139,6 +140,7 @@ def run_step(ctx: Context, step: Step) -> None:
     writable = [tree, out_dir, step.log_file.parent]
     if ctx.ccache.directory is not None:
         writable.append(ctx.ccache.directory)
+    started = time.time() - 1.0  # a file system's timestamps may be a second coarse
     try:
         ctx.runner.run(
             Command(
@@ -164,3 +166,11 @@ def run_step(ctx: Context, step: Step) -> None:
             step.log_file,
             lambda resolve: fixcheck.check(resolve, ctx.ws.profile, ctx.offline),
         ) from None
+    # every compile went through kiln's wrapper: an object no compiler run of it wrote was
+    # compiled past it (its arch flags and determinism never reached that compile)
+    records = (
+        jobs.job_stats(Path(step.env["KILN_JOB_STATS"])) if "KILN_JOB_STATS" in step.env else []
+    )
+    bypassed = wrapped.unrecorded_objects(tree, (r.get("out") for r in records), started)
+    if bypassed:
+        raise BuildError(wrapped.bypass_message(step.spec.vendor, bypassed, tree))

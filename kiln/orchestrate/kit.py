@@ -59,10 +59,14 @@ def install_kit(tree: Path) -> Path:
     shipped = resources.files("kiln.inside.kit")
     for name in KIT_FILES:
         (kit / name).write_text(shipped.joinpath(name).read_text())
+    (kit / "path").mkdir(exist_ok=True)
     for name, var in WRAPPERS.items():
         wrapper = kit / "bin" / name
         wrapper.write_text(WRAPPER.format(var=var, default=WRAPPER_DEFAULTS[name]))
         wrapper.chmod(0o755)
+    # first on the build's PATH: ``nvcc`` by name compiles through the wrapper too
+    (kit / "path" / "nvcc").write_text(WRAPPER.format(var="KILN_REAL_NVCC", default="nvcc"))
+    (kit / "path" / "nvcc").chmod(0o755)
     (kit / "order").mkdir(exist_ok=True)
     (kit / "order" / "ninja").write_text(NINJA)
     (kit / "order" / "ninja").chmod(0o755)

@@ -233,6 +233,19 @@ def _tree_relative(path: str | None) -> str:
     )
 
 
+def _written(call: Call) -> str | None:
+    """The file a compiler run writes (its ``-o``; a lone ``-c`` writes ``NAME.o`` in its
+    folder), absolute: the step's check that no compile of its tree bypassed this wrapper
+    (kiln/verify/wrapped.py) looks for it."""
+    a = call.args
+    if "-o" in a[:-1]:
+        return os.path.abspath(a[a.index("-o") + 1])
+    sources = [x for x in a if x.endswith(compileflags.SOURCE_SUFFIXES)]
+    if "-c" in a and len(sources) == 1:
+        return os.path.abspath(os.path.splitext(os.path.basename(sources[0]))[0] + ".o")
+    return None
+
+
 def _record(
     call: Call,
     rc: int,
@@ -256,6 +269,7 @@ def _record(
         {
             "compiler": os.path.basename(call.compiler),
             "source": _tree_relative(call.source),
+            "out": _written(call),
             "result": result,
             "rc": rc,
             "rss_kib": use.ru_maxrss,
@@ -476,7 +490,11 @@ def wrapper_env(
         "CXX": str(kit / "bin" / "g++"),
         "NVCC": str(kit / "bin" / "nvcc"),
         "PYTORCH_NVCC": str(kit / "bin" / "nvcc"),
-        "PATH": f"{Path(python).parent}:{base.get('PATH', '/usr/bin:/bin')}",
+        # CMake's CUDA compiler (CMAKE_CUDA_COMPILER's default), scikit-build-core's too
+        "CUDACXX": str(kit / "bin" / "nvcc"),
+        # ``nvcc`` by name (a build.sh, a Makefile) finds this wrapper first; only nvcc:
+        # the C and C++ wrappers run the real ones by name
+        "PATH": f"{kit / 'path'}:{Path(python).parent}:{base.get('PATH', '/usr/bin:/bin')}",
     }
 
 

@@ -1,0 +1,132 @@
+"""kiln's compiler wrapper reaches every compile a build runs, or the build is refused on
+its first screen (issue 40): two in-place upstreams whose own build.sh compiles a kernel
+with nvcc for a generic arch (sm_90: under ``arch_control = "rewrite"`` it covers both
+SM100 archs) and links it into a Python module, built by ``kiln build`` with real nvcc,
+g++ and cuobjdump.
+
+- ``by-name`` calls ``nvcc`` by name: kiln's wrapper is first on the build's PATH, so
+  the rewrite reaches it and the tree carries sm_100a and sm_103a.
+- ``by-path`` spells out ``"$CUDA_HOME/bin/nvcc"``: the object it makes has no record of
+  the wrapper's, and the build is refused naming the object and build.sh's line; the
+  printed fix, applied as a patch, makes the next build release both archs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from kiln.sources.gitrepo import CommitSpec, make_repo
+from tests import landing
+from tests.conftest import artifacts_files
+from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
+from tests.workspace import write
+
+BASE_URL = "https://reach.invalid/"
+NVCC_FLAGS = "-c -Xcompiler -fPIC -O2 -arch=sm_90 csrc/kernel.cu -o build/kernel.o"
+BUILD_SH = """\
+#!/usr/bin/env bash
+# builds landing/_C in place: the kernel with nvcc, the module with $CXX
+set -euo pipefail
+cd "$(dirname "$0")"
+mkdir -p build
+{nvcc} {flags}
+inc=$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+ext=$(python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+"$CXX" -c -fPIC -O2 csrc/ops.cpp -o build/ops.o
+"$CXX" -c -fPIC -O2 -I"$inc" csrc/module.cpp -o build/module.o
+"$CXX" -shared -o "landing/_C$ext" build/module.o build/ops.o build/kernel.o \\
+  -L"$CUDA_HOME/lib64" -lcudart_static -lrt -lpthread -ldl
+"""
+CALLS = {"by-name": "nvcc", "by-path": '"$CUDA_HOME/bin/nvcc"'}
+
+
+@pytest.fixture(scope="module")
+def upstreams(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("reach")
+    commits = {}
+    for name, nvcc in CALLS.items():
+        files = {k: v for k, v in landing.BASE.items() if k != "setup.py"} | {
+            "build.sh": BUILD_SH.format(nvcc=nvcc, flags=NVCC_FLAGS)
+        }
+        commits[name] = make_repo(
+            root / f"{name}.git", [CommitSpec(name, files, executable={"build.sh"})]
+        )[0]
+    (root / "mirrors.toml").write_text(f'[mirrors]\n"{BASE_URL}" = "{root}/"\n')
+    return root, commits
+
+
+def _vendor(name: str, commit: str) -> dict:
+    return {
+        "source": {"url": f"{BASE_URL}{name}.git", "commit": commit, "license": "LICENSE"},
+        "build": {
+            "kind": "inplace",
+            "command": ["./build.sh"],
+            "outputs": ["landing/_C*.so"],
+            "import_check": "landing._C",
+            "archs": ["sm_100a", "sm_103a"],
+            "arch_control": "rewrite",
+            "mem_per_job_gib": 1.0,
+        },
+    }
+
+
+def test_every_compile_goes_through_the_wrapper_or_the_build_names_the_one_that_did_not(
+    tmp_path: Path, upstreams: tuple[Path, dict[str, str]], build_python: Path
+) -> None:
+    root, commits = upstreams
+    ws = write(
+        tmp_path / "ws",
+        {name: _vendor(name, commit) for name, commit in commits.items()},
+        profile=PROFILE_NO_TORCH,
+    )
+    res = _build(tmp_path, ws, root / "mirrors.toml", build_python)
+    assert res.returncode != 0, res.stderr[-3000:]
+    assert artifacts_files(tmp_path / "artifacts") == []
+    err = res.stderr
+    assert (
+        "building by-path: 1 object compiled without kiln's compiler wrapper: build/kernel.o"
+    ) in err, err[-3000:]
+    line = re.search(r"^    (build\.sh):(\d+): (.+)$", err, re.M)
+    assert line and line[3] == f'"$CUDA_HOME/bin/nvcc" {NVCC_FLAGS}', err[-3000:]
+    fix = re.search(
+        r"fix: call the compiler as the environment names it in (\S+):(\d+) "
+        r'\(e\.g\. (".+?") for (".+?")\)',
+        err,
+    )
+    assert fix and (fix[1], fix[2]) == (line[1], line[2]), err[-3000:]
+    # the other vendor went on: nvcc by name is the wrapper, the rewrite reached it
+    assert "by-name: " in err and "verified (sm_100a, sm_103a)" in err, err[-3000:]
+
+    # the fix, as printed: the compiler as the environment names it, in a patch
+    before = BUILD_SH.format(nvcc=CALLS["by-path"], flags=NVCC_FLAGS)
+    after = before.replace(fix[4], fix[3], 1)
+    patch = "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            "a/build.sh",
+            "b/build.sh",
+        )
+    )
+    (ws / "patches").mkdir(exist_ok=True)
+    (ws / "patches" / "by-path-nvcc.patch").write_text(patch)
+    (ws / "patches" / "series.toml").write_text(
+        tomlkit.dumps(
+            {
+                "tags": {"by-path": "wrapped"},
+                "patch": [{"file": "by-path-nvcc.patch", "target": "by-path"}],
+            }
+        )
+    )
+    res = _build(tmp_path, ws, root / "mirrors.toml", build_python)
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((tmp_path / "artifacts/test-release/manifest.json").read_text())
+    for name in CALLS:
+        (tarball,) = [o for o in manifest["vendors"][name]["outputs"] if o["kind"] == "tarball"]
+        assert [so["sass"] for so in tarball["shared_objects"]] == [["sm_100a", "sm_103a"]]
