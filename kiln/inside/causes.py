@@ -758,6 +758,27 @@ def arch_refused(f: Failure) -> Cause | None:
     return None
 
 
+def arch_uncovered(f: Failure) -> Cause | None:
+    """A unit's own arch flags cover only some of the archs the rewrite builds (an
+    arch-specific target of one of them): stopped at its first compile."""
+    for err in f.d.errors:
+        m = archflags.UNCOVERED.match(err.render()) if err.tool == "kiln" else None
+        if not m:
+            continue
+        kept = ", ".join(f'"{a.strip()}"' for a in m["kept"].split(","))
+        return Cause(
+            "arch-uncovered",
+            f'kiln\'s arch rewrite (arch_control = "rewrite") gives a unit only the archs its '
+            f"own flags cover, and {m['unit']} asks for {m['asked']}, which covers "
+            f"{m['kept']} alone: an arch-specific target runs on that arch only, so its "
+            f"kernels would be missing on {m['missing']} (docs/archs.md)",
+            f"where the unit's code is valid on the whole family, ask for the family target "
+            f"(e.g. -gencode=arch=compute_100f,code=sm_100f: a patch in patches/); else build "
+            f"only what it covers: build.archs = [{kept}] in vendors/{f.vendor}.toml",
+        )
+    return None
+
+
 _CANNOT_FIND = re.compile(r"cannot find -l(?P<lib>\S+?)(?::|$)")
 
 
@@ -974,6 +995,7 @@ ROWS: tuple[Callable[[Failure], Cause | None], ...] = (
     setup_import,
     network_download,
     arch_refused,
+    arch_uncovered,
     arch_dropped,
     ptx_instruction,
     unknown_arch,

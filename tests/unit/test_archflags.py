@@ -205,6 +205,34 @@ def test_a_unit_for_other_archs_alone_is_refused_as_the_user_sees_it(tree: Path)
     assert 'arch_control = "toggles" with build.arch_toggles in vendors/v.toml' in d.cause.fix
 
 
+def test_a_unit_covering_only_some_built_archs_stops_at_its_first_compile(tree: Path) -> None:
+    """Written for sm_100a alone (arch-specific) in a build of sm_100a and sm_103a: the
+    rewrite would give it sm_100a only and its kernels would be missing on sm_103a, so the
+    wrapper stops there, before the compile, with why the rewrite did not apply (issue 40;
+    the wheel was refused after the whole build before)."""
+    res = _wrapped(tree, "-c", "csrc/k.cu", "-o", "k.o", "-arch=sm_100a")
+    assert res.returncode == 1 and not (tree / "k.o").exists()
+    line = res.stderr.strip()
+    assert line == (
+        "kiln arch rewrite: error: csrc/k.cu: written for sm_100a, which covers sm_100a of "
+        "the archs this build makes (sm_100a, sm_103a), not sm_103a: the rewrite gives a unit "
+        "only the built archs its own flags cover; kiln stops at this first compile instead "
+        "of refusing the wheel after the whole build"
+    )
+    d = diagnose.diagnose(f"$ nvcc ...\n{line}\nerror: command 'nvcc' failed\n", tree, {}, "v")
+    assert d.unit == "csrc/k.cu"
+    assert d.cause is not None and d.cause.row == "arch-uncovered"
+    assert "csrc/k.cu asks for sm_100a, which covers sm_100a alone" in d.cause.cause
+    assert "missing on sm_103a" in d.cause.cause
+    assert 'build.archs = ["sm_100a"] in vendors/v.toml' in d.cause.fix
+    # the family target, as the fix says, covers both: it compiles, with both archs
+    res = _wrapped(tree, "-c", "csrc/k.cu", "-o", "k.o", "-gencode=arch=compute_100f,code=sm_100f")
+    assert res.returncode == 0, res.stderr
+    assert device_archs(tree / "k.o") == (BUILT, [])
+    # a link of such objects is no unit's compile: not stopped
+    assert archflags.rewrite(["-shared", "k.o", "-arch=sm_100a"], BUILT, "k.so")
+
+
 @pytest.mark.parametrize("nested", [False, True], ids=["objcache.py", "compileflags.py"])
 def test_a_shipped_trees_kit_rewrites_too(tmp_path: Path, nested: bool) -> None:
     """The kit's own copies (``.kiln/``, as ``rebuild_c`` runs them, kiln not importable):

@@ -109,11 +109,29 @@ class Refused(ArchFlagError):
         self.unit, self.asked, self.built = unit, asked, built
 
 
+class Uncovered(ArchFlagError):
+    """A unit's device compile whose arch flags cover some of the archs the build makes,
+    not all: the rewrite gives it only those, so its shared object would lack the others
+    for its kernels. Refused at that first compile, not after the whole build."""
+
+    def __init__(self, unit: str, asked: str, kept: str, missing: str, built: str) -> None:
+        super().__init__(
+            f"{unit}: written for {asked}, which covers {kept} of the archs this build makes "
+            f"({built}), not {missing}: the rewrite gives a unit only the built archs its "
+            f"own flags cover; kiln stops at this first compile instead of refusing the "
+            f"wheel after the whole build"
+        )
+
+
 # How the wrapper prints an error of this module (kiln.inside.diagnose reads it back).
 PREFIX = "kiln arch rewrite: error: "
 REFUSED = re.compile(
     r"^(?P<unit>.+?): written for (?P<asked>.+?) only, none of the archs this build makes "
     r"\((?P<built>[^)]*)\)"
+)
+UNCOVERED = re.compile(
+    r"^(?P<unit>.+?): written for (?P<asked>.+?), which covers (?P<kept>.+?) of the archs "
+    r"this build makes \((?P<built>[^)]*)\), not (?P<missing>.+?): the rewrite"
 )
 
 
@@ -241,7 +259,31 @@ def from_environment(args: list[str], unit: str) -> list[str]:
         return args
     before = shlex.split(os.environ.pop(NVCC_ENV_FLAGS[0], ""))
     after = shlex.split(os.environ.pop(NVCC_ENV_FLAGS[1], ""))
-    return rewrite([*before, *args, *after], built, unit)
+    whole = [*before, *args, *after]
+    rewritten = rewrite(whole, built, unit)
+    check_covered(whole, built, unit)
+    return rewritten
+
+
+def check_covered(args: list[str], built: list[str], unit: str) -> None:
+    """Raise :class:`Uncovered` where a device compile of a ``.cu`` unit asks for archs
+    that cover some of ``built``, not all: its kernels would be missing on the others."""
+    compiles = any(a in ("-c", "--compile", "-dc", "--device-c") for a in args)
+    if not compiles or not unit.endswith(".cu") or any(a in NO_CODE for a in args):
+        return
+    _rest, asked, first = split(args)
+    if first is None:
+        return  # no arch flag: it gets every built arch
+    targets = [target(b) for b in built]
+    keep = [t for t in targets if any(covers(a, t) for a in asked)]
+    if keep and len(keep) < len(targets):
+        raise Uncovered(
+            unit,
+            _shown(asked),
+            ", ".join(t.name for t in keep),
+            ", ".join(t.name for t in targets if t not in keep),
+            ", ".join(t.name for t in targets),
+        )
 
 
 EXPECT = "KILN_NVCC_EXPECT"  # compileflags.EXPECT: the archs every CUDA unit must make
