@@ -140,6 +140,15 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
             )
         },
     ),
+    # its pyproject.toml pins a setuptools the build venv's is not (kiln builds without
+    # isolation, so it would build with what the upstream excludes)
+    "build-system-pin": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
+        {
+            "pyproject.toml": '[build-system]\nrequires = ["setuptools<75", "wheel"]\n'
+            'build-backend = "setuptools.build_meta"\n'
+        },
+    ),
     # the package raises at import
     "raises": (
         {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},

@@ -218,6 +218,7 @@ def _build(f: Findings, profiles: dict[str | None, Profile], r: Recipe) -> Table
     _memory(t, f, b)
     _flags(t, f, b)
     _setup_imports(t, f)
+    _build_system(t, f)
     _arch_table_note(t, f, b)
     _env(t, f, b)
     _system(t, f, b)
@@ -469,6 +470,19 @@ def _setup_imports(t: Table, f: Findings) -> None:
             f"{seen}: setup.py imports {name}, which the build venv does not have (the build "
             f'runs without isolation): set by hand: add "{dist}==VERSION" to the profile\'s '
             f'build_tools in kiln.toml (build_tools = [..., "{dist}==VERSION"]).',
+        )
+
+
+def _build_system(t: Table, f: Findings) -> None:
+    """pyproject.toml's [build-system] requires the build venv does not meet: the build
+    refuses the step before its compile (kiln/orchestrate/beforecompile.py)."""
+    if f.build_requires:
+        _say(
+            t,
+            f"pyproject.toml [build-system] requires {'; '.join(f.build_requires)}: kiln "
+            f"builds without isolation in the build venv, and refuses this before the "
+            f"compile; set by hand: pin versions that satisfy it in the profile's "
+            f"build_tools (kiln.toml), or patch the pin out where the code does not need it.",
         )
 
 

@@ -20,6 +20,8 @@ from kiln.add.pysetup import Seen
 from kiln.inside.causes import header_packages
 from kiln.sources.checkout import Checkout
 from kiln.sources.licenses import SUBMODULE_CANDIDATES
+from kiln.toolchain.consumerenv import distributions
+from kiln.verify import buildsystem
 
 # Folders whose sources a build does not compile (used only when setup.py names none).
 _NOT_BUILT = ("test", "tests", "benchmark", "benchmarks", "example", "examples", "docs")
@@ -96,6 +98,8 @@ class Findings:
     # modules setup.py imports that neither the standard library, the tree nor the build
     # venv has: the build stops there (it runs without isolation)
     missing_imports: list[tuple[str, Seen]] = field(default_factory=list)
+    # [build-system] requires the build venv does not meet (kiln.verify.buildsystem)
+    build_requires: list[str] = field(default_factory=list)
 
     @property
     def device_sources(self) -> list[str]:
@@ -149,6 +153,11 @@ def missing_imports(
         return []
     have = {p.name.split(".")[0].split("-")[0] for p in site_packages.iterdir()}
     have |= {"distutils"}  # setuptools provides it where the standard library no longer does
+    # setuptools >= 71 puts its own bundled copies (packaging, more_itertools, jaraco, ...)
+    # on sys.path once imported: setup.py imports them in every build
+    bundled = site_packages / "setuptools" / "_vendor"
+    if bundled.is_dir():
+        have |= {p.name.split(".")[0].split("-")[0] for p in bundled.iterdir()}
     out: list[tuple[str, Seen]] = []
     for m in modules:
         for name, seen in m.imports:
@@ -183,6 +192,8 @@ def scan(co: Checkout, env: Environment) -> Findings:
             found.pip_headers.append(PipHeader(inc.header, pip, inc))
     found.torch_cxx = torch_cxx(env.site_packages)
     found.missing_imports = missing_imports(tree, found.setup, env.site_packages)
+    if env.site_packages is not None:
+        found.build_requires = buildsystem.problems(tree, distributions(env.site_packages))
     lic = spdx.find(tree)
     found.license = spdx.identify(tree, lic) if lic else None
     top = [s for s in co.submodules if "/" not in s.path or not _nested(s.path, co)]

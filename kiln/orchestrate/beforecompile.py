@@ -1,5 +1,6 @@
 """What a wheel step can be refused for before its compile (issue 40): what the wheel
-will require, held against the consumer environment install.sh makes.
+will require, held against the consumer environment install.sh makes; and what its
+``[build-system] requires``, held against the build venv it is built in.
 
 The tree's PEP 517 metadata (``python -m kiln.inside metadata``: the backend's
 ``prepare_metadata_for_build_wheel``, setup.py run as the build runs it, in the step's
@@ -24,12 +25,13 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from kiln.errors import ConfigError
 from kiln.inside import pep517
 from kiln.orchestrate import importproof
 from kiln.orchestrate.context import Context, Step
 from kiln.runners.protocol import Command, step_env
 from kiln.toolchain import consumerenv
-from kiln.verify import imports
+from kiln.verify import buildsystem, imports
 
 log = logging.getLogger(__name__)
 
@@ -113,3 +115,16 @@ def check_requirements(ctx: Context, step: Step) -> None:
         step.spec.vendor,
         ", ".join(requires),
     )
+
+
+def check_build_system(ctx: Context, step: Step) -> None:
+    """Refuse the step before its compile where the tree's ``[build-system] requires``
+    and the build venv disagree (:mod:`kiln.verify.buildsystem`). Read where the build
+    venv is on this machine (the local runner; the Docker runner's is the image's)."""
+    if ctx.runner.kind != "local" or not Path(ctx.tc.site_packages).is_dir():
+        return
+    found = buildsystem.problems(
+        Path(step.spec.tree), consumerenv.distributions(Path(ctx.tc.site_packages))
+    )
+    if found:
+        raise ConfigError(buildsystem.refusal(step.spec.vendor, found))

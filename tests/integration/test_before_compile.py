@@ -13,6 +13,7 @@ that pip finds through its own PIP_FIND_LINKS, as install.sh's pip would.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 import tomlkit
 
 from kiln.config.workspace import Workspace
-from kiln.errors import ImportFailed
+from kiln.errors import ConfigError, ImportFailed
 from kiln.sources.lock import lock_runtime
 from tests import landing
 from tests.conftest import artifacts_files, compiled_units
@@ -120,3 +121,40 @@ def test_a_proof_that_failed_after_the_compile_is_fixed_without_compiling_again(
     res = _build(tmp_path, ws, cases.mirrors, build_python)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "import proof: landing._C" not in res.stderr
+
+
+def test_a_build_system_pin_the_build_venv_breaks_is_refused_before_any_compile(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """pyproject.toml requires setuptools<75; the build venv has a newer one. Refused
+    before the compile, naming both; the printed fix (patch the pin out, where the code
+    does not need it) applied as a patch, the next build releases."""
+    name = "build-system-pin"
+    ws = write(
+        tmp_path / "ws", {name: landing.vendor(name, cases.commits[name])}, profile=PROFILE_NO_TORCH
+    )
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == ConfigError.exit_code, res.stderr[-3000:]
+    assert compiled_units(tmp_path / "artifacts") == []
+    assert re.search(
+        r"build-system-pin: the upstream's pyproject.toml \[build-system\] requires "
+        r"setuptools<75 \(the build venv has setuptools \d+\.[\d.]+\): kiln builds without "
+        r"isolation",
+        res.stderr,
+    ), res.stderr[-3000:]
+    assert "or patch the pin where the upstream's code does not need it (patches/)" in res.stderr
+    pyproject = landing.CASES[name][1]["pyproject.toml"]
+    patch = "".join(
+        difflib.unified_diff(
+            pyproject.splitlines(keepends=True),
+            pyproject.replace('"setuptools<75"', '"setuptools"').splitlines(keepends=True),
+            "a/pyproject.toml",
+            "b/pyproject.toml",
+        )
+    )
+    (ws / "patches" / "unpin-setuptools.patch").write_text(patch)
+    (ws / "patches" / "series.toml").write_text(
+        '[[patch]]\nfile = "unpin-setuptools.patch"\ntarget = "build-system-pin"\n'
+    )
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 0, res.stderr[-3000:]

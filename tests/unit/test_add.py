@@ -561,3 +561,26 @@ def test_computed_arch_flags_read_as_one_sentence(tmp_path: Path) -> None:
         "profile's archs (sm_100a, sm_103a); check that the code compiles for each."
     ) in text, text
     assert "None of" not in text
+
+
+def test_what_setuptools_bundles_is_no_missing_import(tmp_path: Path) -> None:
+    """setuptools >= 71 puts its bundled copies on sys.path once imported: a setup.py that
+    imports ``packaging`` builds in a venv without the distribution (issue 40: add asked
+    for a build_tools line the build never needed). What nobody provides is still named."""
+    from kiln.add import pysetup, scan
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "setup.py").write_text(
+        "import setuptools\nfrom packaging.version import Version\nimport more_itertools\n"
+        "import pybind11\n"
+    )
+    site = tmp_path / "site-packages"
+    for rel in ("setuptools/_vendor/packaging", "setuptools/_vendor/more_itertools"):
+        (site / rel).mkdir(parents=True)
+    (site / "setuptools-80.9.0.dist-info").mkdir()
+    found = scan.missing_imports(tree, [pysetup.read(tree, "setup.py")], site)
+    assert [name for name, _ in found] == ["pybind11"]
+    (site / "setuptools" / "_vendor" / "packaging").rmdir()  # an older setuptools: named
+    found = scan.missing_imports(tree, [pysetup.read(tree, "setup.py")], site)
+    assert [name for name, _ in found] == ["packaging", "pybind11"]

@@ -49,7 +49,16 @@ DEFAULT_EXCLUDE = (
 
 
 def find_outputs(tree: Path, patterns: list[str], what: str) -> list[Path]:
-    found = sorted({p for pattern in patterns for p in tree.glob(pattern) if p.is_file()})
+    """The files ``patterns`` match in the tree, never kiln's own ``.kiln/`` (its links
+    to this machine's CUDA libraries: ``**/*.so`` would otherwise name them)."""
+    found = sorted(
+        {
+            p
+            for pattern in patterns
+            for p in tree.glob(pattern)
+            if p.is_file() and p.relative_to(tree).parts[0] != KIT
+        }
+    )
     if not found:
         raise VerifyError(
             f"{what}: the build left none of {', '.join(patterns)} in the tree; "

@@ -33,8 +33,9 @@ class WheelKind:
     def outputs(self, job: Job) -> list[Output]:
         ctx, vendor, step, stage, co = job.ctx, job.vendor, job.step, job.stage, job.co
         applied, timings = job.applied, job.timings
-        if ctx.opts.import_proof:
-            with timed(timings, "verify"):  # seconds, before minutes of compiling
+        with timed(timings, "verify"):  # seconds, before minutes of compiling
+            beforecompile.check_build_system(ctx, step)
+            if ctx.opts.import_proof:
                 beforecompile.check_requirements(ctx, step)
         with timed(timings, "build"):
             run_step(ctx, step)

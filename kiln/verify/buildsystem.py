@@ -1,0 +1,58 @@
+"""An upstream's ``[build-system] requires`` held against the build venv (issue 40).
+
+kiln builds without isolation (``pip wheel --no-build-isolation``, or the backend's hook
+called once): the build venv stands in for the environment ``requires`` would make. A pin
+it breaks (``setuptools<75`` against setuptools 80) builds "fine" with what the upstream
+excludes; a requirement it lacks fails in setup.py minutes later or not at all. Both are
+known from the tree before anything compiles: ``kiln add`` names them in the draft, the
+build refuses the step before its compile.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+
+def declared(tree: Path) -> list[str]:
+    """``[build-system] requires`` of the tree's pyproject.toml (none: none)."""
+    try:
+        data = tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return []
+    requires = data.get("build-system", {}).get("requires", [])
+    return [r for r in requires if isinstance(r, str)] if isinstance(requires, list) else []
+
+
+def problems(tree: Path, installed: Mapping[str, str]) -> list[str]:
+    """Each requirement of ``[build-system] requires`` the build venv (``installed``:
+    canonical name -> version) does not meet, said with what it has instead."""
+    out = []
+    for text in declared(tree):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        have = installed.get(canonicalize_name(req.name))
+        if have is None:
+            out.append(f"{req} (the build venv has no {req.name})")
+        elif not req.specifier.contains(have, prereleases=True):
+            out.append(f"{req} (the build venv has {req.name} {have})")
+    return out
+
+
+def refusal(vendor: str, found: list[str]) -> str:
+    """The one-line error of a step refused for them."""
+    return (
+        f"{vendor}: the upstream's pyproject.toml [build-system] requires "
+        f"{'; '.join(found)}: kiln builds without isolation, in the build venv, so the "
+        f"upstream would be built with what it excludes or without what it needs; fix: "
+        f"pin versions that satisfy it in the profile's build_tools (kiln.toml), or patch "
+        f"the pin where the upstream's code does not need it (patches/)"
+    )
