@@ -14,6 +14,7 @@ from typing import Any
 from kiln import fsutil
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
+from kiln.errors import KilnError
 from kiln.inside import memwatch
 from kiln.inside.kit import pipcuda
 from kiln.inside.step import StepSpec
@@ -142,6 +143,23 @@ def _measure(
     ran = {**schedule.summarize_jobs(stats), **bound.step_path(stats, timings).to_json()}
     mem = memwatch.read(logs.mem)
     cc = compilercache.read_stats(logs.ccache)
+    _learn(ctx, vendor, logs)
+    peak_rss_gib = round(mem["peak_kib"] / 2**20, 3)
+    used = Schedule.model_validate({**choice.to_json(), **ran, "peak_rss_gib": peak_rss_gib})
+    tool = ctx.ccache.tool if ctx.ccache.enabled else None
+    compiler = CompilerCacheInfo.model_validate({"tool": tool, **cc, "note": ctx.ccache.note})
+    for warning in compiler.warnings or []:
+        log.warning("%s: %s", vendor.name, warning)
+    return used, compiler
+
+
+def _learn(ctx: Context, vendor: Vendor, logs: StepLogs) -> None:
+    """What the step's compiles measured, for the next run's plan (only from real
+    compiles: cache hits use little); also from a step that failed after compiling, so
+    the fix's build plans from what its units used, not from the recipe's guess."""
+    stats = jobs.job_stats(logs.jobs)
+    ran = schedule.summarize_jobs(stats)
+    cc = compilercache.read_stats(logs.ccache)
     tail = schedule.learned_tail(stats)
     # sccache compiles in its server, not below kiln's wrapper: the wrapper's figures are
     # sccache's client's, nothing to learn a unit's memory or CPU from.
@@ -151,13 +169,6 @@ def _measure(
         ctx.peaks.remember(vendor, ran["peak_job_gib"], units, tail)
     elif learns and tail:
         ctx.peaks.remember_tail(vendor, tail)
-    peak_rss_gib = round(mem["peak_kib"] / 2**20, 3)
-    used = Schedule.model_validate({**choice.to_json(), **ran, "peak_rss_gib": peak_rss_gib})
-    tool = ctx.ccache.tool if ctx.ccache.enabled else None
-    compiler = CompilerCacheInfo.model_validate({"tool": tool, **cc, "note": ctx.ccache.note})
-    for warning in compiler.warnings or []:
-        log.warning("%s: %s", vendor.name, warning)
-    return used, compiler
 
 
 def _license_outputs(
@@ -364,7 +375,11 @@ def _build(
     )
     # licenses first: a missing one fails in seconds, not after the compile
     license_outputs, submodules = _license_outputs(vendor, tree, stage, co)
-    outputs = kind.outputs(Job(ctx, vendor, step, stage, co, applied, setup.recorded, timings))
+    try:
+        outputs = kind.outputs(Job(ctx, vendor, step, stage, co, applied, setup.recorded, timings))
+    except KilnError:
+        _learn(ctx, vendor, setup.logs)  # what compiled before the failure still counts
+        raise
     outputs += license_outputs
     outputs.extend(_patch_outputs(ctx, applied, stage))
     used, compiler = _measure(ctx, vendor, setup.logs, choice, timings)

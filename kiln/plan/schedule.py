@@ -81,9 +81,14 @@ def make_budget(mem_budget_gib: float | None, jobs: int | None) -> Budget:
     return Budget(mem, slots.count, "available memory minus margin", slots.source)
 
 
+# Recipe keys that change nothing a compile uses: the memory guess itself (a fix of it
+# must not forget what was measured) and what only the import proof reads.
+NOT_COMPILED = {"mem_per_job_gib", "import_proof", "import_check"}
+
+
 def recipe_fingerprint(vendor: Vendor) -> str:
     """What a learned peak belongs to: the recipe (flags, archs, env), nothing else."""
-    text = json.dumps(vendor.build.model_dump(mode="json"), sort_keys=True)
+    text = json.dumps(vendor.build.model_dump(mode="json", exclude=NOT_COMPILED), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

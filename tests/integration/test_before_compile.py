@@ -158,3 +158,22 @@ def test_a_build_system_pin_the_build_venv_breaks_is_refused_before_any_compile(
     )
     res = _build(tmp_path, ws, cases.mirrors, build_python)
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_a_build_that_failed_after_compiling_still_teaches_the_next_plan(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """``good`` compiles for sm_100a and sm_103a; a recipe that lists sm_100a alone is
+    refused by verify after the compile. What its units used is learned all the same
+    (issue 40: the next builds planned from the draft's guess), and a fix of the recipe's
+    memory guess keeps it."""
+    recipe = landing.vendor("good", cases.commits["good"], archs=["sm_100a"])
+    ws = write(tmp_path / "ws", {"good": recipe}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode != 0 and "sm_103a" in res.stderr, res.stderr[-3000:]
+    assert compiled_units(tmp_path / "artifacts")  # it compiled, then was refused
+    peaks = json.loads((tmp_path / "cache" / "peaks.json").read_text())
+    assert set(peaks["good"]["units"]) >= {"csrc/module.cpp", "csrc/ops.cpp"}, peaks
+    res = _build(tmp_path, ws, cases.mirrors, build_python, "--dry-run")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert re.search(r"GiB per compile \(learned\)", res.stdout + res.stderr), res.stdout[-2000:]
