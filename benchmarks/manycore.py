@@ -293,12 +293,12 @@ def kiln_timeline(logs: Path, began: float, wall: float) -> dict[str, Any]:
     """Where a kiln run's wall went: from its start to the first compile, the longest
     compile (its start and wall), the last compile's end, and the run's end (seconds from
     the start, from the compiler wrapper's records)."""
-    jobs = [j for f in sorted(logs.glob("*.jobs")) for j in jobs.job_stats(f)]
-    compiled = [j for j in jobs if j.get("result") == "compiled" and "start" in j]
+    runs = [j for f in sorted(logs.glob("*.jobs")) for j in jobs.job_stats(f)]
+    compiled = [j for j in runs if j.get("result") == "compiled" and "start" in j]
     if not compiled:
         return {}
     longest = max(compiled, key=lambda j: j["wall_s"])
-    last = max(j["start"] + j["wall_s"] for j in jobs if "start" in j)
+    last = max(j["start"] + j["wall_s"] for j in runs if "start" in j)
     return {
         "first_compile_s": round(min(j["start"] for j in compiled) - began, 1),
         "longest_unit": longest["source"],

@@ -37,6 +37,18 @@ _ARCH_IN_FLAG = re.compile(
 )
 _SM = re.compile(r"\bsm_(\d+[af]?)\b")
 _TORCH_ARCH = re.compile(r"^\d{1,2}\.\d[af]?(\+PTX)?$")
+
+
+def _all_archs(elts: list[ast.expr], every: bool = True) -> tuple[str, ...]:
+    """The TORCH_CUDA_ARCH_LIST spellings among string constants (``every``: only where
+    all of them are, else none)."""
+    values = [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    archs = tuple(v for v in values if _TORCH_ARCH.match(v))
+    if every and (not archs or len(archs) != len(elts)):
+        return ()
+    return archs
+
+
 _STD = re.compile(r"^--?std=(?:c|gnu)\+\+(\d\w)$")
 _STD_NUMBER = {"11": 11, "0x": 11, "14": 14, "1y": 14, "17": 17, "1z": 17, "20": 20, "2a": 20}
 _STD_NUMBER |= {"23": 23, "2b": 23, "26": 26, "2c": 26}
@@ -359,13 +371,44 @@ class _Reader:
     # ---- imports, strings, flags
 
     def _arch_tables(self) -> None:
+        """The upstream's own arch tables, in any of the forms setup.py files write them:
+        a dict keyed by TORCH_CUDA_ARCH_LIST's spellings, an ``if``/``elif`` chain that
+        compares an arch with them, a loop or a list over them."""
+        in_chain: set[int] = set()
         for node in self._walk():
-            if not isinstance(node, ast.Dict):
-                continue
-            keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
-            archs = tuple(k for k in keys if isinstance(k, str) and _TORCH_ARCH.match(k))
-            if archs and len(archs) == len(node.keys):
+            archs: tuple[str, ...] = ()
+            if isinstance(node, ast.Dict):
+                keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+                archs = tuple(k for k in keys if isinstance(k, str) and _TORCH_ARCH.match(k))
+                if len(archs) != len(node.keys):
+                    archs = ()
+            elif isinstance(node, ast.If) and id(node) not in in_chain:
+                archs = self._if_chain_archs(node, in_chain)
+            elif isinstance(node, ast.For) and isinstance(node.iter, ast.List | ast.Tuple):
+                archs = _all_archs(node.iter.elts)
+            elif isinstance(node, ast.Assign) and isinstance(
+                node.value, ast.List | ast.Tuple | ast.Set
+            ):
+                archs = _all_archs(node.value.elts)
+                archs = archs if len(archs) > 1 else ()
+            if archs:
                 self.out.arch_tables.append((archs, self.seen(node)))
+
+    def _if_chain_archs(self, node: ast.If, in_chain: set[int]) -> tuple[str, ...]:
+        """The archs an ``if``/``elif`` chain compares with (``arch == "10.0a"``, ``arch
+        in ("9.0a", "10.0a")``), its branches marked so each chain counts once."""
+        found: list[str] = []
+        current: ast.If | None = node
+        while current is not None:
+            in_chain.add(id(current))
+            for sub in ast.walk(current.test):
+                if isinstance(sub, ast.Compare):
+                    for c in [sub.left, *sub.comparators]:
+                        elts = c.elts if isinstance(c, ast.List | ast.Tuple | ast.Set) else [c]
+                        found += _all_archs(elts, every=False)
+            nxt = current.orelse
+            current = nxt[0] if len(nxt) == 1 and isinstance(nxt[0], ast.If) else None
+        return tuple(dict.fromkeys(found))
 
     def _imports(self) -> None:
         seen_imports: set[str] = set()

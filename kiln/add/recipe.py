@@ -357,10 +357,16 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: Decide
                 why += f" None of {where} fits them: all of them; check each compiles."
         else:
             keep = list(common)
+            tables = [(keys, seen) for m in f.setup for keys, seen in m.arch_tables]
+            how = (
+                f"through a table of its own ({tables[0][1]}: {', '.join(tables[0][0])})"
+                if tables
+                else "(no arch is spelt in its text)"
+            )
             why = (
-                "setup.py computes its arch flags (no arch is spelt in its text): kiln's "
-                "compiler wrapper rewrites every compile's arch flags to the recipe's archs, "
-                f"all of {where}; check that the code compiles for each."
+                f"setup.py computes its arch flags {how}: kiln's compiler wrapper rewrites "
+                f"every compile's arch flags to the recipe's archs, all of {where}; check "
+                f"that the code compiles for each."
             )
         _choose(t, b, why, keep, "rewrite")
         return

@@ -584,3 +584,33 @@ def test_what_setuptools_bundles_is_no_missing_import(tmp_path: Path) -> None:
     (site / "setuptools" / "_vendor" / "packaging").rmdir()  # an older setuptools: named
     found = scan.missing_imports(tree, [pysetup.read(tree, "setup.py")], site)
     assert [name for name, _ in found] == ["packaging", "pybind11"]
+
+
+ARCH_TABLE_FORMS = {
+    "a dict": 'TARGETS = {"9.0a": "90a", "10.0a": "100a"}\n',
+    "an if/elif chain": (
+        "flags = []\n"
+        "for arch in os.environ['TORCH_CUDA_ARCH_LIST'].split(';'):\n"
+        '    if arch == "9.0a":\n'
+        '        flags.append("-gencode=arch=compute_90a,code=sm_90a")\n'
+        '    elif arch in ("10.0a", "10.0"):\n'
+        '        flags.append("-gencode=arch=compute_100a,code=sm_100a")\n'
+    ),
+    "a loop over capabilities": (
+        'for cap in ["9.0a", "10.0a"]:\n    flags.append("-gencode=arch=compute_%s" % cap)\n'
+    ),
+    "a list": 'SUPPORTED = ["9.0a", "10.0a"]\n',
+}
+
+
+@pytest.mark.parametrize("form", ARCH_TABLE_FORMS)
+def test_arch_tables_are_read_in_every_form_setup_py_writes_them(form: str, tmp_path: Path) -> None:
+    """Issue 40: an arch table written as an if/elif chain went unseen (and the draft said
+    no arch was spelt in setup.py's text); a dict, a chain, a loop and a list all read."""
+    from kiln.add import pysetup
+
+    (tmp_path / "setup.py").write_text("import os\n" + ARCH_TABLE_FORMS[form])
+    (tables,) = [t for t in pysetup.read(tmp_path, "setup.py").arch_tables]
+    keys, seen = tables
+    assert set(keys) >= {"9.0a", "10.0a"} and "10.3a" not in keys, keys
+    assert seen.line >= 2
