@@ -25,13 +25,13 @@ from kiln.config.fields import NAME_RE, WORKSPACE_FILE
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Profile, Source
 from kiln.config.workspace import Workspace, read_profiles
-from kiln.errors import ConfigError
+from kiln.errors import ConfigError, KilnError, ToolchainError
 from kiln.inside import proc
-from kiln.inside.facts import find_cuda_home
+from kiln.inside.facts import find_cuda_home, nvcc_version
 from kiln.orchestrate import dryrun
 from kiln.orchestrate.options import Options
 from kiln.sources.checkout import GitCache, checkout
-from kiln.toolchain import buildenv
+from kiln.toolchain import buildenv, cudapypi
 
 log = logging.getLogger("kiln.add")
 
@@ -136,12 +136,47 @@ def _environment(
     with tempfile.TemporaryDirectory(prefix="kiln-add-logs-") as logs:
         exe = buildenv.build_python(profile, cache, python, Path(logs))
     purelib, include = json.loads(proc.output([exe, "-c", _PATHS], what="the build Python"))
-    home = find_cuda_home(cuda_home)
+    home = profile_cuda_home(profile, cache, cuda_home)
     return scan.Environment(
         Path(purelib),
         home if (home / "include").is_dir() else None,
         Path(include) if Path(include).is_dir() else None,
     )
+
+
+def profile_cuda_home(profile: Profile, cache: Path, explicit: str | None) -> Path:
+    """The CUDA home add's checks compile with: the one named (``--cuda-home``,
+    ``$CUDA_HOME``), else this machine's where its nvcc is the profile's CUDA (major.minor,
+    as a build requires), else the profile's own from PyPI (provisioned once, as a build
+    with ``--toolchain pypi`` does): never another CUDA than the build's."""
+    if explicit or os.environ.get("CUDA_HOME"):
+        return find_cuda_home(explicit)
+    home = find_cuda_home(None)
+    try:
+        found = nvcc_version(home)
+    except ToolchainError:
+        found = ""
+    if found.split(".")[:2] == profile.cuda.split(".")[:2]:
+        return home
+    try:
+        with tempfile.TemporaryDirectory(prefix="kiln-add-logs-") as logs:
+            pinned = cudapypi.provision(profile.cuda, cache, Path(logs))
+    except KilnError as exc:
+        log.warning(
+            "the profile's CUDA %s could not be provisioned (%s): add checks with %s's nvcc %s",
+            profile.cuda,
+            str(exc).splitlines()[0],
+            home,
+            found or "(none)",
+        )
+        return home
+    log.info(
+        "add checks with the profile's CUDA %s (%s), not this machine's %s",
+        profile.cuda,
+        pinned,
+        found or "none",
+    )
+    return pinned
 
 
 def _check(workspace: Path, profiles: list[str | None], name: str, text: str) -> None:

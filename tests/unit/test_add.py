@@ -614,3 +614,21 @@ def test_arch_tables_are_read_in_every_form_setup_py_writes_them(form: str, tmp_
     keys, seen = tables
     assert set(keys) >= {"9.0a", "10.0a"} and "10.3a" not in keys, keys
     assert seen.line >= 2
+
+
+def test_adds_checks_use_the_profiles_cuda_not_the_machines(tmp_path: Path) -> None:
+    """Issue 40: add checked -std with this machine's nvcc (13.0 here) for a profile of
+    CUDA 13.2; it takes the profile's own toolkit (from PyPI, as a --toolchain pypi build),
+    and this machine's where its nvcc is the profile's CUDA."""
+    from kiln.add import profile_cuda_home
+    from kiln.config.models import Profile
+    from kiln.inside.facts import nvcc_version
+    from tests.conftest import shared_cache
+    from tests.workspace import PROFILE
+
+    cache = shared_cache(tmp_path / "cache")
+    home = profile_cuda_home(Profile.model_validate(PROFILE), cache, None)
+    assert nvcc_version(home).startswith("13.2."), home
+    system = Profile.model_validate({**PROFILE, "cuda": "13.0"})
+    assert profile_cuda_home(system, cache, None) == Path("/usr/local/cuda")
+    assert profile_cuda_home(system, cache, "/opt/x") == Path("/opt/x")  # named: as named
