@@ -101,6 +101,13 @@ def bench_import_proof(session: nox.Session) -> None:
 
 
 @nox.session
+def bench_onboarding(session: nox.Session) -> None:
+    """kiln add then kiln build, no edit between, per upstream of a corpus: -- --corpus DIR."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/onboarding.py", *session.posargs)
+
+
+@nox.session
 def bench_fleet(session: nox.Session) -> None:
     """Builder B from builder A's shared cache, and N build servers on paper (benchmarks/)."""
     session.install("-e", ".[fleet]")

@@ -1,0 +1,69 @@
+"""benchmarks/onboarding.py, run on a tiny corpus (CI cannot fetch the real one): one of
+the import proof's fixture upstreams (tests/landing.py), ``kiln add`` then ``kiln build``
+with no edit between, so the benchmark's argument parsing, its counting of compiles and
+its cuobjdump report cannot rot unseen (issue 40)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import tomlkit
+
+from tests import landing
+from tests.conftest import REPO, shared_cache
+from tests.integration.test_import_proof import PROFILE_NO_TORCH
+
+
+def test_the_onboarding_benchmark_takes_a_corpus_from_add_to_a_proven_wheel(
+    tmp_path: Path, build_python: Path
+) -> None:
+    made = landing.make(tmp_path / "landing")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copytree(made.root / "good.git", corpus / "landing-good.git", symlinks=True)
+    (corpus / "corpus.toml").write_text('[landing-good]\nshape = "setup.py, nvcc by $NVCC"\n')
+    template = tmp_path / "kiln.toml"
+    template.write_text(
+        tomlkit.dumps({"release": {"name": "onboarding-{name}"}, "profile": PROFILE_NO_TORCH})
+    )
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/onboarding.py",
+            "--corpus",
+            str(corpus),
+            "--cache",
+            str(shared_cache(tmp_path / "cache")),
+            "--root",
+            str(tmp_path / "root"),
+            "--kiln-toml",
+            str(template),
+            "--out",
+            str(out),
+            "--",
+            "--toolchain",
+            "system",
+            "--cuda-home",
+            "/usr/local/cuda",
+            "--python",
+            str(build_python),
+        ],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        check=False,
+        timeout=800,
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    (row,) = json.loads((out / "results.json").read_text())
+    assert row["result"] == "proven", row
+    assert row["commit"] == made.commits["good"]
+    assert row["compiles"] >= 3 and row["repeated"] == 0, row
+    assert row["archs"] and all(v == ["sm_100a", "sm_103a"] for v in row["archs"].values()), row
+    table = (out / "onboarding.md").read_text()
+    assert "| landing-good | setup.py, nvcc by $NVCC | " in table
