@@ -149,6 +149,38 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
             'build-backend = "setuptools.build_meta"\n'
         },
     ),
+    # two extension modules built side by side by a parallel build_ext, each with its own
+    # kernel compiled for a generic arch (kiln's rewrite makes both SM100 archs of each)
+    "parallel-two": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
+        {
+            "csrc/module2.cpp": MODULE_CPP.replace('"_C"', '"_C2"').replace(
+                "PyInit__C", "PyInit__C2"
+            ),
+            "setup.py": SETUP_PY.replace(
+                'GENCODE = ["-gencode=arch=compute_100a,code=sm_100a", '
+                '"-gencode=arch=compute_103a,code=sm_103a"]',
+                'GENCODE = ["-arch=sm_90"]',
+            )
+            .replace(
+                'obj = os.path.join(self.build_temp, "kernel.o")',
+                'obj = os.path.join(self.build_temp, ext.name + ".kernel.o")',
+            )
+            .replace(
+                "class KernelFirst(build_ext):\n",
+                "class KernelFirst(build_ext):\n"
+                "    def finalize_options(self):\n"
+                "        super().finalize_options()\n"
+                "        self.parallel = 2  # the extensions at once, in threads\n\n",
+            )
+            .replace(
+                'ext_modules=[Extension("landing._C", SPEC["sources"], language="c++")],',
+                'ext_modules=[Extension("landing._C", SPEC["sources"], language="c++"),\n'
+                '                 Extension("landing._C2", ["csrc/module2.cpp", "csrc/ops.cpp"],'
+                ' language="c++")],',
+            ),
+        },
+    ),
     # the package raises at import
     "raises": (
         {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},

@@ -130,3 +130,20 @@ def test_every_compile_goes_through_the_wrapper_or_the_build_names_the_one_that_
     for name in CALLS:
         (tarball,) = [o for o in manifest["vendors"][name]["outputs"] if o["kind"] == "tarball"]
         assert [so["sass"] for so in tarball["shared_objects"]] == [["sm_100a", "sm_103a"]]
+
+
+def test_a_parallel_build_ext_with_two_modules_under_rewrite_gives_each_both_archs(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """Issue 40: a setup.py whose build_ext builds its extension modules at once (threads)
+    and compiles each one's kernel for a generic arch: the rewrite reaches every compile,
+    so both shared objects carry sm_100a and sm_103a."""
+    cases = landing.make(tmp_path / "landing")
+    recipe = landing.vendor("parallel-two", cases.commits["parallel-two"], arch_control="rewrite")
+    ws = write(tmp_path / "ws", {"parallel-two": recipe}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((tmp_path / "artifacts/test-release/manifest.json").read_text())
+    (wheel,) = [o for o in manifest["vendors"]["parallel-two"]["outputs"] if o["kind"] == "wheel"]
+    found = {so["path"].split(".cpython")[0]: so["sass"] for so in wheel["shared_objects"]}
+    assert found == {"landing/_C": ["sm_100a", "sm_103a"], "landing/_C2": ["sm_100a", "sm_103a"]}
