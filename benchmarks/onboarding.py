@@ -24,7 +24,8 @@ hand edits, zero repeated compiles; or a refusal within its first compile that s
         [--names a,b] [--kiln-toml FILE] [--out DIR] [-- extra kiln build/add arguments]
 
 ``--kiln-toml``: the workspaces' kiln.toml (default: a release of the profile below:
-CUDA 13.2 from PyPI, Python 3.11, torch 2.14.1, sm_100a and sm_103a). ``nox -s
+CUDA 13.2 from PyPI, ``--toolchain pypi`` unless the extra arguments name another,
+Python 3.11, torch 2.14.1, sm_100a and sm_103a). ``nox -s
 bench_onboarding -- --corpus DIR``.
 """
 
@@ -242,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     args.root.mkdir(parents=True, exist_ok=True)
     args.mirrors = args.root / "mirrors.toml"
     args.mirrors.write_text(f'[mirrors]\n"{BASE_URL}" = "{args.corpus}/"\n')
+    if "--toolchain" not in extra:
+        extra += ["--toolchain", "pypi"]  # the default profile's CUDA 13.2, as nox -s demo
     entries = corpus_entries(args.corpus, args.names.split(",") if args.names else None)
     rows = []
     for name, entry in entries.items():

@@ -20,6 +20,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from kiln.add import recipe, revision, scan, stdcheck
 from kiln.config.fields import NAME_RE, WORKSPACE_FILE
 from kiln.config.mirrors import Mirrors
@@ -30,6 +33,7 @@ from kiln.inside import proc
 from kiln.inside.facts import find_cuda_home, nvcc_version
 from kiln.orchestrate import dryrun
 from kiln.orchestrate.options import Options
+from kiln.release.files import REQUIREMENTS
 from kiln.sources.checkout import GitCache, checkout
 from kiln.toolchain import buildenv, cudapypi
 
@@ -125,7 +129,53 @@ def add_recipe(
     checked = stdcheck.check(name, made.data.build, findings, env)
     _write(target, made.text)
     log.info("%s: wrote %s", name, target)
+    listed = runtime_requirements(workspace, name, findings.requires)
+    if listed:
+        lock = (workspace / "runtime-requirements.lock").is_file()
+        log.info(
+            "%s: the wheel requires %s (%s): listed in %s, so install.sh installs them%s",
+            name,
+            ", ".join(listed),
+            findings.requires[0][1],
+            REQUIREMENTS,
+            "; run `kiln lock` to pin them in runtime-requirements.lock" if lock else "",
+        )
     return Added(target, name, commit, made, findings, checked)
+
+
+def runtime_requirements(workspace: Path, name: str, requires: list[tuple[str, str]]) -> list[str]:
+    """The wheel's stated requirements that the workspace's ``runtime-requirements.txt``
+    does not name yet, appended to it (made where missing; torch is left to the profile,
+    which install.sh keeps where the file names none): what install.sh installs must hold
+    them, or the build refuses the wheel before its compile. Returns the lines added."""
+    path = workspace / REQUIREMENTS
+    text = path.read_text() if path.is_file() else ""
+    named = set()
+    for line in text.splitlines():
+        try:
+            named.add(canonicalize_name(Requirement(line.split("#", 1)[0].strip()).name))
+        except InvalidRequirement:
+            continue
+    new: list[str] = []
+    for spec, _where in requires:
+        try:
+            req = Requirement(spec)
+        except InvalidRequirement:
+            continue
+        key = canonicalize_name(req.name)
+        if (
+            key == "torch"
+            or key in named
+            or (req.marker and not req.marker.evaluate({"extra": ""}))
+        ):
+            continue
+        named.add(key)
+        new.append(f"{req.name}{req.specifier}")
+    if new:
+        head = "" if not text or text.endswith("\n") else "\n"
+        body = f"{head}# kiln add {name}: what its wheel requires ({requires[0][1]})\n"
+        _write(path, text + body + "".join(f"{line}\n" for line in new))
+    return new
 
 
 def _environment(

@@ -119,6 +119,8 @@ class SetupPy:
     # dicts keyed by TORCH_CUDA_ARCH_LIST's spelling ("10.0a": ...): the upstream's own
     # arch table, which builds only the archs it has an entry for
     arch_tables: list[tuple[tuple[str, ...], Seen]] = field(default_factory=list)
+    # setup(install_requires=[...]) written as literal strings: what the wheel requires
+    install_requires: list[tuple[str, Seen]] = field(default_factory=list)
     problem: str | None = None  # why it could not be read
 
 
@@ -425,6 +427,14 @@ class _Reader:
                 if top not in seen_imports:
                     seen_imports.add(top)
                     self.out.imports.append((top, self.seen(node)))
+            if isinstance(node, ast.Call) and _called(node) in ("setup", "setuptools.setup"):
+                for k in node.keywords:
+                    if k.arg == "install_requires" and isinstance(k.value, ast.List | ast.Tuple):
+                        self.out.install_requires += [
+                            (e.value, self.seen(e))
+                            for e in k.value.elts
+                            if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                        ]
             if isinstance(node, ast.Call) and _called(node).endswith("Extension"):
                 named = [k.value for k in node.keywords if k.arg == "name"]
                 first = named[0] if named else (node.args[0] if node.args else None)

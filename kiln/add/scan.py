@@ -100,6 +100,8 @@ class Findings:
     missing_imports: list[tuple[str, Seen]] = field(default_factory=list)
     # [build-system] requires the build venv does not meet (kiln.verify.buildsystem)
     build_requires: list[str] = field(default_factory=list)
+    # what the wheel will require, as the tree states it (requirement, where it is said)
+    requires: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def device_sources(self) -> list[str]:
@@ -169,6 +171,20 @@ def missing_imports(
     return out
 
 
+def runtime_requires(tree: Path, modules: list[pysetup.SetupPy]) -> list[tuple[str, str]]:
+    """What the wheel will require, as the tree states it: setup.py's literal
+    ``install_requires`` and pyproject.toml's ``[project] dependencies``, each with where
+    it is said (a computed list is the build's metadata's to say, before its compile)."""
+    found = [(r, str(seen)) for m in modules for r, seen in m.install_requires]
+    try:
+        project = tomllib.loads((tree / "pyproject.toml").read_text()).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        project = {}
+    deps = project.get("dependencies", []) if isinstance(project, dict) else []
+    found += [(d, "pyproject.toml: [project] dependencies") for d in deps if isinstance(d, str)]
+    return found
+
+
 def _cutlass(header: str) -> bool:
     return header.startswith(("cutlass/", "cute/"))
 
@@ -192,6 +208,7 @@ def scan(co: Checkout, env: Environment) -> Findings:
             found.pip_headers.append(PipHeader(inc.header, pip, inc))
     found.torch_cxx = torch_cxx(env.site_packages)
     found.missing_imports = missing_imports(tree, found.setup, env.site_packages)
+    found.requires = runtime_requires(tree, found.setup)
     if env.site_packages is not None:
         found.build_requires = buildsystem.problems(tree, distributions(env.site_packages))
     lic = spdx.find(tree)

@@ -632,3 +632,45 @@ def test_adds_checks_use_the_profiles_cuda_not_the_machines(tmp_path: Path) -> N
     system = Profile.model_validate({**PROFILE, "cuda": "13.0"})
     assert profile_cuda_home(system, cache, None) == Path("/usr/local/cuda")
     assert profile_cuda_home(system, cache, "/opt/x") == Path("/opt/x")  # named: as named
+
+
+def test_what_the_wheel_requires_is_listed_for_install_sh_with_the_profiles_torch_kept(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: setup.py said install_requires=["packaging", "ninja"] in its first lines,
+    and the build was refused after 17 minutes of compiling. add reads it and lists what
+    runtime-requirements.txt lacks (torch is left to the profile, which install.sh keeps
+    where the file names none)."""
+    from kiln.add import pysetup, runtime_requirements, scan
+    from kiln.release.files import requirements
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "setup.py").write_text(
+        "from setuptools import setup\n"
+        'setup(name="x", install_requires=["torch>=2", "packaging", "ninja>=1.11",\n'
+        "      \"tomli; python_version < '3.0'\"])\n"
+    )
+    (tree / "pyproject.toml").write_text('[project]\ndependencies = ["einops==0.8.1"]\n')
+    requires = scan.runtime_requires(tree, [pysetup.read(tree, "setup.py")])
+    assert [r for r, _ in requires] == [
+        "torch>=2",
+        "packaging",
+        "ninja>=1.11",
+        "tomli; python_version < '3.0'",
+        "einops==0.8.1",
+    ]
+    assert (
+        requires[0][1]
+        == 'setup.py:2: `setup(name="x", install_requires=["torch>=2", "packaging", "ninja>=1.11",`'
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "runtime-requirements.txt").write_text("einops==0.8.1\n")
+    assert runtime_requirements(ws, "x", requires) == ["packaging", "ninja>=1.11"]
+    text = (ws / "runtime-requirements.txt").read_text()
+    assert text.startswith("einops==0.8.1\n# kiln add x: what its wheel requires (setup.py:2: ")
+    assert text.endswith("\npackaging\nninja>=1.11\n")
+    assert runtime_requirements(ws, "x", requires) == []  # once
+    # install.sh keeps the profile's torch beside them
+    assert requirements(ws, "2.14.1+cu130").endswith("torch==2.14.1\n")
