@@ -431,7 +431,7 @@ class _Reader:
                 for k in node.keywords:
                     if k.arg == "install_requires" and isinstance(k.value, ast.List | ast.Tuple):
                         self.out.install_requires += [
-                            (e.value, self.seen(e))
+                            (e.value, self.seen(k.value))
                             for e in k.value.elts
                             if isinstance(e, ast.Constant) and isinstance(e.value, str)
                         ]
