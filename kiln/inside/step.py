@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import threading
@@ -117,7 +118,9 @@ def _record_failure(spec: StepSpec, env: Mapping[str, str], exc: BuildError) -> 
     if not record or not exc.output:
         return
     try:
-        found = diagnose.diagnose(exc.output, Path(spec.tree), env, spec.vendor)
+        # the build's own command first: what it names (a URL it fetches) is evidence too
+        said = f"$ {shlex.join(spec.command)}\n" if spec.command else ""
+        found = diagnose.diagnose(said + exc.output, Path(spec.tree), env, spec.vendor)
         what = str(exc).splitlines()[0] if str(exc) else "the build"
         diagnose.write_record(Path(record), spec.vendor, what, found)
     except Exception as problem:  # reported; the build's own error stays the error

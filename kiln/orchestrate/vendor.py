@@ -9,7 +9,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kiln import fsutil
 from kiln.config.models import Vendor
@@ -36,6 +36,7 @@ from kiln.release.manifest import (
     SubmoduleInfo,
     VendorEntry,
 )
+from kiln.runners import isolation
 from kiln.sources import checkout, licenses, patches
 from kiln.toolchain import compilercache
 
@@ -44,7 +45,16 @@ log = logging.getLogger("kiln.orchestrate")
 
 def runner_info(ctx: Context) -> RunnerInfo:
     r = ctx.runner
-    return RunnerInfo(kind=r.kind, image=r.image, builder=r.builder)
+    return RunnerInfo(kind=r.kind, image=r.image, builder=r.builder, network=network_state(r.kind))
+
+
+def network_state(kind: str) -> Literal["isolated", "not isolated"]:
+    """Whether this runner's steps can reach the network (the manifest's runner.network)."""
+    return (
+        "isolated"
+        if kind == "docker" or isolation.state() == isolation.ISOLATED
+        else "not isolated"
+    )
 
 
 def cache_key(ctx: Context, vendor: Vendor) -> tuple[str, dict[str, Any]]:

@@ -119,6 +119,12 @@ class RunnerInfo(Model):
     builder: str | None = Field(
         default=None, description="id of the builder image the steps ran in (Docker runner)"
     )
+    network: Literal["isolated", "not isolated"] | None = Field(
+        default=None,
+        description="whether the build steps could reach the network: 'isolated' (the "
+        "Docker runner's network_mode none; the local runner's network namespace of its "
+        "own), 'not isolated' (a machine that forbids namespaces)",
+    )
 
 
 class SubmoduleInfo(Model):

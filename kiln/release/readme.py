@@ -308,7 +308,9 @@ def _sections(m: Manifest) -> dict[str, list[str]]:
     build = [
         "## How it was built",
         "",
-        f"- runner: {runner.kind}" + (f", image {runner.image}" if runner.image else ""),
+        f"- runner: {runner.kind}"
+        + (f", image {runner.image}" if runner.image else "")
+        + (f"; build steps' network: {runner.network}" if runner.network else ""),
         f"- nvcc {tc.nvcc_version}, gcc {tc.gcc_version}, Python {tc.python_version}, "
         f"torch {tc.torch_version} (CUDA {tc.torch_cuda}, C++11 ABI "
         f"{'on' if tc.torch_cxx11_abi else 'off'})",

@@ -1,5 +1,6 @@
 """The local runner: every command of a build runs on this machine (inside the builder
-image on a pod, or with the profile's toolchain), in a memory cgroup of its own."""
+image on a pod, or with the profile's toolchain), in a memory cgroup of its own and,
+unless it asks for the network, a network namespace of its own (runners/isolation.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from kiln.config.models import Profile
 from kiln.errors import BuildError
 from kiln.inside import facts, proc
-from kiln.runners import memlimit
+from kiln.runners import isolation, memlimit
 from kiln.runners.protocol import Command
 from kiln.toolchain import buildenv, cudapypi
 from kiln.toolchain.checks import Toolchain, check_cuda
@@ -78,8 +79,10 @@ class LocalRunner:
     def run(self, cmd: Command) -> proc.Result:
         # The step's memory limit, as the Docker runner's container has: a cgroup of its
         # own, so an OOM kill is named as such (kiln.memlimit).
+        # No network unless the command asks for it (issue 41): as the Docker runner's
+        argv = cmd.argv if cmd.network else isolation.wrap(cmd.argv)
         return memlimit.run_limited(
-            cmd.argv,
+            argv,
             mem_gib=cmd.mem_gib,
             cwd=cmd.cwd,
             env=cmd.env,

@@ -1,0 +1,76 @@
+"""A build step of the local runner cannot reach the network (issue 41), as the Docker
+runner's cannot: the step is a real in-place build that fetches a "prebuilt" file from an
+HTTP server on this machine's loopback (which this test's own process reaches). Through
+kiln, the download fails in the step's network namespace, the build is refused with the
+URL on its first screen, nothing is published, and a build that does not download records
+its steps as isolated in the manifest and the release README."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kiln.errors import BuildError
+from kiln.runners import isolation
+from tests.conftest import artifacts_files
+from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
+from tests.require import missing
+from tests.upstreams import Upstreams
+from tests.workspace import plain_vendor, write
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "prebuilt.so").write_bytes(b"not built from pinned sources")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    def handler(*args: object, **kwargs: object) -> Quiet:
+        return Quiet(*args, directory=str(tmp_path / "served"), **kwargs)  # type: ignore[arg-type]
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/prebuilt.so"
+    httpd.shutdown()
+
+
+def test_a_local_step_that_downloads_is_refused_with_the_url(
+    tmp_path: Path, upstreams: Upstreams, server: str, build_python: Path
+) -> None:
+    if isolation.bwrap() is None:
+        missing("FLEET", "bubblewrap cannot make a network namespace here")
+    assert urllib.request.urlopen(server, timeout=5).read()  # reachable from here
+    fetch = f"import urllib.request; urllib.request.urlretrieve({server!r}, 'plain_prebuilt.so')"
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["build"].update(kind="inplace", outputs=["*.so"], command=["python3", "-c", fetch])
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, upstreams.mirrors, build_python)
+    assert res.returncode == BuildError.exit_code, res.stderr[-3000:]
+    assert artifacts_files(tmp_path / "artifacts") == []
+    assert f"the upstream's build tried to download {server}" in res.stderr, res.stderr[-3000:]
+    assert "and builds are offline" in res.stderr
+    log = (tmp_path / "artifacts/logs/test-release/plain-build.log").read_text()
+    assert "Connection refused" in log or "URLError" in log, log[-2000:]
+
+
+def test_the_manifest_and_readme_record_the_steps_isolation(
+    tmp_path: Path, upstreams: Upstreams, build_python: Path
+) -> None:
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, upstreams.mirrors, build_python)
+    assert res.returncode == 0, res.stderr[-3000:]
+    release = tmp_path / "artifacts" / "test-release"
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert manifest["runner"]["network"] == isolation.state()
+    assert manifest["vendors"]["plain"]["runner"]["network"] == isolation.state()
+    readme = (release / "README.md").read_text()
+    assert f"- runner: local; build steps' network: {isolation.state()}" in readme
