@@ -506,12 +506,15 @@ def build(opts: Options) -> Path:
     opts = opts.resolved()
     started = time.monotonic()
     reached: Prepared | None = None  # how far the build got (the timings report's input)
+    untouched = _absent_before(opts.artifacts)
     with contextlib.ExitStack() as stack:
         try:
             planned = plan(load(opts))
             check_plan(planned)
             stack.callback(planned.peaks.save)
             lock(opts, stack)
+            # a refusal before any step (preflight) leaves the artifacts folder as it was
+            stack.callback(lambda: _undo(untouched, planned) if reached is None else None)
             reached = prepare(take_inputs(planned), stack)
             staged = stage_release(reached, stack)
             built = build_vendors(staged)
@@ -523,6 +526,31 @@ def build(opts: Options) -> Path:
         if opts.timings:
             _timings(reached, (release_dir, sorted(built.entries)))
         return release_dir
+
+
+def _absent_before(artifacts: Path) -> list[Path]:
+    """What of the artifacts tree a build makes before its first step that is not there
+    yet (outermost first): the folders, the run lock's file."""
+    logs = artifacts / "logs"
+    return [p for p in (artifacts, logs, logs / runlock.LOCK_NAME) if not p.exists()]
+
+
+def _undo(absent: list[Path], planned: Planned) -> None:
+    """What a build refused before its first step wrote into the artifacts folder: the
+    inputs' snapshot, its empty logs folder, the folders it made (with the run lock's file:
+    no other build waited on a folder that was not there)."""
+    logs = planned.loaded.opts.artifacts / "logs"
+    release_logs = logs / planned.loaded.ws.release.name
+    shutil.rmtree(release_logs / ".inputs", ignore_errors=True)
+    with contextlib.suppress(OSError):
+        release_logs.rmdir()  # only where nothing else is in it
+    # the run lock's file too: a build waiting on it would have found it there first
+    for made in reversed(absent):
+        with contextlib.suppress(OSError):
+            if made.name == runlock.LOCK_NAME:
+                made.unlink()
+            else:
+                made.rmdir()
 
 
 def _timings(prepared: Prepared, done: tuple[Path, list[str]] | None) -> None:

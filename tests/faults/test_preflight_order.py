@@ -51,7 +51,7 @@ def _unprovisioned_build(ws: Path, tmp: Path, mirrors: Path, cache: Path):
     build venv and the pip CUDA there. pip is pointed at no index and no wheels, so a
     preflight that provisions first fails in seconds instead of installing 5 GB."""
     no_wheels = tmp / "no-wheels"
-    no_wheels.mkdir()
+    no_wheels.mkdir(exist_ok=True)
     args = build_args(ws, tmp, mirrors=mirrors, toolchain="pypi", cache=cache)
     env = {
         buildenv.ENV_VAR: "",  # no build Python from the environment either
@@ -171,3 +171,32 @@ def test_headers_nvidias_wheels_may_provide_wait_for_them(
 def test_the_deferral_rule(header: str, deferred: bool) -> None:
     assert pip_cuda_may_provide(SystemRequirement(header=header, package="x")) is deferred
     assert not pip_cuda_may_provide(SystemRequirement(library="nccl", package="libnccl-dev"))
+
+
+def test_a_failed_preflight_leaves_the_artifacts_folder_as_it_was(
+    tmp_path: Path, tiny: tuple[str, Path]
+) -> None:
+    """Issue 41: a refused build left ``logs/.kiln.sources.lock`` and the inputs' snapshot
+    (``.inputs/patches/series.toml``) behind. Refused before any step, nothing stays: not
+    in a folder it made, and not in one that held an earlier release's files."""
+    commit, mirrors = tiny
+    ws = write(
+        tmp_path / "ws",
+        {"tiny": tiny_vendor(commit, system=[ABSENT])},
+        series=[{"file": "gone.patch", "target": "tiny"}],
+        profile=PROFILE,
+    )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    res, _took = _unprovisioned_build(ws, tmp_path, mirrors, cache)
+    assert res.returncode == 9, res.stderr[-3000:]
+    assert not (tmp_path / "artifacts").exists()  # it made it: gone again
+
+    kept = tmp_path / "artifacts" / "logs" / "earlier.log"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("an earlier run's log\n")
+    (tmp_path / "artifacts" / "other-release").mkdir()
+    before = sorted(str(p) for p in (tmp_path / "artifacts").rglob("*"))
+    res, _took = _unprovisioned_build(ws, tmp_path, mirrors, cache)
+    assert res.returncode == 9, res.stderr[-3000:]
+    assert sorted(str(p) for p in (tmp_path / "artifacts").rglob("*")) == before
