@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from variantlib.constants import VALIDATION_WHEEL_NAME_REGEX
 
 from kiln.config.models import Profile
 from kiln.errors import VerifyError
@@ -165,9 +166,16 @@ def check_archs(report_name: str, objects: list[SharedObject], expected: list[st
         )
 
 
+def base_wheel_name(name: str) -> str:
+    """A wheel file's name without its variant label (WheelNext: ``NAME-...-TAG-LABEL.whl``
+    is the wheel ``NAME-...-TAG.whl`` with a ``variant.json``); a plain wheel's as it is."""
+    m = VALIDATION_WHEEL_NAME_REGEX.fullmatch(name)
+    return f"{m['base_wheel_name']}.whl" if m and m["variant_label"] else name
+
+
 def check_tags(wheel: Path, profile: Profile) -> tuple[str, str, list[str]]:
     try:
-        name, version, _build, tags = parse_wheel_filename(wheel.name)
+        name, version, _build, tags = parse_wheel_filename(base_wheel_name(wheel.name))
     except InvalidWheelFilename as exc:
         raise VerifyError(f"{wheel.name}: not a valid wheel file name: {exc}") from None
     py = profile.python_tag

@@ -31,21 +31,55 @@ def proof_line(proof: ImportProof | None) -> str:
 
 
 def verify_release(manifest_file: Path) -> list[str]:
-    """Every wheel the manifest lists: SASS equal to its recipe's archs and to the record."""
+    """Every wheel the manifest lists, and every variant wheel made of one: SASS equal to
+    its recipe's archs and to the record; a variant's properties those archs."""
     m = manifest.read(manifest_file)
     profile = Profile.model_validate(m.profile.data())
     lines = []
+    variant_files = [f.path for f in m.files if f.kind == "variant-wheel"]
     for name, entry in m.vendors.items():
         for out in entry.outputs_of("wheel"):
             wheel = manifest_file.parent / out.path
-            report = binaries.verify_wheel(wheel, list(entry.recipe["archs"]), profile)
-            now = {o.path: o.sass for o in report.shared_objects}
-            recorded = {o.path: o.sass for o in out.shared_objects or []}
-            if now != recorded:
-                raise VerifyError(
-                    f"{out.path} ({name}): SASS now {now}, the manifest records {recorded}: "
-                    f"the wheel is not the one its job verified; rerun the release"
-                )
+            report = _same_as_recorded(wheel, name, entry.recipe["archs"], out, profile)
             lines.append(summary(report))
             lines.append(proof_line(out.import_proof))
+            for path in variant_files:
+                variant = manifest_file.parent / path
+                if binaries.base_wheel_name(variant.name) != wheel.name:
+                    continue
+                vreport = _same_as_recorded(variant, name, entry.recipe["archs"], out, profile)
+                lines.append(summary(vreport))
+                lines.append(variant_line(variant, vreport, m.toolchain.nvcc_version))
     return lines
+
+
+def _same_as_recorded(
+    wheel: Path, vendor: str, archs: list[str], out: manifest.Output, profile: Profile
+) -> binaries.WheelReport:
+    report = binaries.verify_wheel(wheel, list(archs), profile)
+    now = {o.path: o.sass for o in report.shared_objects}
+    recorded = {o.path: o.sass for o in out.shared_objects or []}
+    if now != recorded:
+        raise VerifyError(
+            f"{wheel.name} ({vendor}): SASS now {now}, the manifest records {recorded}: "
+            f"the wheel is not the one its job verified; rerun the release"
+        )
+    return report
+
+
+def variant_line(wheel: Path, report: binaries.WheelReport, cuda: str) -> str:
+    """A variant wheel's properties (variantlib reads its ``variant.json``) must say what
+    its SASS holds: the archs cuobjdump reads now and the CUDA it was built with."""
+    from kiln.release import variants
+
+    said = sorted(p.to_str() for p in variants.read_variant(wheel).properties)
+    sass = sorted({a for o in report.shared_objects for a in o.sass})
+    ptx = sorted({a for o in report.shared_objects for a in o.ptx})
+    want = sorted(p.to_str() for p in variants.properties(sass, ptx, cuda))
+    if said != want:
+        raise VerifyError(
+            f"{wheel.name}: its variant properties say {', '.join(said)}, its shared "
+            f"objects hold {', '.join(want)}: the variant does not say what is inside; "
+            f"rebuild the release"
+        )
+    return f"  variant properties: {', '.join(said)} (as its SASS)"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln.errors import ImportFailed
+from kiln.config.workspace import Workspace
+from kiln.errors import ImportFailed, VerifyError
 from kiln.release import manifest, variants
 from tests import landing
 from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache
@@ -169,6 +170,29 @@ def test_a_good_release_records_each_module_and_its_variants_carry_the_verified_
     variant.write_bytes(variant.read_bytes() + b"\0")
     assert [p.path for p in manifest.check(release / "manifest.json")] == [variant_files[0].path]
     variant.write_bytes(variant.read_bytes()[:-1])
+
+    # issue 41: verify-wheel reads variant wheels (it said "Invalid build number: cp311"),
+    # one by one and through the manifest, whose every variant it checks too
+    owner = next(
+        n
+        for n, v in m.vendors.items()
+        for o in v.outputs_of("wheel")
+        if variant.name.startswith(Path(o.path).stem)
+    )
+    res = run_kiln("verify-wheel", variant, "--workspace", ws, "--vendor", owner)
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = run_kiln("verify-wheel", "--manifest", release / "manifest.json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.count("variant properties: nvidia :: cuda_version_lower_bound :: 13.0") == 2
+    # a variant whose properties do not say what its SASS holds is refused
+    from kiln.verify import binaries
+    from kiln.verify.verify_wheel import variant_line
+
+    plain = release / good.path
+    forged = variants.make_variant(plain, ["sm_100a"], [], "13.0", 0, tmp_path)
+    report = binaries.verify_wheel(forged, ["sm_100a", "sm_103a"], Workspace(ws).profile)
+    with pytest.raises(VerifyError, match=r"its variant properties say .*sm_arch :: 100_real, its"):
+        variant_line(forged, report, "13.0")
 
     again = _build(tmp_path, ws, cases.mirrors, build_python)
     assert again.returncode == 0, again.stderr[-4000:]
