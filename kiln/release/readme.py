@@ -193,19 +193,25 @@ def _licenses_used(m: Manifest) -> list[str]:
 
 
 def front_matter(m: Manifest) -> dict[str, Any]:
-    """The Hub model card's metadata: license, tags, library."""
+    """The Hub model card's metadata (its spec: huggingface.co/docs/hub/model-cards):
+    license, tags."""
     p = m.profile
     used = _licenses_used(m)
-    meta: dict[str, Any] = {"library_name": "kiln"}
+    # No library_name: the Hub's card spec takes only libraries it knows (kiln is none).
+    meta: dict[str, Any] = {}
     one = used[0].lower() if len(used) == 1 else None
     if one in HUB_LICENSES and all(v.source.license_id for v in m.vendors.values()):
         meta["license"] = one
     else:
+        # The Hub's spec: `license: other`, an id of the license (`license_name`: a slug,
+        # not an SPDX expression) and `license_link` to a file of the repository.
         meta["license"] = "other"
-        # An expression inside AND keeps its meaning in parentheses.
         parts = [f"({u})" if " " in u and len(used) > 1 else u for u in used]
-        meta["license_name"] = " AND ".join(parts) if used else "see-licenses"
-        meta["license_link"] = "licenses/"
+        expression = " AND ".join(parts) if used else "see-licenses"
+        meta["license_name"] = re.sub(r"[^a-z0-9.]+", "-", expression.lower()).strip("-")
+        files = sorted(o.path for v in m.vendors.values() for o in v.outputs_of("license"))
+        # one license file: it; several: the README, whose Licenses section names each
+        meta["license_link"] = files[0] if len(files) == 1 else "README.md"
     tags = ["kiln", "cuda", "kernels", "cu" + p.cuda.replace(".", "")]
     tags += verified_archs(m)
     if p.torch:

@@ -330,11 +330,13 @@ def test_other_license_ids_reach_the_sbom_and_the_model_card() -> None:
     assert comp["components"][0]["licenses"] == [{"expression": "MIT OR Apache-2.0"}]
     meta = readme.front_matter(m)
     assert meta["license"] == "other"
-    assert meta["license_name"] == "BSD-2-Clause AND (MIT OR Apache-2.0)"
+    # the Hub's spec: an id (a slug, not the SPDX expression), a link to a file
+    assert meta["license_name"] == "bsd-2-clause-and-mit-or-apache-2.0"
+    assert meta["license_link"] == "README.md" and "library_name" not in meta
     # One license the Hub knows is named as the Hub spells it; one it does not, as other.
     assert readme.front_matter(_manifest("BSD-2-Clause", None))["license"] == "bsd-2-clause"
     meta = readme.front_matter(_manifest("MIT-0", None))
-    assert (meta["license"], meta["license_name"]) == ("other", "MIT-0")
+    assert (meta["license"], meta["license_name"]) == ("other", "mit-0")
 
 
 def test_the_readme_says_the_archs_read_from_the_sass_not_the_profiles_list() -> None:
