@@ -6,6 +6,7 @@ rc 0), so its output is parsed, never its return code trusted.
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 import zipfile
@@ -219,10 +220,31 @@ def _metadata(zf: zipfile.ZipFile) -> str:
 
 
 def auditwheel_show(wheel: Path) -> dict[str, object]:
-    res = proc.run(
-        [sys.executable, "-m", "auditwheel", "show", wheel], check=False, what="auditwheel show"
-    )
-    return {"returncode": res.returncode, "output": res.output.strip()}
+    """``auditwheel show``'s answer, stable between identical builds (the manifest keeps
+    it): a variant wheel is shown under its plain name (auditwheel does not read variant
+    labels), and the output is unwrapped, each ``{...}`` set sorted (auditwheel prints
+    Python sets, whose order changes from one process to the next)."""
+    with tempfile.TemporaryDirectory(prefix="kiln-auditwheel-") as tmp:
+        shown = wheel
+        if base_wheel_name(wheel.name) != wheel.name:
+            shown = Path(tmp) / base_wheel_name(wheel.name)
+            shown.symlink_to(wheel.resolve())
+        res = proc.run(
+            [sys.executable, "-m", "auditwheel", "show", shown],
+            check=False,
+            what="auditwheel show",
+        )
+    return {"returncode": res.returncode, "output": stable_auditwheel(res.output)}
+
+
+def stable_auditwheel(text: str) -> str:
+    """auditwheel's text with its paragraphs unwrapped and every ``{...}`` set sorted."""
+    paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n") if p.strip()]
+
+    def ordered(m: re.Match[str]) -> str:
+        return "{" + ", ".join(sorted(x.strip() for x in m[1].split(",") if x.strip())) + "}"
+
+    return "\n\n".join(re.sub(r"\{([^{}]*)\}", ordered, p) for p in paragraphs)
 
 
 def verify_wheel(

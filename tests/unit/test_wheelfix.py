@@ -39,3 +39,33 @@ def test_normalize_gives_the_same_bytes_from_a_stored_or_a_deflated_wheel(tmp_pa
     assert made[0].read_bytes() == made[1].read_bytes()
     with zipfile.ZipFile(made[0]) as zf:
         assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_DEFLATED}
+
+
+AUDITWHEEL_A = """
+x-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl is
+consistent with the following platform tag: "manylinux_2_34_x86_64".
+
+The wheel references external versioned symbols in these
+system-provided shared libraries: libgcc_s.so.1 with versions
+{'GCC_3.0'}, libc.so.6
+with versions {'GLIBC_2.17', 'GLIBC_2.34', 'GLIBC_2.2.5',
+'GLIBC_2.14'}
+"""
+AUDITWHEEL_B = AUDITWHEEL_A.replace(
+    "{'GLIBC_2.17', 'GLIBC_2.34', 'GLIBC_2.2.5',\n'GLIBC_2.14'}",
+    "{'GLIBC_2.14', 'GLIBC_2.2.5',\n'GLIBC_2.34', 'GLIBC_2.17'}",
+)
+
+
+def test_auditwheels_answer_is_the_same_text_for_the_same_wheel() -> None:
+    """Issue 41: the manifest carries auditwheel show's text, which prints Python sets (an
+    order of their own in every process): two identical builds gave two manifests."""
+    from kiln.verify.binaries import stable_auditwheel
+
+    assert AUDITWHEEL_A != AUDITWHEEL_B
+    a, b = stable_auditwheel(AUDITWHEEL_A), stable_auditwheel(AUDITWHEEL_B)
+    assert a == b
+    assert "{'GLIBC_2.14', 'GLIBC_2.17', 'GLIBC_2.2.5', 'GLIBC_2.34'}" in a
+    assert a.split("\n\n")[0].startswith(
+        "x-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl is consistent"
+    )
