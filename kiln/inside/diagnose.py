@@ -77,6 +77,14 @@ _EDG = re.compile(
 _TOOL_FATAL = re.compile(
     r"^(?P<tool>nvcc|ptxas|nvlink|cicc|cudafe\+\+|fatbinary)\s*(?:fatal|error)\s*:\s*(?P<msg>.*)$"
 )
+# the C/C++ compiler's own fatal errors, with no file:line of the source (cc1plus cannot
+# write its output, as cannot the assembler: "cc1plus: fatal error: when writing output to
+# /tmp/x.ii: No space left on device")
+_CC_FATAL = re.compile(
+    r"^(?P<tool><built-in>|cc1plus|cc1|cc1obj|as|(?:\S*/)?(?:[\w.-]+-)?"
+    r"(?:g\+\+|gcc|c\+\+|cc|clang\+*)(?:-[\d.]+)?)\s*: (?P<kind>fatal error|error): (?P<msg>.*)$"
+    r"|^(?:\S+: )?(?P<as>Fatal error): (?P<asmsg>.*)$"  # the assembler's
+)
 _PTXAS_LINE = re.compile(r"^ptxas (?P<file>\S+), line (?P<line>\d+); error\s*: (?P<msg>.*)$")
 _LD = re.compile(r"^(?:\S*/)?(?:ld|ld\.\w+|collect2|lld)(?::| error:) (?P<msg>.*)$")
 _LD_UNDEFINED = re.compile(
@@ -193,6 +201,12 @@ def _match(text: str) -> tuple[ErrorLine, bool] | None:
     m = _TOOL_FATAL.match(text)
     if m:
         return ErrorLine(f"{m['tool']} fatal: {m['msg'].strip()}", tool=m["tool"]), False
+    m = _CC_FATAL.match(text)
+    if m and m["as"]:
+        return ErrorLine(f"as: fatal error: {m['asmsg'].strip()}", tool="gcc"), False
+    if m:
+        tool = m["tool"].rsplit("/", 1)[-1]
+        return ErrorLine(f"{tool}: {m['kind']}: {m['msg'].strip()}", tool="gcc"), False
     m = _LD_UNDEFINED.match(text)
     if m:
         return ErrorLine(m["msg"].strip(), m["file"], None, "ld"), True
