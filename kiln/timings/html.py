@@ -39,6 +39,11 @@ ROW, STEP_ROW = 15, 18
 SLOWEST = 25
 
 
+def plural(n: int, word: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
@@ -294,10 +299,20 @@ def findings(timeline: Timeline) -> list[str]:
         )
     c = timeline.critical
     if c and c.get("critical_unit"):
+        vendor = c["critical_vendor"]
+        ran = any(p.vendor == vendor and p.name in ("package", "verify") for p in timeline.phases)
+        failed = vendor in {f[0] for f in timeline.failures}
+        # only what ran: a step that failed never linked or packaged
+        rest = (
+            ", its links and packaging"
+            if ran
+            else " (the step failed before its links and packaging)"
+            if failed
+            else ""
+        )
         out.append(
-            f"Critical path: {c['critical_vendor']}: {c['critical_unit']}, its links and "
-            f"packaging: {c['critical_path_s']:.1f} s of the build's "
-            f"{timeline.end - timeline.start:.0f} s."
+            f"Critical path: {vendor}: {c['critical_unit']}{rest}: "
+            f"{c['critical_path_s']:.1f} s of the build's {timeline.end - timeline.start:.0f} s."
         )
     budget = timeline.mem_budget_gib
     peaks = max((v for _, v in series.peak_memory(timeline.units)), default=0.0)
@@ -435,8 +450,9 @@ def render(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> str:
     )
     compiles = timeline.compiles()
     head = (
-        f"{len(compiles)} compiles, {len(timeline.units) - len(compiles)} other compiler runs, "
-        f"{len(timeline.vendors)} steps built"
+        f"{plural(len(compiles), 'compile')}, "
+        f"{plural(len(timeline.units) - len(compiles), 'other compiler run')}, "
+        f"{plural(len(timeline.vendors), 'step')} built"
         + (
             f" ({', '.join(timeline.reused)} reused from the artifact cache)"
             if timeline.reused

@@ -339,3 +339,20 @@ def test_a_failed_build_is_drawn_as_failed(tmp_path: Path) -> None:
     assert "failed (exit code)" in page
     res = run_kiln("timings", logs, "--out", tmp_path / "out")
     assert res.returncode == 0, res.stderr
+
+
+def test_a_failed_steps_critical_path_marks_only_what_ran(tmp_path: Path) -> None:
+    """Issue 41: the page of a build whose step failed after compiling said its critical
+    path was the unit "and its links and packaging", which never ran; and "1 steps"."""
+    logs = tmp_path / "logs" / "rel"
+    logs.mkdir(parents=True)
+    ran = [job("csrc/k.cu", 1, 20), job("csrc/j.cu", 1, 3, rc=1)]
+    (logs / "c.jobs").write_text("".join(json.dumps(x) + "\n" for x in ran))
+    (logs / "c.failure.json").write_text(
+        json.dumps({"errors": [{"text": "csrc/j.cu:3: error: x"}], "cause": {"cause": "x"}})
+    )
+    (logs / records.BUDGET_FILE).write_text(json.dumps({"mem_gib": 12.0, "cpus": 2}))
+    page = html.render(records.load(logs), slots.assign(records.load(logs).units))
+    assert "Critical path: c: csrc/k.cu (the step failed before its links and packaging)" in page
+    assert "its links and packaging:" not in page
+    assert "1 step built" in page and "1 steps" not in page and "2 compiles" in page
