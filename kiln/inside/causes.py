@@ -1235,14 +1235,39 @@ def load_missing_module(f: LoadFailure) -> Cause | None:
     )
 
 
+def _raising_module(frame: str | None) -> str | None:
+    """The module whose code raised, from the innermost frame inside the output
+    (``landing/__init__.py:3`` -> ``landing``, ``landing/ops.py:9`` -> ``landing.ops``)."""
+    if not frame or frame.startswith("/") or not frame.split(":")[0].endswith(".py"):
+        return None
+    parts = frame.split(":")[0].removesuffix(".py").split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+
+
 def load_python_error(f: LoadFailure) -> Cause | None:
     if not f.python_error:
         return None
+    raising = _raising_module(f.frame)
+    # importing pkg._C runs pkg/__init__.py first: where that raises, both fail, and
+    # skipping one alone only moves the failure to the other
+    modules = [f.module] + ([raising] if raising and raising != f.module else [])
+    where = (
+        f" (the code of {raising}, which importing {f.module} runs first)"
+        if len(modules) > 1
+        else ""
+    )
+    entries = ", ".join(f'"{m}" = "REASON"' for m in modules)
     return Cause(
         "raises-at-import",
-        f"importing {f.module} raises {f.python_error}" + (f" at {f.frame}" if f.frame else ""),
-        "fix the code that runs at import (a patch in patches/), or skip the module with "
-        f"its reason: build.import_proof.skip in vendors/{f.vendor}.toml",
+        f"importing {f.module} raises {f.python_error}"
+        + (f" at {f.frame}" if f.frame else "")
+        + where,
+        "fix the code that runs at import (a patch in patches/), or skip "
+        + ("both modules" if len(modules) > 1 else "the module")
+        + f" with the reason: import_proof.skip = {{ {entries} }} in [build] of "
+        f"vendors/{f.vendor}.toml",
     )
 
 

@@ -177,3 +177,34 @@ def test_a_build_that_failed_after_compiling_still_teaches_the_next_plan(
     res = _build(tmp_path, ws, cases.mirrors, build_python, "--dry-run")
     assert res.returncode == 0, res.stderr[-2000:]
     assert re.search(r"GiB per compile \(learned\)", res.stdout + res.stderr), res.stdout[-2000:]
+
+
+def test_the_printed_skip_of_a_package_that_raises_is_one_round_trip(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """Issue 41: the screen named landing._C; skipping it alone led to a second failure on
+    landing, whose __init__.py is what raises. The printed fix names both; pasted into
+    [build] as printed (REASON filled in), the next build releases without compiling."""
+    recipe = landing.vendor("raises", cases.commits["raises"])
+    ws = write(tmp_path / "ws", {"raises": recipe}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == ImportFailed.exit_code, res.stderr[-3000:]
+    fix = re.search(
+        r"import_proof\.skip = (\{[^}]*\}) in \[build\] of (vendors/\S+\.toml)", res.stderr
+    )
+    assert fix, res.stderr[-3000:]
+    assert "(the code of landing, which importing landing._C runs first)" in res.stderr
+    path = ws / fix[2]
+    text = path.read_text().replace(
+        "[build]\n",
+        "[build]\nimport_proof.skip = "
+        + fix[1].replace("REASON", "configured for another cluster: raises by design off it")
+        + "\n",
+        1,
+    )
+    path.write_text(text)
+    for jobs in (tmp_path / "artifacts" / "logs").rglob("*.jobs"):
+        jobs.unlink()
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert compiled_units(tmp_path / "artifacts") == []

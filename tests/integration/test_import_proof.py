@@ -96,7 +96,8 @@ def test_wheels_that_do_not_land_fail_before_anything_is_published(
     assert raises["cause"]["row"] == "raises-at-import"
     assert (
         "  cause: importing landing._C raises RuntimeError: landing: configured for another "
-        "cluster at landing/__init__.py:3"
+        "cluster at landing/__init__.py:3 (the code of landing, which importing landing._C "
+        "runs first)"
     ) in err.splitlines()
 
 
