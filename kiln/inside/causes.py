@@ -681,6 +681,38 @@ INSTRUCTION_ARCHS: tuple[tuple[str, str], ...] = (
     ("mbarrier.try_wait", "sm_90 and later"),
     ("elect.sync", "sm_90 and later"),
 )
+# PTX instruction prefix -> the arch-specific targets that have it (their families too);
+# others: the first generic arch that has it.
+INSTRUCTION_TARGETS: tuple[tuple[str, frozenset[str], int], ...] = (
+    ("wgmma.", frozenset({"90a"}), 0),
+    ("tcgen05.", frozenset({"100a", "101a", "103a", "110a", "100f", "101f", "103f", "110f"}), 0),
+    ("setmaxnreg", frozenset({"90a", "100a", "101a", "103a", "120a", "100f", "103f", "120f"}), 0),
+    ("cp.async.bulk.tensor", frozenset(), 90),
+    ("multimem.", frozenset(), 90),
+    ("mbarrier.try_wait", frozenset(), 90),
+    ("elect.sync", frozenset(), 90),
+)
+
+
+def _has_instruction(insn: str, arch: str) -> bool:
+    """Whether ``arch`` (``sm_100a``) has the PTX instruction ``insn`` (unknown: assume so)."""
+    name = arch.removeprefix("sm_").removeprefix("compute_")
+    for prefix, specific, generic in INSTRUCTION_TARGETS:
+        if insn.startswith(prefix):
+            number = int(re.sub(r"\D", "", name) or 0)
+            return name in specific if specific else number >= generic
+    return True
+
+
+def _built_archs(env: Mapping[str, str]) -> list[str]:
+    """The archs the step builds, as kiln told its compiler wrapper or torch."""
+    for var in ("KILN_BUILD_ARCHS", "KILN_NVCC_ARCHS", "KILN_NVCC_EXPECT"):
+        if env.get(var):
+            return env[var].split()
+    listed = [a.removesuffix("+PTX") for a in env.get("TORCH_CUDA_ARCH_LIST", "").split(";")]
+    return [f"sm_{a.replace('.', '')}" for a in listed if a]
+
+
 _PTX_INSN = re.compile(
     r"Instruction '(?P<insn>[\w.]+)' (?:not supported on \.target|cannot be compiled for "
     r"architecture) '(?P<target>sm_\w+)'"
@@ -698,15 +730,28 @@ def ptx_instruction(f: Failure) -> Cause | None:
         has = next((a for p, a in INSTRUCTION_ARCHS if insn.startswith(p)), None)
         unit = f.d.unit or "a unit"
         kept = f" (its PTX, kept: {err.file}:{err.line})" if err.file else ""
+        built = _built_archs(f.env)
+        having = [a for a in built if _has_instruction(insn, a)]
+        guard = (
+            f"compile {unit} only for archs that have {insn}: the upstream's arch guard "
+            f"around that code (#if __CUDA_ARCH__ ...) or its switch for the unit "
+            f'(arch_control = "toggles" with build.arch_toggles in vendors/{f.vendor}.toml)'
+        )
+        if built and not having:
+            # leaving the arch out only moves the failure to the next one of the build
+            fix = (
+                f"{guard}; no arch this build makes ({', '.join(built)}) has {insn}: "
+                f"leaving {target} out of build.archs does not help (the next arch fails the "
+                f"same, or none is left), the code must not be compiled for them"
+            )
+        else:
+            fix = f"{guard}, or leave {target} out of build.archs"
         return Cause(
             "ptx-instruction",
             f"{unit} was compiled for {target}, and its device code uses {insn}"
             + (f", which exists on {has}" if has else f", which {target} does not have")
             + kept,
-            f"compile {unit} only for archs that have {insn}: the upstream's arch guard "
-            f"around that code (#if __CUDA_ARCH__ ...) or its switch for the unit "
-            f'(arch_control = "toggles" with build.arch_toggles in vendors/{f.vendor}.toml), '
-            f"or leave {target} out of build.archs",
+            fix,
         )
     return None
 

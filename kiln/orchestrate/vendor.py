@@ -268,6 +268,8 @@ def _environment(
     # ccache, the run's compile gate).
     kit.install_kit(tree)
     env.update(kit.kit_environment(tree, ctx.tc, env))
+    # the archs the step builds, for its diagnosis (kiln.inside.causes): not recorded
+    env["KILN_BUILD_ARCHS"] = " ".join(vendor.build.archs)
     if vendor.build.arch_control == "torch-arch-list" and vendor.build.archs:
         # each CUDA unit must make every arch of TORCH_CUDA_ARCH_LIST: an upstream that
         # maps it through a table of its own is stopped at its first compile
