@@ -928,6 +928,15 @@ def setup_import(f: Failure) -> Cause | None:
     line = _setup_line(f, m.start(), module) if m else None
     if not m or line is None:
         return None
+    own = _tree_module(f.tree, module)
+    if own is not None:  # the tree's own: no distribution would be the fix
+        return Cause(
+            "setup-import",
+            f"setup.py:{line} imports {m['name']}, a module of the upstream's own tree "
+            f"({own}) that is not on sys.path when setup.py runs from the tree's root",
+            f"make setup.py find it where it lies ({own}): a patch that imports it by that "
+            f"path (or adds its folder to sys.path); no build_tools entry provides it",
+        )
     dist = MODULE_DISTRIBUTIONS.get(module, module)
     return Cause(
         "setup-import",
@@ -936,7 +945,22 @@ def setup_import(f: Failure) -> Cause | None:
         f'add "{dist}==VERSION" (its version pinned) to the profile\'s build_tools in '
         'kiln.toml, e.g. build_tools = [..., "' + dist + '==VERSION"]; with --python, '
         f"install {dist} into that Python",
+        # a module is not always a distribution: the host checks on the index first
+        resolve={"kind": "distribution", "dist": dist, "module": module},
     )
+
+
+def _tree_module(tree: Path, module: str) -> str | None:
+    """Where the tree holds ``module`` (``module.py`` or ``module/__init__.py``, three
+    folders down at most, outside .git and kiln's .kiln), as a path in the tree."""
+    for depth in range(4):
+        pattern = "/".join(["*"] * depth)
+        for candidate in (f"{module}.py", f"{module}/__init__.py"):
+            for found in sorted(tree.glob(f"{pattern}/{candidate}" if pattern else candidate)):
+                rel = found.relative_to(tree)
+                if rel.parts[0] not in (".git", ".kiln"):
+                    return str(rel)
+    return None
 
 
 _NET_ERROR = re.compile(

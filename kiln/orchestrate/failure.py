@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import cast
 
 from kiln.errors import BuildError, FailureRecord
-from kiln.orchestrate import github
+from kiln.orchestrate import fixcheck, github
 
 log = logging.getLogger("kiln.orchestrate")
 
@@ -94,7 +94,10 @@ def explain(
     resolve = cause.get("resolve")
     if resolve and resolve_fix is not None and "resolved" not in cause:
         cause["resolved"] = resolve_fix(resolve)
-        cause["fix"] = f"{cause['fix']}; {cause['resolved']}"
+        if cause["resolved"].startswith(fixcheck.INSTEAD):  # the fix asked for the impossible
+            cause["fix"] = cause["resolved"].removeprefix(fixcheck.INSTEAD)
+        else:
+            cause["fix"] = f"{cause['fix']}; {cause['resolved']}"
     _write(path, record, log_file)
     message = render(record, log_file, _exit_line(exc))
     explained = BuildError(message)

@@ -48,9 +48,59 @@ def pip_command(profile: Profile, reqs: list[str], target: Path, report: Path) -
     ]
 
 
+# A resolved sentence that replaces the fix instead of joining it (the fix was wrong).
+INSTEAD = "instead: "
+
+
+def distribution(resolve: dict[str, str], profile: Profile, offline: bool) -> str:
+    """Whether the module setup.py imports is a distribution pip installs (a dry resolve
+    of ``dist`` alone on the profile's index, metadata only): its newest version to pin,
+    or, where the index has no such distribution, a replacement of the fix, which asked
+    for it in build_tools (issue 41: a fix that could never work)."""
+    dist, module = resolve["dist"], resolve.get("module", resolve["dist"])
+    by_hand = f"pip install --dry-run {shlex.quote(dist)}"
+    if offline:
+        return f"not checked that {dist} is a distribution (--offline); to check: {by_hand}"
+    with tempfile.TemporaryDirectory(prefix="kiln-fixcheck-") as tmp:
+        report = Path(tmp) / "report.json"
+        try:
+            res = proc.run(
+                pip_command(profile, [dist], Path(tmp) / "target", report),
+                check=False,
+                timeout=TIMEOUT_S,
+                what=f"a dry resolve of {dist}",
+            )
+        except subprocess.TimeoutExpired:
+            return f"not checked (no answer in {TIMEOUT_S:g} s); to check: {by_hand}"
+        except (KilnError, OSError) as exc:
+            return f"not checked ({str(exc).splitlines()[0]}); to check: {by_hand}"
+        if res.returncode == 0 and report.is_file():
+            got = {
+                item["metadata"]["name"].lower(): item["metadata"]["version"]
+                for item in json.loads(report.read_text()).get("install", [])
+            }
+            version = got.get(dist.lower())
+            if version:
+                return f'the profile\'s index has {dist} {version}: "{dist}=={version}"'
+        output = res.output
+    if "No matching distribution" in output or "(from versions: none)" in output:
+        return (
+            f"{INSTEAD}no distribution named {dist} is on the profile's index (a dry "
+            f"resolve): {module} is not something pip installs into the build venv; it is "
+            f"the upstream's own (a submodule not checked out, a file its build generates "
+            f"first, a folder setup.py expects on sys.path) or another project's: read what "
+            f"setup.py expects there, and give it to the build (a submodule in the vendor "
+            f"TOML, a patch)"
+        )
+    last = output.strip().splitlines()[-1] if output.strip() else f"exit code {res.returncode}"
+    return f"not checked ({last}); to check: {by_hand}"
+
+
 def check(resolve: dict[str, str], profile: Profile, offline: bool) -> str:
     """One sentence for the fix: the version that pins a newer ``dist``, that none does,
     or why it was not resolved (with the command that would)."""
+    if resolve.get("kind") == "distribution":
+        return distribution(resolve, profile, offline)
     pinner, dist = resolve["pinner"], resolve["dist"]
     reqs = requirements(resolve)
     asked = " with ".join(reqs)

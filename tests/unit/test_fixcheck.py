@@ -91,3 +91,69 @@ def test_an_index_that_does_not_answer_is_not_read_as_no_torch(
     assert said.startswith(
         "not resolved (the index pip reached lists no torch); to find one: pip"
     ), said
+
+
+def test_a_module_setup_py_imports_is_checked_to_be_a_distribution_before_it_is_advised(
+    index: Path, tmp_path: Path
+) -> None:
+    """Issue 41: setup.py imported a module that is no distribution and the screen said
+    "pin it in build_tools". On the index: the version to pin; not on it: the fix is
+    replaced by what the module is (the upstream's own or another project's); and a
+    module the tree holds is named where it lies, with no build_tools advice at all."""
+    from kiln.inside import diagnose
+
+    _wheel(index, "pybind11", "3.0.1", [])
+    found = {"kind": "distribution", "dist": "pybind11", "module": "pybind11"}
+    assert fixcheck.check(found, PROFILE, offline=False) == (
+        'the profile\'s index has pybind11 3.0.1: "pybind11==3.0.1"'
+    )
+    absent = {"kind": "distribution", "dist": "kiln_gen", "module": "kiln_gen"}
+    said = fixcheck.check(absent, PROFILE, offline=False)
+    assert said.startswith(fixcheck.INSTEAD + "no distribution named kiln_gen is on the")
+    offline = fixcheck.check(absent, PROFILE, offline=True)
+    assert offline.endswith("to check: pip install --dry-run kiln_gen")
+
+    tree = tmp_path / "tree"
+    (tree / "tools" / "kiln_gen").mkdir(parents=True)
+    (tree / "tools" / "kiln_gen" / "__init__.py").write_text("")
+    (tree / "setup.py").write_text("import kiln_gen\n")
+    output = (
+        'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\n'
+        "ModuleNotFoundError: No module named 'kiln_gen'\n"
+    )
+    d = diagnose.diagnose(output, tree, {}, "v")
+    assert d.cause is not None and d.cause.row == "setup-import"
+    assert "a module of the upstream's own tree (tools/kiln_gen/__init__.py)" in d.cause.cause
+    assert "build_tools" not in d.cause.fix.replace("no build_tools entry", "")
+    assert d.cause.resolve is None
+    (tree / "tools" / "kiln_gen" / "__init__.py").unlink()
+    d = diagnose.diagnose(output, tree, {}, "v")
+    assert d.cause is not None and d.cause.resolve == absent
+
+
+def test_a_resolved_sentence_that_says_instead_replaces_the_fix(tmp_path: Path) -> None:
+    import json
+
+    from kiln.errors import BuildError
+    from kiln.orchestrate import failure
+
+    record = {
+        "vendor": "v",
+        "errors": [{"text": "ModuleNotFoundError: No module named 'kiln_gen'"}],
+        "cause": {
+            "row": "setup-import",
+            "cause": "setup.py:1 imports kiln_gen",
+            "fix": 'add "kiln_gen==VERSION" to the profile\'s build_tools',
+            "resolve": {"kind": "distribution", "dist": "kiln_gen"},
+        },
+    }
+    failure.record_path(tmp_path, "v").write_text(json.dumps(record))
+    explained = failure.explain(
+        BuildError("failed"),
+        "v",
+        tmp_path,
+        tmp_path / "v-build.log",
+        lambda resolve: fixcheck.INSTEAD + "no distribution named kiln_gen is on the index",
+    )
+    assert "  fix: no distribution named kiln_gen is on the index" in str(explained)
+    assert "build_tools" not in str(explained)
