@@ -147,3 +147,42 @@ def test_a_parallel_build_ext_with_two_modules_under_rewrite_gives_each_both_arc
     (wheel,) = [o for o in manifest["vendors"]["parallel-two"]["outputs"] if o["kind"] == "wheel"]
     found = {so["path"].split(".cpython")[0]: so["sass"] for so in wheel["shared_objects"]}
     assert found == {"landing/_C": ["sm_100a", "sm_103a"], "landing/_C2": ["sm_100a", "sm_103a"]}
+
+
+CXX20_KERNEL = (
+    "#include <concepts>\n"
+    "template <typename T> concept Floaty = std::floating_point<T>;\n"
+    "template <Floaty T> __device__ T twice(T x) { return x + x; }\n"
+    "__global__ void k(float* x) { x[0] = twice(x[0]); }\n"
+    'extern "C" int landing_launch(float* x, int n) { k<<<1, 1>>>(x); return 0; }\n'
+)
+
+
+def test_the_printed_standard_fix_reaches_an_in_place_builds_nvcc(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """Issue 41: for a build.sh upstream, nvcc_append_flags = ["-std=c++20"] was printed,
+    applied, and the same screen came back (build.sh's nvcc never met kiln's wrapper).
+    build.sh calls nvcc by name with -std=c++17 on C++20 code; the printed fix, pasted
+    into the recipe as printed, builds."""
+    files = {k: v for k, v in landing.BASE.items() if k != "setup.py"} | {
+        "build.sh": BUILD_SH.format(nvcc="nvcc", flags=NVCC_FLAGS.replace("-c ", "-c -std=c++17 ")),
+        "csrc/kernel.cu": CXX20_KERNEL,
+    }
+    (commit,) = make_repo(
+        tmp_path / "up" / "cxx20.git", [CommitSpec("c", files, executable={"build.sh"})]
+    )
+    mirrors = tmp_path / "mirrors.toml"
+    mirrors.write_text(f'[mirrors]\n"{BASE_URL}" = "{tmp_path / "up"}/"\n')
+    ws = write(tmp_path / "ws", {"cxx20": _vendor("cxx20", commit)}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, mirrors, build_python)
+    assert res.returncode != 0, res.stderr[-3000:]
+    fix = re.search(
+        r"fix: add (build\.nvcc_append_flags = \[.*?\]) to (vendors/\S+\.toml)", res.stderr
+    )
+    assert fix, res.stderr[-3000:]
+    key, value = fix[1].removeprefix("build.").split(" = ", 1)
+    path = ws / fix[2]
+    path.write_text(path.read_text().replace("[build]\n", f"[build]\n{key} = {value}\n", 1))
+    res = _build(tmp_path, ws, mirrors, build_python)
+    assert res.returncode == 0, res.stderr[-3000:]
