@@ -30,7 +30,7 @@ containers raises these too.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 
 class ErrorEntry(TypedDict, total=False):
@@ -55,6 +55,7 @@ class CauseEntry(TypedDict, total=False):
     fix: str
     resolve: dict[str, str] | None
     resolved: str
+    edit: dict[str, Any] | None  # the fix as an edit `kiln build --fix` applies
 
 
 class FailureRecord(TypedDict, total=False):

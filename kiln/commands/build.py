@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from kiln.commands import options as o
-from kiln.commands.common import out
+from kiln.commands.common import out, say_err
 from kiln.errors import KilnError
 from kiln.orchestrate.options import Options
 
@@ -17,7 +17,7 @@ HELP = "build vendors of a workspace into a release folder"
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("vendor", nargs="*", help="vendor names (default: every vendor)")
-    o.add(parser, *o.BUILD, o.DRY_RUN, o.JSON)
+    o.add(parser, *o.BUILD, o.DRY_RUN, o.JSON, o.FIX)
 
 
 def options(args: argparse.Namespace, **fields: Any) -> Options:
@@ -39,5 +39,36 @@ def execute(args: argparse.Namespace) -> int:
         plan = dryrun.plan(options(args, vendors=vendors))
         out(dryrun.as_json(plan) if args.json else dryrun.render(plan))
         return dryrun.exit_code(plan)
-    out(pipeline.build(options(args, vendors=vendors)))
+    opts = options(args, vendors=vendors)
+    if not args.fix:
+        out(pipeline.build(opts))
+        return 0
+    try:
+        out(pipeline.build(opts))
+        return 0
+    except KilnError as exc:
+        edits = _fixes(opts)
+        if not edits:
+            raise
+        say_err(str(exc))
+    from kiln.orchestrate import fixes
+
+    for edit in edits:
+        diff = fixes.apply(opts.workspace, edit)
+        say_err(f"kiln build --fix: {edit.vendor} ({edit.row}):\n{diff or '(already so)'}")
+    many = "es" if len(edits) != 1 else ""
+    say_err(f"kiln build --fix: {len(edits)} fix{many} applied; building again")
+    out(pipeline.build(opts))
     return 0
+
+
+def _fixes(opts: Options) -> list[Any]:
+    """The mechanical fixes the failed build's records carry."""
+    from kiln.config.workspace import Workspace
+    from kiln.orchestrate import fixes
+
+    try:
+        name = Workspace(opts.workspace).release.name
+    except KilnError:
+        return []
+    return fixes.pending(opts.artifacts / "logs" / name)

@@ -159,6 +159,13 @@ DRY_RUN = Option(
     kind="flag",
 )
 JSON = Option("--json", "with --dry-run: the plan as JSON", kind="flag")
+FIX = Option(
+    "--fix",
+    "where the build fails, apply the fixes it printed that are mechanical (a key of a "
+    "vendor TOML, lines of runtime-requirements.txt), show each as a diff, and build again "
+    "once",
+    kind="flag",
+)
 TIMINGS_OUT = Option(
     "--out",
     "folder for timings.html and timings.trace.json",

@@ -35,7 +35,7 @@ import sysconfig
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kiln.inside import proc
 from kiln.inside.kit import archflags
@@ -53,6 +53,22 @@ class Cause:
     # index where the index can be reached (the host, kiln/orchestrate/fixcheck.py): the
     # distribution that pins, its version, the pinned one and the version to go above.
     resolve: dict[str, str] | None = None
+    # The fix as a structured edit ``kiln build --fix`` applies (kiln/orchestrate/fixes.py):
+    # {"file": "vendors/x.toml", "keys": ["build", "env", "X"], "set": value} or "append":
+    # [values] to a list; None where the fix needs judgement (then it stays text).
+    edit: dict[str, Any] | None = None
+
+
+def toml_edit(
+    vendor: str, keys: list[str], *, set_to: Any = None, append: list[Any] | None = None
+) -> dict[str, Any]:
+    """A fix that sets (or appends to) one key of the vendor's TOML."""
+    edit: dict[str, Any] = {"file": f"vendors/{vendor}.toml", "keys": keys}
+    if append is not None:
+        edit["append"] = append
+    else:
+        edit["set"] = set_to
+    return edit
 
 
 @dataclass(frozen=True)
@@ -562,6 +578,12 @@ CXX20_NAMES = frozenset(
 )
 
 
+def _cxx_edit(f: Failure, std: str, unit: str | None) -> dict[str, Any]:
+    """:func:`_cxx_fix` as an edit (the C++ units' key too where the unit is not CUDA)."""
+    key = "nvcc_append_flags" if unit and unit.endswith(".cu") else "cxx_append_flags"
+    return toml_edit(f.vendor, ["build", key], append=[f"-std={std}"])
+
+
 def _cxx_fix(f: Failure, std: str, unit: str | None) -> str:
     """The flag that sets the standard, for the compiler that compiles ``unit``."""
     if unit and unit.endswith(".cu"):
@@ -595,6 +617,7 @@ def cxx20_code(f: Failure) -> Cause | None:
             f"the upstream's own code is C++20 ({name} at {where}) and this unit was compiled "
             "with an older -std (the upstream hard-codes it)",
             _cxx_fix(f, "c++20", err.file or f.d.unit),
+            edit=_cxx_edit(f, "c++20", err.file or f.d.unit),
         )
     return None
 
@@ -614,6 +637,7 @@ def cxx_standard(f: Failure) -> Cause | None:
             f"a header refuses the C++ standard this unit was compiled with{where}: it needs "
             f"C++{std[3:]} or later (the upstream hard-codes an older -std)",
             _cxx_fix(f, std, f.d.unit),
+            edit=_cxx_edit(f, std, f.d.unit),
         )
     return cxx20_code(f)
 
@@ -976,6 +1000,11 @@ _SWITCH = re.compile(
 
 
 def _download_switch(f: Failure) -> str | None:
+    found = _download_switch_edit(f)
+    return found[0] if found else None
+
+
+def _download_switch_edit(f: Failure) -> tuple[str, dict[str, Any]] | None:
     """The setup.py switch that builds from source instead of downloading: a variable
     compared with a constant (``os.getenv("X_FORCE_BUILD", "FALSE") == "TRUE"``), and
     what the recipe sets it to now."""
@@ -997,7 +1026,8 @@ def _download_switch(f: Failure) -> str | None:
             if have is not None
             else f'setup.py:{line} reads {m["var"]} (compared with {m["op"]} "{want}")'
         )
-        return f'{now}: set {m["var"]} = "{want}" in [build.env] of vendors/{f.vendor}.toml'
+        said = f'{now}: set {m["var"]} = "{want}" in [build.env] of vendors/{f.vendor}.toml'
+        return said, toml_edit(f.vendor, ["build", "env", m["var"]], set_to=want)
     return None
 
 
@@ -1023,15 +1053,17 @@ def network_download(f: Failure) -> Cause | None:
         return None
     urls = _URL.findall(f.output[: m.end() + 400])
     url = urls[-1] if urls else _download_in_setup(f) or "something from the network"
-    switch = _download_switch(f)
+    switch = _download_switch_edit(f)
     return Cause(
         "network-download",
         f"the upstream's build tried to download {url}, and builds are offline (kiln fetches "
         "sources first; a build step never reaches the network)",
-        switch
-        or "set the upstream's switch that builds from source instead of downloading (read its "
-        "setup.py), in [build.env] of the vendor TOML; or put what it downloads in the tree "
+        switch[0]
+        if switch
+        else "set the upstream's switch that builds from source instead of downloading (read "
+        "its setup.py), in [build.env] of the vendor TOML; or put what it downloads in the tree "
         "(a submodule, a patch)",
+        edit=switch[1] if switch else None,
     )
 
 
@@ -1280,12 +1312,14 @@ def load_missing_library(f: LoadFailure) -> Cause | None:
 def load_needs_gpu(f: LoadFailure) -> Cause | None:
     if not f.gpu:
         return None
+    edit = toml_edit(f.vendor, ["build", "import_proof", "needs_gpu"], append=[f.module])
     return Cause(
         "needs-gpu",
         f"importing {f.module} needs a GPU (or its driver), and this machine has none: {f.message}",
         f"list it in build.import_proof.needs_gpu in vendors/{f.vendor}.toml (imported where "
         "a GPU is, recorded as skipped elsewhere), or make the GPU work lazy (on first use, "
         "not at import)",
+        edit=edit,
     )
 
 

@@ -321,7 +321,7 @@ def _fail(
         vendor=vendor,
         unit=unit,
         errors=[ErrorEntry(text=d) for d in details if d][:5],
-        cause=CauseEntry(row=cause.row, cause=cause.cause, fix=cause.fix),
+        cause=CauseEntry(row=cause.row, cause=cause.cause, fix=cause.fix, edit=cause.edit),
         log=str(log_file),
     )
     path = failure_record.record_path(ctx.logs, vendor)
@@ -381,6 +381,12 @@ def requirements_refused(
         if before_compile
         else f"the consumer environment ({source}) cannot hold the output: it requires"
     )
+    # mechanical where no lock must be made again: the lines appended (kiln build --fix)
+    lines_edit = (
+        {"file": files.REQUIREMENTS, "append_lines": others}
+        if others and not torch_unmet and not (ctx.ws.root / "runtime-requirements.lock").is_file()
+        else None
+    )
     return _fail(
         ctx,
         vendor,
@@ -395,6 +401,7 @@ def requirements_refused(
                 else ""
             ),
             "; ".join(fixes),
+            edit=lines_edit,
         ),
         problems,
         log_file,

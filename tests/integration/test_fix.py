@@ -1,0 +1,101 @@
+"""``kiln build --fix`` (issue 41): the fixes a failed build printed that are mechanical
+are applied as the structured edits they are (shown as diffs) and the build runs again,
+to a release: on real fixture upstreams, each failing one way, no edit by hand.
+
+- cxx20-code (tests/broken.py): C++20 code under a hard-coded -std=c++17: the
+  cxx-standard row's nvcc_append_flags;
+- needs-gpu (tests/landing.py): an extension whose import needs a GPU: the needs-gpu row's
+  build.import_proof.needs_gpu (the second build compiles nothing: the kept wheel);
+- requires-dep (tests/landing.py): a wheel that requires what install.sh would not
+  install: the requirements-unmet row's line in runtime-requirements.txt.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from tests import broken, landing
+from tests.conftest import build_args, run_kiln, shared_cache
+from tests.integration.test_import_proof import PROFILE_NO_TORCH
+from tests.integration.test_inplace import make_wheel
+from tests.workspace import write
+
+
+def _build(tmp: Path, ws: Path, mirrors: Path, python: Path, env: dict[str, str] | None = None):
+    return run_kiln(
+        *build_args(
+            ws,
+            tmp,
+            "--cuda-home",
+            "/usr/local/cuda",
+            "--no-compiler-cache",
+            "--fix",
+            mirrors=mirrors,
+            toolchain="system",
+            python=python,
+            cache=shared_cache(tmp / "cache"),
+        ),
+        env=env,
+    )
+
+
+def test_fix_applies_the_printed_edits_and_builds_again(tmp_path: Path, build_python: Path) -> None:
+    cases = landing.make(tmp_path / "landing")
+    faults = broken.make(tmp_path / "broken")
+    mirrors = tmp_path / "mirrors.toml"
+    mirrors.write_text(
+        f'[mirrors]\n"{landing.BASE_URL}" = "{cases.root}/"\n'
+        f'"{broken.BASE_URL}" = "{faults.root}/"\n'
+    )
+    wheelhouse = tmp_path / "wheelhouse"
+    make_wheel(wheelhouse)
+    ws = write(
+        tmp_path / "ws",
+        {
+            "needs-gpu": landing.vendor("needs-gpu", cases.commits["needs-gpu"]),
+            "requires-dep": landing.vendor("requires-dep", cases.commits["requires-dep"]),
+        },
+        profile=PROFILE_NO_TORCH,
+    )
+    res = _build(
+        tmp_path,
+        ws,
+        mirrors,
+        build_python,
+        env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)},
+    )
+    err = res.stderr
+    assert res.returncode == 0, err[-4000:]
+    assert "kiln build --fix: 2 fixes applied; building again" in err, err[-4000:]
+    assert '+needs_gpu = ["landing._gpu"]' in err or 'needs_gpu = ["landing._gpu"]' in err
+    assert "+kiln_fixture_dep>=1.0" in err
+    recipe = tomllib.loads((ws / "vendors" / "needs-gpu.toml").read_text())
+    assert recipe["build"]["import_proof"]["needs_gpu"] == ["landing._gpu"]
+    assert (ws / "runtime-requirements.txt").read_text() == "kiln_fixture_dep>=1.0\n"
+    assert "release ready" in err
+
+
+def test_fix_applies_a_standard_flag_and_a_download_switch_to_torch_extensions(
+    tmp_path: Path, build_python: Path, pypi_cuda: Path
+) -> None:
+    """cxx20-code and network-download (tests/broken.py, torch extensions): the
+    cxx-standard row's nvcc_append_flags and the network-download row's switch, as the
+    upstream's setup.py compares it, applied; both build on the second run."""
+    faults = broken.make(tmp_path / "broken")
+    mirrors = tmp_path / "mirrors.toml"
+    mirrors.write_text(f'[mirrors]\n"{broken.BASE_URL}" = "{faults.root}/"\n')
+    names = ("cxx20-code", "network-download")
+    ws = write(tmp_path / "ws", {n: broken.vendor(n, faults.commits[n]) for n in names})
+    shared_cache(tmp_path / "cache")
+    res = run_kiln(
+        *build_args(ws, tmp_path, "--fix", mirrors=mirrors, python=build_python, toolchain="pypi")
+    )
+    err = res.stderr
+    assert res.returncode == 0, err[-4000:]
+    assert "kiln build --fix: 2 fixes applied; building again" in err, err[-4000:]
+    cxx = tomllib.loads((ws / "vendors" / "cxx20-code.toml").read_text())["build"]
+    assert cxx["nvcc_append_flags"] == ["-std=c++20"]
+    net = tomllib.loads((ws / "vendors" / "network-download.toml").read_text())["build"]
+    assert net["env"]["BROKEN_FORCE_BUILD"] != "1", net
+    assert "release ready" in err
