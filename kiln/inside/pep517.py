@@ -23,8 +23,9 @@ from pathlib import Path
 
 LEGACY_BACKEND = "setuptools.build_meta:__legacy__"
 
-# Run as ``python -c HOOK BACKEND OUT_DIR [BACKEND_PATH...]`` in the tree.
-HOOK = """\
+# The backend named in [build-system], loaded as pyproject_hooks loads it: both hooks run
+# as ``python -c HOOK BACKEND OUT_DIR [BACKEND_PATH...]`` in the tree.
+_BACKEND = """\
 import importlib, os, sys
 spec, out, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path[:0] = [os.path.abspath(p) for p in paths]
@@ -32,28 +33,22 @@ module, _, attrs = spec.partition(":")
 backend = importlib.import_module(module)
 for attr in filter(None, attrs.split(".")):
     backend = getattr(backend, attr)
-print("kiln: built " + backend.build_wheel(out), flush=True)
 """
+HOOK = _BACKEND + 'print("kiln: built " + backend.build_wheel(out), flush=True)\n'
 
-
-# Run as ``python -c METADATA_HOOK BACKEND OUT_DIR [BACKEND_PATH...]`` in the tree: the
-# wheel's metadata alone (seconds: setup.py runs, nothing compiles), so what the wheel will
-# require is known before the compile. Exit 3: the backend has no such hook (PEP 517 lets
-# it leave it out; then only the built wheel says).
-METADATA_HOOK = """\
-import importlib, os, sys
-spec, out, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
-sys.path[:0] = [os.path.abspath(p) for p in paths]
-module, _, attrs = spec.partition(":")
-backend = importlib.import_module(module)
-for attr in filter(None, attrs.split(".")):
-    backend = getattr(backend, attr)
+# The wheel's metadata alone (seconds: setup.py runs, nothing compiles), so what the wheel
+# will require is known before the compile. Exit 3: the backend has no such hook (PEP 517
+# lets it leave it out; then only the built wheel says).
+METADATA_HOOK = (
+    _BACKEND
+    + """\
 hook = getattr(backend, "prepare_metadata_for_build_wheel", None)
 if hook is None:
     print("kiln: the backend has no prepare_metadata_for_build_wheel hook", flush=True)
     sys.exit(3)
 print("kiln: metadata " + os.path.join(out, hook(out)), flush=True)
 """
+)
 NO_METADATA_HOOK = 3
 
 

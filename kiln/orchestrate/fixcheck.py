@@ -48,6 +48,35 @@ def pip_command(profile: Profile, reqs: list[str], target: Path, report: Path) -
     ]
 
 
+def dry_resolve(profile: Profile, reqs: list[str]) -> tuple[dict[str, str], str, str | None]:
+    """pip's dry resolve of ``reqs`` on the profile's index: (name -> version of what it
+    would install, empty where it did not resolve; pip's output; why pip did not answer)."""
+    with tempfile.TemporaryDirectory(prefix="kiln-fixcheck-") as tmp:
+        report = Path(tmp) / "report.json"
+        try:
+            res = proc.run(
+                pip_command(profile, reqs, Path(tmp) / "target", report),
+                check=False,
+                timeout=TIMEOUT_S,
+                what="a dry resolve of " + " with ".join(reqs),
+            )
+        except subprocess.TimeoutExpired:
+            return {}, "", f"no answer in {TIMEOUT_S:g} s"
+        except (KilnError, OSError) as exc:  # no pip
+            return {}, "", str(exc).splitlines()[0]
+        got: dict[str, str] = {}
+        if res.returncode == 0 and report.is_file():
+            got = {
+                item["metadata"]["name"].lower(): item["metadata"]["version"]
+                for item in json.loads(report.read_text()).get("install", [])
+            }
+        return got, res.output or f"exit code {res.returncode}", None
+
+
+def _last(output: str) -> str:
+    return output.strip().splitlines()[-1] if output.strip() else "no output"
+
+
 # A resolved sentence that replaces the fix instead of joining it (the fix was wrong).
 INSTEAD = "instead: "
 
@@ -61,28 +90,12 @@ def distribution(resolve: dict[str, str], profile: Profile, offline: bool) -> st
     by_hand = f"pip install --dry-run {shlex.quote(dist)}"
     if offline:
         return f"not checked that {dist} is a distribution (--offline); to check: {by_hand}"
-    with tempfile.TemporaryDirectory(prefix="kiln-fixcheck-") as tmp:
-        report = Path(tmp) / "report.json"
-        try:
-            res = proc.run(
-                pip_command(profile, [dist], Path(tmp) / "target", report),
-                check=False,
-                timeout=TIMEOUT_S,
-                what=f"a dry resolve of {dist}",
-            )
-        except subprocess.TimeoutExpired:
-            return f"not checked (no answer in {TIMEOUT_S:g} s); to check: {by_hand}"
-        except (KilnError, OSError) as exc:
-            return f"not checked ({str(exc).splitlines()[0]}); to check: {by_hand}"
-        if res.returncode == 0 and report.is_file():
-            got = {
-                item["metadata"]["name"].lower(): item["metadata"]["version"]
-                for item in json.loads(report.read_text()).get("install", [])
-            }
-            version = got.get(dist.lower())
-            if version:
-                return f'the profile\'s index has {dist} {version}: "{dist}=={version}"'
-        output = res.output
+    got, output, failed = dry_resolve(profile, [dist])
+    if failed:
+        return f"not checked ({failed}); to check: {by_hand}"
+    version = got.get(dist.lower())
+    if version:
+        return f'the profile\'s index has {dist} {version}: "{dist}=={version}"'
     if "No matching distribution" in output or "(from versions: none)" in output:
         return (
             f"{INSTEAD}no distribution named {dist} is on the profile's index (a dry "
@@ -92,8 +105,7 @@ def distribution(resolve: dict[str, str], profile: Profile, offline: bool) -> st
             f"setup.py expects there, and give it to the build (a submodule in the vendor "
             f"TOML, a patch)"
         )
-    last = output.strip().splitlines()[-1] if output.strip() else f"exit code {res.returncode}"
-    return f"not checked ({last}); to check: {by_hand}"
+    return f"not checked ({_last(output)}); to check: {by_hand}"
 
 
 def check(resolve: dict[str, str], profile: Profile, offline: bool) -> str:
@@ -107,35 +119,18 @@ def check(resolve: dict[str, str], profile: Profile, offline: bool) -> str:
     by_hand = "pip install --dry-run " + " ".join(shlex.quote(r) for r in reqs)
     if offline:
         return f"not resolved (--offline); to find one: {by_hand}"
-    with tempfile.TemporaryDirectory(prefix="kiln-fixcheck-") as tmp:
-        report = Path(tmp) / "report.json"
-        try:
-            res = proc.run(
-                pip_command(profile, reqs, Path(tmp) / "target", report),
-                check=False,
-                timeout=TIMEOUT_S,
-                what="a dry resolve of " + asked,
-            )
-        except subprocess.TimeoutExpired:
-            return f"not resolved (no answer in {TIMEOUT_S:g} s); to find one: {by_hand}"
-        except (KilnError, OSError) as exc:  # no pip
-            return f"not resolved ({str(exc).splitlines()[0]}); to find one: {by_hand}"
-        if res.returncode == 0 and report.is_file():
-            got = {
-                item["metadata"]["name"].lower(): item["metadata"]["version"]
-                for item in json.loads(report.read_text()).get("install", [])
-            }
-            version, pinned = got.get(pinner.lower()), got.get(dist.lower())
-            if version and pinned:
-                return (
-                    f"{pinner} {version} pins {dist} {pinned} (a dry resolve of {asked} on "
-                    f"the profile's index): set the profile's torch to {version}"
-                )
-        output = res.output
+    got, output, failed = dry_resolve(profile, reqs)
+    if failed:
+        return f"not resolved ({failed}); to find one: {by_hand}"
+    version, pinned = got.get(pinner.lower()), got.get(dist.lower())
+    if version and pinned:
+        return (
+            f"{pinner} {version} pins {dist} {pinned} (a dry resolve of {asked} on "
+            f"the profile's index): set the profile's torch to {version}"
+        )
     if f"requirement {reqs[0]} (from versions: none)" in output:
         # the index listed no version at all (unreachable, or not the index torch is on)
         return f"not resolved (the index pip reached lists no {pinner}); to find one: {by_hand}"
     if "ResolutionImpossible" in output or "No matching distribution" in output:
         return f"no {pinner} on the profile's index pins a newer {dist} (a dry resolve of {asked})"
-    last = output.strip().splitlines()[-1] if output.strip() else f"exit code {res.returncode}"
-    return f"not resolved ({last}); to find one: {by_hand}"
+    return f"not resolved ({_last(output)}); to find one: {by_hand}"

@@ -14,8 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from kiln.verify import imports
 
 
 def declared(tree: Path) -> list[str]:
@@ -31,20 +30,12 @@ def declared(tree: Path) -> list[str]:
 def problems(tree: Path, installed: Mapping[str, str]) -> list[str]:
     """Each requirement of ``[build-system] requires`` the build venv (``installed``:
     canonical name -> version) does not meet, said with what it has instead."""
-    out = []
-    for text in declared(tree):
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
-        have = installed.get(canonicalize_name(req.name))
-        if have is None:
-            out.append(f"{req} (the build venv has no {req.name})")
-        elif not req.specifier.contains(have, prereleases=True):
-            out.append(f"{req} (the build venv has {req.name} {have})")
-    return out
+    return [
+        f"{req} (the build venv has no {req.name})"
+        if have is None
+        else f"{req} (the build venv has {req.name} {have})"
+        for req, have in imports.unmet_requirements(declared(tree), installed)
+    ]
 
 
 def refusal(vendor: str, found: list[str]) -> str:

@@ -17,27 +17,9 @@ from pathlib import Path
 
 from tests import broken, landing
 from tests.conftest import build_args, run_kiln, shared_cache
-from tests.integration.test_import_proof import PROFILE_NO_TORCH
+from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
 from tests.integration.test_inplace import make_wheel
 from tests.workspace import write
-
-
-def _build(tmp: Path, ws: Path, mirrors: Path, python: Path, env: dict[str, str] | None = None):
-    return run_kiln(
-        *build_args(
-            ws,
-            tmp,
-            "--cuda-home",
-            "/usr/local/cuda",
-            "--no-compiler-cache",
-            "--fix",
-            mirrors=mirrors,
-            toolchain="system",
-            python=python,
-            cache=shared_cache(tmp / "cache"),
-        ),
-        env=env,
-    )
 
 
 def test_fix_applies_the_printed_edits_and_builds_again(tmp_path: Path, build_python: Path) -> None:
@@ -58,13 +40,8 @@ def test_fix_applies_the_printed_edits_and_builds_again(tmp_path: Path, build_py
         },
         profile=PROFILE_NO_TORCH,
     )
-    res = _build(
-        tmp_path,
-        ws,
-        mirrors,
-        build_python,
-        env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)},
-    )
+    offline_pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
+    res = _build(tmp_path, ws, mirrors, build_python, "--fix", env=offline_pip)
     err = res.stderr
     assert res.returncode == 0, err[-4000:]
     assert "kiln build --fix: 2 fixes applied; building again" in err, err[-4000:]
