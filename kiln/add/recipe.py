@@ -355,6 +355,25 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: Decide
             if not keep:
                 keep = list(common)
                 why += f" None of {where} fits them: all of them; check each compiles."
+            family = [
+                a
+                for a in common
+                if a not in keep
+                and any(_sm(h)[1] == "a" and _sm(h)[0] // 10 == _sm(a)[0] // 10 for h in sms)
+            ]
+            if family:
+                kin = [
+                    h
+                    for h in sms
+                    if _sm(h)[1] == "a" and any(_sm(h)[0] // 10 == _sm(a)[0] // 10 for a in family)
+                ]
+                why += (
+                    f" Not {', '.join(family)}: of the family of the hard-coded "
+                    f"{', '.join(kin)}, but an 'a' target's code "
+                    f"may use features of that arch alone; where it is valid on the family, a "
+                    f"patch asking for the family target (sm_{_sm(keep[0])[0]}f) builds "
+                    f"{', '.join(family)} too (add them to archs then)."
+                )
         else:
             keep = list(common)
             tables = [(keys, seen) for m in f.setup for keys, seen in m.arch_tables]

@@ -674,3 +674,35 @@ def test_what_the_wheel_requires_is_listed_for_install_sh_with_the_profiles_torc
     assert runtime_requirements(ws, "x", requires) == []  # once
     # install.sh keeps the profile's torch beside them
     assert requirements(ws, "2.14.1+cu130").endswith("torch==2.14.1\n")
+
+
+def test_a_hard_coded_a_arch_says_why_its_family_is_not_drafted(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    """Issue 40: a .cu-only upstream hard-coding sm_90a and sm_100a: add kept sm_100a
+    alone, silently. The draft says why sm_103a (sm_100a's family) is not in archs, and
+    what would build it."""
+    make_repo(
+        fixtures.root / "hopperblackwell.git",
+        [
+            CommitSpec(
+                "hb",
+                {
+                    "setup.py": GENCODE_SETUP.replace(
+                        '"-gencode=arch=compute_103a,code=sm_103a"',
+                        '"-gencode=arch=compute_90a,code=sm_90a"',
+                    ),
+                    "csrc/k.cu": "__global__ void k(float* x) { x[0] = 1.0f; }\n",
+                    "LICENSE": BSD2,
+                },
+            )
+        ],
+    )
+    added = _add(
+        workspace, fixtures, build_python, f"{BASE_URL}hopperblackwell.git", None, tmp_path
+    )
+    data = tomllib.loads(added.path.read_text())
+    assert data["build"]["archs"] == ["sm_100a"]
+    text = added.path.read_text().replace("\n# ", " ")
+    assert "Not sm_103a: of the family of the hard-coded sm_100a, but an 'a' target's code" in text
+    assert "a patch asking for the family target (sm_100f) builds sm_103a too" in text
