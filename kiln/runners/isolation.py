@@ -2,7 +2,10 @@
 cannot (``network_mode="none"``): each command that does not ask for the network runs in
 a network namespace of its own through bubblewrap (``bwrap --unshare-net``: only a
 loopback of its own, which bwrap brings up, so a step's own sccache server still
-answers; the host's loopback, and everything past it, is out of reach).
+answers; the host's loopback, and everything past it, is out of reach), with the file
+system read-only but for the folders the command may write (its ``Command.writable``: the
+tree, its outputs and logs, the compiler cache; as the Docker runner mounts them) and the
+temporary folders.
 
 Where the machine forbids namespaces (an unprivileged container, no bubblewrap), kiln
 says so once and runs the step as before; the manifest and the release README record
@@ -13,11 +16,14 @@ means the same on both runners or says that it did not.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Sequence
 from os import PathLike
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +74,30 @@ def state() -> str:
     return ISOLATED if bwrap() else NOT_ISOLATED
 
 
-def wrap(argv: Sequence[str | PathLike[str]]) -> list[str]:
-    """``argv`` in a network namespace of its own (the file system as it is), or as it
-    is where none can be made."""
+def _temporary() -> list[str]:
+    """The temporary folders compilers write into (TMPDIR, /tmp, /var/tmp)."""
+    found = [tempfile.gettempdir(), "/tmp", "/var/tmp"]
+    return list(dict.fromkeys(os.path.realpath(t) for t in found if os.path.isdir(t)))
+
+
+def wrap(argv: Sequence[str | PathLike[str]], writable: Sequence[Path] = ()) -> list[str]:
+    """``argv`` in a network namespace of its own, the file system read-only but for
+    ``writable`` (the step's tree, its outputs, logs and the caches it writes, as the
+    Docker runner mounts them) and the temporary folders; as it is where no namespace can
+    be made."""
     found = bwrap()
     command = [str(a) for a in argv]
     if found is None:
         return command
-    return [found, "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--", *command]
+    binds: list[str] = []
+    for path in [*(str(p) for p in writable), *_temporary()]:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        real = os.path.realpath(path)
+        binds += ["--bind", real, real]
+    return [
+        found,
+        *("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"),
+        *binds,
+        *("--unshare-net", "--die-with-parent", "--"),
+        *command,
+    ]

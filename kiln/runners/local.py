@@ -80,7 +80,7 @@ class LocalRunner:
         # The step's memory limit, as the Docker runner's container has: a cgroup of its
         # own, so an OOM kill is named as such (kiln.memlimit).
         # No network unless the command asks for it (issue 41): as the Docker runner's
-        argv = cmd.argv if cmd.network else isolation.wrap(cmd.argv)
+        argv = cmd.argv if cmd.network else isolation.wrap(cmd.argv, cmd.writable)
         return memlimit.run_limited(
             argv,
             mem_gib=cmd.mem_gib,

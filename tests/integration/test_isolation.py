@@ -74,3 +74,24 @@ def test_the_manifest_and_readme_record_the_steps_isolation(
     assert manifest["vendors"]["plain"]["runner"]["network"] == isolation.state()
     readme = (release / "README.md").read_text()
     assert f"- runner: local; build steps' network: {isolation.state()}" in readme
+
+
+def test_a_local_step_cannot_write_outside_what_it_may(
+    tmp_path: Path, upstreams: Upstreams, build_python: Path
+) -> None:
+    """The step's file system is read-only but for its tree, its outputs and logs, the
+    compiler cache and the temporary folders (issue 41): a build command that writes into
+    the user's home fails there, and the file is not made."""
+    if isolation.bwrap() is None:
+        missing("FLEET", "bubblewrap cannot make a mount namespace here")
+    outside = Path.home() / f".kiln-isolation-test-{tmp_path.name}"
+    outside.unlink(missing_ok=True)
+    write_it = f"open({str(outside)!r}, 'w').write('escaped')"
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["build"].update(kind="inplace", outputs=["*.so"], command=["python3", "-c", write_it])
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, upstreams.mirrors, build_python)
+    assert res.returncode == BuildError.exit_code, res.stderr[-3000:]
+    assert not outside.exists()
+    log = (tmp_path / "artifacts/logs/test-release/plain-build.log").read_text()
+    assert "Read-only file system" in log, log[-2000:]
