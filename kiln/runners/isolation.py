@@ -27,6 +27,11 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+# What a step's wrap asks of the machine (namespaces, binds), tried once with `true`.
+PROBE = (
+    *("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"),
+    *("--unshare-net", "--unshare-pid", "--proc", "/proc"),
+)
 ISOLATED = "isolated"
 NOT_ISOLATED = "not isolated"
 _found: dict[str, str | None] = {}
@@ -40,7 +45,7 @@ def _probe() -> str | None:
     if bwrap:
         try:
             res = subprocess.run(
-                [bwrap, "--dev-bind", "/", "/", "--unshare-net", "true"],
+                [bwrap, *PROBE, "true"],
                 capture_output=True,
                 text=True,
                 timeout=30,
@@ -94,10 +99,13 @@ def wrap(argv: Sequence[str | PathLike[str]], writable: Sequence[Path] = ()) -> 
         Path(path).mkdir(parents=True, exist_ok=True)
         real = os.path.realpath(path)
         binds += ["--bind", real, real]
+    # A pid namespace of its own too (with its own /proc): when kiln dies, bwrap dies with
+    # it and the kernel ends every process of the step, however deep (a step otherwise
+    # watches its parent, which is bwrap here, and bwrap outlives a killed kiln).
     return [
         found,
         *("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"),
         *binds,
-        *("--unshare-net", "--die-with-parent", "--"),
+        *("--unshare-net", "--unshare-pid", "--proc", "/proc", "--die-with-parent", "--"),
         *command,
     ]
