@@ -32,7 +32,7 @@ from kiln.inside.kit.compileflags import SOURCE_SUFFIXES
 from kiln.orchestrate import pipeline, preflight, runlock
 from kiln.orchestrate.options import Options
 from kiln.orchestrate.runner import make_runner
-from kiln.orchestrate.vendor import key_of
+from kiln.orchestrate.vendor import describe_runner, key_of
 from kiln.plan import cachekey, schedule
 from kiln.release.artifactcache import ArtifactCache
 from kiln.runners.protocol import Runner
@@ -154,9 +154,7 @@ def plan(opts: Options) -> DryRun:
     runner, report = _preflight(opts, ws, selected, git, refusals)
     if not opts.wait:
         refusals += _busy("stage", opts.work)
-    runner_data: dict[str, str | None] = (
-        {"kind": runner.kind, "image": runner.image, "builder": runner.builder} if runner else {}
-    )
+    runner_data: dict[str, Any] = describe_runner(runner).data() if runner else {}
     toolchain = report.tc.to_json() if report.tc else None
     made = [*_bundle_mirrors(opts, bundle_files), *report.provision]
     acache = ArtifactCache(opts.artifact_cache_root) if opts.artifact_cache_root else None
@@ -304,7 +302,7 @@ def _cache(
     git: checkout.GitCache,
     ws: Workspace,
     toolchain: dict[str, Any] | None,
-    runner: dict[str, str | None],
+    runner: dict[str, Any],
     acache: ArtifactCache | None,
     vendor: Vendor,
     report: preflight.Report,

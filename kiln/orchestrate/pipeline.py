@@ -51,7 +51,7 @@ from kiln.orchestrate.context import Context
 from kiln.orchestrate.options import Options
 from kiln.orchestrate.preflight import preflight
 from kiln.orchestrate.runner import make_runner
-from kiln.orchestrate.vendor import build_vendor, network_state
+from kiln.orchestrate.vendor import build_vendor, describe_runner
 from kiln.plan import bound, jobs, schedule
 from kiln.release import artifactcache, files, manifest
 from kiln.release.manifest import (
@@ -271,12 +271,7 @@ def sccache_binary() -> str | None:
 
 def header(ctx: Context, planned: Planned) -> Manifest:
     ws, budget, selected = ctx.ws, planned.budget, planned.loaded.selected
-    runner = {
-        "kind": ctx.runner.kind,
-        "image": ctx.runner.image,
-        "builder": ctx.runner.builder,
-        "network": network_state(ctx.runner.kind),
-    }
+    runner = describe_runner(ctx.runner).data()
     made = Manifest(
         schema_id=manifest.SCHEMA_ID,
         kiln_version=__version__,

@@ -37,6 +37,7 @@ from kiln.release.manifest import (
     VendorEntry,
 )
 from kiln.runners import isolation
+from kiln.runners.protocol import Runner
 from kiln.sources import checkout, licenses, patches
 from kiln.toolchain import compilercache
 
@@ -44,7 +45,12 @@ log = logging.getLogger("kiln.orchestrate")
 
 
 def runner_info(ctx: Context) -> RunnerInfo:
-    r = ctx.runner
+    return describe_runner(ctx.runner)
+
+
+def describe_runner(r: Runner) -> RunnerInfo:
+    """What the manifest (and the artifact cache's key) records of where steps ran: one
+    place for the build, its header and the dry run."""
     return RunnerInfo(kind=r.kind, image=r.image, builder=r.builder, network=network_state(r.kind))
 
 
