@@ -16,6 +16,7 @@ import pytest
 from kiln.errors import BuildError, PreflightError, VerifyError
 from kiln.orchestrate import pipeline
 from kiln.release import manifest
+from kiln.runners import isolation
 from tests.conftest import artifacts_files, build_args, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
 from tests.workspace import PATCH, PROFILE, plain_vendor, write
@@ -49,7 +50,9 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     assert set(entry["timings"]) == {"fetch", "patch", "build", "package", "verify"}
     assert data["toolchain"]["nvcc_version"].startswith("13.2")
     assert data["toolchain"]["torch_version"] == "2.14.1+cu130"
-    assert data["runner"] == {"kind": "local", "image": None, "builder": None}
+    # the local runner's steps: a network and mount namespace of their own (issue 41)
+    network = isolation.state()
+    assert data["runner"] == {"kind": "local", "image": None, "builder": None, "network": network}
 
     out, license_out, sub_license, patch_out = entry["outputs"]
     assert license_out["kind"] == "license" and license_out["path"] == "licenses/plain-LICENSE"
