@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from kiln.add import recipe, revision, scan, stdcheck
+from kiln.add import recipe, revision, scan, stdcheck, unitcheck
 from kiln.config.fields import NAME_RE, WORKSPACE_FILE
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Profile, Source
@@ -53,6 +53,7 @@ class Added:
     recipe: recipe.Recipe
     findings: scan.Findings
     checked: list[stdcheck.Tried]  # the drafted standard flags, preprocessed
+    compiled: list[unitcheck.Compiled]  # the first units, compiled with the draft
 
 
 def default_name(url: str) -> str:
@@ -78,11 +79,12 @@ def add(
     profile: str | None = None,
     python: str | None = None,
     cuda_home: str | None = None,
+    check: bool = True,
 ) -> Path:
     """Write ``<workspace>/vendors/<name>.toml`` for ``url`` at ``rev``; its path."""
     return add_recipe(
         workspace, url, rev, name, cache, mirrors, offline, force,
-        profile=profile, python=python, cuda_home=cuda_home,
+        profile=profile, python=python, cuda_home=cuda_home, check=check,
     ).path  # fmt: skip
 
 
@@ -99,8 +101,10 @@ def add_recipe(
     profile: str | None = None,
     python: str | None = None,
     cuda_home: str | None = None,
+    check: bool = True,
 ) -> Added:
-    """:func:`add`, returning the findings and the decided keys too."""
+    """:func:`add`, returning the findings and the decided keys too. ``check``: compile
+    the draft's first units before writing it (:mod:`kiln.add.unitcheck`)."""
     profiles = read_profiles(workspace)
     if profile not in profiles:
         known = ", ".join(str(p) for p in profiles if p) or "none"
@@ -124,9 +128,16 @@ def add_recipe(
     with tempfile.TemporaryDirectory(prefix="kiln-add-") as tmp:
         co = checkout(git, Source(url=url, commit=commit), Path(tmp) / name, name)
         findings = scan.scan(co, env)
-    made = recipe.build(findings, profiles, name, rev, how)
-    _check(workspace, list(profiles), name, made.text)
-    checked = stdcheck.check(name, made.data.build, findings, env)
+        made = recipe.build(findings, profiles, name, rev, how)
+        _check(workspace, list(profiles), name, made.text)
+        checked = stdcheck.check(name, made.data.build, findings, env)
+        compiled = (
+            unitcheck.check(
+                name, made.data.build, findings, env, co.path, cache / "add" / name / "unit-check"
+            )
+            if check
+            else []
+        )
     _write(target, made.text)
     log.info("%s: wrote %s", name, target)
     listed = runtime_requirements(workspace, name, findings.requires)
@@ -140,7 +151,7 @@ def add_recipe(
             REQUIREMENTS,
             "; run `kiln lock` to pin them in runtime-requirements.lock" if lock else "",
         )
-    return Added(target, name, commit, made, findings, checked)
+    return Added(target, name, commit, made, findings, checked, compiled)
 
 
 def runtime_requirements(workspace: Path, name: str, requires: list[tuple[str, str]]) -> list[str]:

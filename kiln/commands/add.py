@@ -25,6 +25,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         o.ADD_NAME,
         o.ADD_FORCE,
         o.ADD_NO_DRY_RUN,
+        o.ADD_NO_CHECK,
         o.WORKSPACE,
         o.PROFILE,
         o.CACHE,
@@ -52,6 +53,7 @@ def execute(args: argparse.Namespace) -> int:
     added = add_recipe(
         opts.workspace, url, rev, args.name, opts.cache, opts.mirrors, opts.offline, args.force,
         profile=opts.profile, python=opts.python, cuda_home=opts.cuda_home,
+        check=not args.no_check,
     )  # fmt: skip
     out(added.path)
     if args.no_dry_run:

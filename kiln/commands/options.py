@@ -275,6 +275,12 @@ ADD_NAME = Option(
 )
 ADD_FORCE = Option("--force", "overwrite an existing vendors/NAME.toml", kind="flag")
 ADD_NO_DRY_RUN = Option("--no-dry-run", "write the recipe, do not dry-run it", kind="flag")
+ADD_NO_CHECK = Option(
+    "--no-check",
+    "write the recipe without compiling its first .cu and C++ unit with the drafted archs "
+    "and flags first",
+    kind="flag",
+)
 
 
 def options_of(parsers: Iterable[argparse.ArgumentParser]) -> list[Option]:

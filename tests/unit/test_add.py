@@ -125,6 +125,66 @@ def test_a_hard_coded_gencode_list_becomes_rewrite(
     assert Workspace(workspace).vendors["gencode"].build.arch_control == "rewrite"
 
 
+def test_a_draft_whose_first_unit_cannot_compile_is_not_written(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path, capsys
+) -> None:
+    """Issue 40 (3): before it writes, add compiles the draft's first .cu with its archs
+    and flags. Hopper's wgmma in a unit drafted for sm_100a and sm_103a: refused, the
+    cause named, nothing written; --no-check writes it. A unit that compiles is said
+    checked, for each arch."""
+    kernel = '__global__ void k() { asm volatile("wgmma.fence.sync.aligned;"); }\n'
+    make_repo(
+        fixtures.root / "wgmma.git",
+        [CommitSpec("wgmma", {"setup.py": GENCODE_SETUP, "csrc/k.cu": kernel, "LICENSE": BSD2})],
+    )
+    url = f"{BASE_URL}wgmma.git"
+    before = sorted((workspace / "vendors").iterdir())
+    with pytest.raises(ConfigError) as refused:
+        _add(workspace, fixtures, build_python, url, None, tmp_path)
+    said = str(refused.value)
+    assert said.startswith(
+        "vendors/wgmma.toml (not written): the draft's first CUDA unit csrc/k.cu does not "
+        "compile with its archs and flags (error: Instruction 'wgmma.fence' not supported on "
+        ".target 'sm_100a'); csrc/k.cu was compiled for sm_100a, and its device code uses "
+        "wgmma.fence, which exists on sm_90a only"
+    ), said
+    # the PTX it points at is kept, in the cache
+    kept = said.split("(its PTX, kept: ")[1].split(":")[0]
+    assert Path(kept).is_file() and Path(kept).is_relative_to(tmp_path / "cache"), kept
+    assert "no arch this build makes (sm_100a, sm_103a) has wgmma.fence" in said
+    assert said.endswith("; --no-check writes it unchecked")
+    _one_line_and_nothing_written(refused.value, workspace, before)
+    argv = (
+        ["add", f"{url}", "--workspace", str(workspace), "--cache", str(tmp_path / "cache"),
+         "--mirrors", str(fixtures.mirrors), "--offline", "--python", str(build_python),
+         "--no-dry-run"]
+    )  # fmt: skip
+    assert main(argv) != 0 and not (workspace / "vendors" / "wgmma.toml").exists()
+    capsys.readouterr()
+    assert main([*argv, "--no-check"]) == 0
+    assert capsys.readouterr().out.strip() == str(workspace / "vendors" / "wgmma.toml")
+    # the same tree with a kernel every arch has: compiled for both, then written
+    make_repo(
+        fixtures.root / "fine.git",
+        [
+            CommitSpec(
+                "fine",
+                {
+                    "setup.py": GENCODE_SETUP,
+                    "csrc/k.cu": "__global__ void k(float* x) { x[0] = 2.0f; }\n",
+                    "LICENSE": BSD2,
+                },
+            )
+        ],
+    )
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}fine.git", None, tmp_path)
+    [compiled] = added.compiled
+    assert (compiled.unit, compiled.kind, compiled.missing) == ("csrc/k.cu", "CUDA", None)
+    assert compiled.said().startswith(
+        "checked: csrc/k.cu compiles for sm_100a, sm_103a with the drafted flags ("
+    )
+
+
 CU_ONLY_SETUP = """\
 import pybind11
 from setuptools import setup
@@ -171,6 +231,10 @@ def test_a_cuda_only_tree_with_torch_headers_gets_nvccs_standard_flag(
     assert tried.said().startswith(
         "checked nvcc_append_flags: nvcc -E -std=c++17 -std=c++20 of torch/extension.h passes"
     )
+    # issue 40 (3): the unit itself compiled with the draft (torch's headers, both archs)
+    [compiled] = added.compiled
+    assert (compiled.unit, compiled.missing) == ("csrc/k.cu", None)
+    assert "-std=c++17" in compiled.command and "-std=c++20" in compiled.command
     # ... and a flag that would not do is refused before anything is written
     env = kiln_add._environment(
         Workspace(workspace).profile, tmp_path / "cache", str(build_python), None

@@ -1,0 +1,169 @@
+"""The drafted recipe's first units, compiled before the recipe is written.
+
+``add`` compiles the first unit of each kind the build compiles (one ``.cu`` with nvcc,
+one C++ source with the host compiler, in the order setup.py names them) with what the
+draft decides: the recipe's archs (one ``-gencode`` each), the upstream's hard-coded
+``-std`` first and the drafted append flags after it (as kiln's wrapper orders them), and
+the headers the tree, the build venv, torch, Python and CUDA provide. A draft whose unit
+does not compile is not written: the first error, and the cause table's reading of it
+(an instruction an arch lacks, a C++ standard), stop ``add`` with ``--no-check`` named.
+
+The check rebuilds the unit's command from what add read, not from the upstream's build
+(which add does not run): a header it cannot find means its own include folders fell
+short of the build's, so that unit is reported unchecked and the draft is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.add import includes
+from kiln.add.scan import Environment, Findings
+from kiln.errors import ConfigError, KilnError
+from kiln.inside import causes, diagnose, proc
+from kiln.inside.kit.archflags import target
+
+log = logging.getLogger("kiln.add")
+
+CXX_SUFFIXES = (".cpp", ".cc", ".cxx")
+# What torch's BuildExtension gives every unit and upstreams rely on (nvcc's relaxed
+# constexpr, extended lambdas); torch's __CUDA_NO_HALF* defines are left out: they only
+# take operators away, so a unit that compiles without them is not proven by them.
+NVCC_COMMON = ("--expt-relaxed-constexpr", "--expt-extended-lambda", "-Xcompiler", "-fPIC")
+TORCH_DEFINES = ("-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=kiln_add_check")
+NO_CHECK = "--no-check writes it unchecked"
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One unit the check compiled (``missing``: the header its include folders lacked,
+    so the unit was not proven either way)."""
+
+    unit: str
+    kind: str  # "CUDA" or "C++"
+    command: list[str]
+    seconds: float
+    missing: str | None = None
+
+    def said(self) -> str:
+        if self.missing:
+            return (
+                f"{self.unit} not checked by compiling: {self.missing} is not in the folders "
+                f"add knows (the build's own include flags may name it)"
+            )
+        archs = [a.split("code=")[-1] for a in self.command if a.startswith("-gencode=")]
+        what = f" for {', '.join(archs)}" if archs else ""
+        return f"checked: {self.unit} compiles{what} with the drafted flags ({self.seconds:.1f} s)"
+
+
+def first_units(f: Findings) -> list[tuple[str, str]]:
+    """(unit, kind) of the first CUDA and the first C++ source the build compiles."""
+    out: list[tuple[str, str]] = []
+    for kind, suffixes in (("CUDA", (".cu",)), ("C++", CXX_SUFFIXES)):
+        unit = next((s for s, _ in f.sources if s.endswith(suffixes)), None)
+        if unit is not None:
+            out.append((unit, kind))
+    return out
+
+
+def include_dirs(tree: Path, f: Findings, unit: str, env: Environment) -> list[str]:
+    """``-I`` flags: the unit's folder, the tree's folders its headers are found under
+    (the path minus the header's own, as add resolved it), then the external roots."""
+    index = includes.TreeIndex(tree)
+    dirs: list[Path] = [(tree / unit).parent, tree]
+    for header in sorted(f.closure.reaches.get(unit, ())):
+        if f.closure.provided.get(header) != "tree":
+            continue
+        found = index.find(header)
+        if found is not None and str(found).endswith(header):
+            root = Path(str(found)[: -len(header)])
+            if root not in dirs:
+                dirs.append(root)
+    roots = includes.external_roots(env.cuda_home, env.site_packages, env.python_include)
+    dirs += [r.path for r in roots if r.path not in dirs]
+    return [f"-I{d}" for d in dirs]
+
+
+def command(
+    unit: str, kind: str, build: Mapping[str, object], f: Findings, env: Environment, tree: Path
+) -> list[str]:
+    upstream = sorted({f"-std=c++{n}" for m in f.setup for n, _ in m.std_flags})[:1]
+    key = "nvcc_append_flags" if kind == "CUDA" else "cxx_append_flags"
+    drafted = build.get(key)
+    appended = [str(x) for x in drafted] if isinstance(drafted, list) else []
+    defines = list(TORCH_DEFINES) if unit in f.torch_units() else []
+    if kind == "CUDA":
+        nvcc = env.cuda_home / "bin" / "nvcc" if env.cuda_home is not None else Path("nvcc")
+        archs = build.get("archs")
+        gencode = [target(str(a)).gencode() for a in archs] if isinstance(archs, list) else []
+        head = [str(nvcc), "-c", "-x", "cu", *NVCC_COMMON, *gencode]
+    else:
+        head = [os.environ.get("CXX", "g++"), "-c", "-x", "c++", "-fPIC"]
+    return [*head, *upstream, *appended, *defines, *include_dirs(tree, f, unit, env), unit]
+
+
+def check(
+    name: str,
+    build: Mapping[str, object],
+    f: Findings,
+    env: Environment,
+    tree: Path,
+    keep: Path,
+) -> list[Compiled]:
+    """Compile each first unit; a unit that fails for a reason other than a header add
+    could not place stops ``add`` before anything is written (ConfigError). ``keep``:
+    where nvcc keeps its intermediates (the PTX a refusal points at), emptied first."""
+    shutil.rmtree(keep, ignore_errors=True)
+    keep.mkdir(parents=True)
+    done: list[Compiled] = []
+    archs = build.get("archs")
+    built = " ".join(str(a) for a in archs) if isinstance(archs, list) else ""
+    for unit, kind in first_units(f):
+        if kind == "CUDA" and not built:
+            continue  # no device code is built (a JIT upstream): nothing the draft decides
+        with tempfile.TemporaryDirectory(prefix="kiln-add-unit-") as tmp:
+            kept = ["-keep", f"-keep-dir={keep}"] if kind == "CUDA" else []
+            cmd = [*command(unit, kind, build, f, env, tree), *kept, "-o", str(Path(tmp) / "u.o")]
+            start = time.monotonic()
+            try:
+                res = proc.run(cmd, cwd=tree, check=False, what=f"the {kind} compile of {unit}")
+            except KilnError as exc:  # no such compiler here: add goes on, unchecked
+                log.warning("%s: %s not checked: %s", name, unit, str(exc).splitlines()[0])
+                continue
+        seconds = time.monotonic() - start
+        if res.returncode == 0:
+            done.append(Compiled(unit, kind, cmd, seconds))
+            log.info("%s: %s", name, done[-1].said())
+            continue
+        d = diagnose.first_errors(res.output, tree)
+        d.unit = d.unit or unit  # ptxas names only nvcc's own temporary PTX
+        d.cause = causes.explain(d, res.output, {"KILN_BUILD_ARCHS": built}, tree, name)
+        missing = _missing_header(res.output)
+        if missing:
+            done.append(Compiled(unit, kind, cmd, seconds, missing))
+            log.warning("%s: %s", name, done[-1].said())
+            continue
+        first = d.errors[0].message if d.errors else f"exit code {res.returncode}"
+        why = f"; {d.cause.cause}; fix: {d.cause.fix}" if d.cause else ""
+        raise ConfigError(
+            f"vendors/{name}.toml (not written): the draft's first {kind} unit {unit} does not "
+            f"compile with its archs and flags ({first}){why}; {NO_CHECK}"
+        )
+    return done
+
+
+def _missing_header(output: str) -> str | None:
+    """The header a compile could not open (gcc's and nvcc's front end's wording)."""
+    for line in output.splitlines():
+        for mark in ("fatal error: ", "catastrophic error: cannot open source file "):
+            if mark in line and ("No such file" in line or "cannot open source" in line):
+                text = line.split(mark, 1)[1]
+                return text.split(":", 1)[0].strip().strip('"')
+    return None
