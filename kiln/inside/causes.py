@@ -1179,6 +1179,9 @@ class LoadFailure:
     symbol: str | None = None  # an undefined symbol, mangled
     demangled: str | None = None
     definers: tuple[str, ...] = ()  # libraries of the environment that define it exactly
+    # the first definer's folder, $ORIGIN-relative to the extension where both land in
+    # site-packages and the definer is not torch's (the loader searches no site-packages)
+    definer_runpath: str | None = None
     linked: bool = False  # whether the extension's DT_NEEDED names one of them
     same_name: tuple[str, ...] = ()  # "lib (owner): other signature" of the same name
     dependency: str | None = None  # the dependency whose namespace the symbol is in
@@ -1236,12 +1239,24 @@ def load_left_off_link(f: LoadFailure) -> Cause | None:
         return None
     lib = f.definers[0].split(" ", 1)[0]
     name = re.sub(r"^lib|\.so.*$", "", lib)
+    fix = (
+        f"link it: add {name!r} to the extension's libraries in setup.py (-l{name}, a patch "
+        f"in patches/), so the extension records NEEDED {lib}"
+    )
+    if f.definer_runpath:
+        # the link alone fails the next import: the loader then cannot open the library
+        # (it searches no site-packages), unless torch happened to load it first
+        fix = (
+            f"link it and let the loader find it where it lands, in one patch (patches/): add "
+            f"{name!r} to the extension's libraries in setup.py (-l{name}, NEEDED {lib}) and "
+            f"'-Wl,-rpath,{f.definer_runpath}' to its extra_link_args (the folder of "
+            f"{f.definers[0]} beside it in site-packages)"
+        )
     return Cause(
         "library-left-off-link",
         f"{f.demangled or f.symbol} is defined in {f.definers[0]}, which {_so(f)} does not "
         f"link (no DT_NEEDED {lib}): nothing loads that library before it",
-        f"link it: add {name!r} to the extension's libraries in setup.py (-l{name}, a patch "
-        f"in patches/), so the extension records NEEDED {lib}",
+        fix,
     )
 
 

@@ -109,6 +109,18 @@ def find_in_tree(tree: Path, ident: str) -> tuple[list[str], list[str]]:
     return declared, defined
 
 
+def runpath_to(shared_object: str | None, library: str) -> str | None:
+    """``library``'s folder ``$ORIGIN``-relative to ``shared_object`` (a path inside the
+    wheel, as it lands in site-packages), where ``library`` is in a site-packages too."""
+    if not shared_object or os.path.isabs(shared_object):
+        return None
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in library:
+            inside = os.path.dirname(library.split(marker, 1)[1])
+            return "$ORIGIN/" + os.path.relpath(inside, os.path.dirname(shared_object) or ".")
+    return None
+
+
 def gather(
     vendor: str,
     failure: ImportFailure,
@@ -126,6 +138,7 @@ def gather(
     ``compiled``: the sources the build compiled (tree-relative)."""
     demangled = None
     definers: list[str] = []
+    runpath: str | None = None
     linked = False
     same_name: list[str] = []
     dependency = None
@@ -150,6 +163,8 @@ def gather(
             symbols = defined_symbols(path)
             if sym in symbols:
                 definers.append(f"{name} ({owner})")
+                if len(definers) == 1 and not owner.startswith(("torch ", "the output")):
+                    runpath = runpath_to(shared_object, path)
                 linked = linked or name in needed
                 continue
             alike = [s for s in symbols if mangled_ident in s or s == ident]
@@ -172,6 +187,7 @@ def gather(
         symbol=failure.symbol,
         demangled=demangled,
         definers=tuple(definers),
+        definer_runpath=runpath if definers else None,
         linked=linked,
         same_name=tuple(same_name[:3]),
         dependency=dependency,

@@ -264,6 +264,53 @@ def test_a_symbol_defined_in_a_library_the_extension_does_not_link(tmp_path: Pat
     assert linked.linked and causes.explain_load(linked).row != "library-left-off-link"
 
 
+def test_a_left_off_link_to_a_site_packages_library_is_fixed_with_its_load_in_one_round(
+    tmp_path: Path,
+) -> None:
+    """Issue 41 (2): a symbol defined by a library another distribution ships in
+    site-packages (cuBLAS's libcublas.so.13 in nvidia-cublas, here libkilnops.so.1 in
+    kilnops). Linking it alone, the old printed fix, fails the next import (the loader
+    cannot open it: it searches no site-packages); the printed fix links it with a
+    RUNPATH to its folder, and applied as printed, the module imports."""
+    tree = _tree(tmp_path)
+    site = tmp_path / "env" / "lib" / "python3" / "site-packages"
+    libdir = site / "kilnops" / "lib"
+    lib = _so(libdir, "libkilnops.so.1", [tree / "csrc/extra.cpp"], "-Wl,-soname,libkilnops.so.1")
+    (libdir / "libkilnops.so").symlink_to("libkilnops.so.1")  # what the link's -l finds
+    rel = f"pkg/_C{SUFFIX}"
+    _so(site, rel, [tree / "csrc/module.cpp"])
+    read = imports.read_failure("pkg._C", _import(site, "pkg._C").stderr, False)
+    env = {"libkilnops.so.1": [(str(lib), "kilnops")]}
+    facts = loadfacts.gather(
+        "mylib", read, rel, ["libc.so.6"], env, {"kilnops": "1.0"}, {}, None, set(), None
+    )
+    assert facts.definer_runpath == "$ORIGIN/../kilnops/lib"
+    cause = causes.explain_load(facts)
+    assert cause.row == "library-left-off-link"
+    assert cause.fix.startswith(
+        "link it and let the loader find it where it lands, in one patch (patches/): add "
+        "'kilnops' to the extension's libraries in setup.py (-lkilnops, NEEDED "
+        "libkilnops.so.1) and '-Wl,-rpath,$ORIGIN/../kilnops/lib' to its extra_link_args"
+    ), cause.fix
+    # the link alone: the second failure the old fix led to
+    _so(site, rel, [tree / "csrc/module.cpp"], f"-L{libdir}", "-lkilnops")
+    alone = _import(site, "pkg._C")
+    assert alone.returncode != 0 and "libkilnops.so.1: cannot open shared object" in alone.stderr
+    # the printed fix, applied as printed: the libraries and the extra_link_args it names
+    name = cause.fix.split("add '", 1)[1].split("'", 1)[0]
+    link_arg = cause.fix.split("and '", 1)[1].split("' to its extra_link_args", 1)[0]
+    _so(site, rel, [tree / "csrc/module.cpp"], f"-L{libdir}", f"-l{name}", link_arg)
+    fixed = _import(site, "pkg._C")
+    assert fixed.returncode == 0, fixed.stderr
+    # torch's own libraries get no RUNPATH advice (importing torch first loads them)
+    torch_env = {"libkilnops.so.1": [(str(lib), "torch")]}
+    torch_facts = loadfacts.gather(
+        "mylib", read, rel, [], torch_env, {"torch": "2.14.1"}, {}, None, set(), None
+    )
+    assert torch_facts.definer_runpath is None
+    assert causes.explain_load(torch_facts).fix.startswith("link it: add 'kilnops'")
+
+
 def test_the_same_name_with_another_signature_is_another_torch(tmp_path: Path) -> None:
     """The extension wants ``c10::kiln_check(int)``; the environment's library defines
     ``c10::kiln_check(long)``: built against another version than it lands with."""
