@@ -435,8 +435,9 @@ def _carry_over(previous: Path, stage: Path, head: Manifest, rebuilt: set[str]) 
     return kept
 
 
-def write_release(built: Built, started: float) -> Release:
-    """The manifest and the release files, in the staging folder."""
+def write_release(built: Built, started: float, steps_started: float) -> Release:
+    """The manifest and the release files, in the staging folder. ``started``: when the
+    build began; ``steps_started``: when its first step did (provisioning in between)."""
     prepared = built.staged.prepared
     ctx, stage, given = prepared.ctx, built.staged.stage, prepared.inputs
     loaded, budget = given.planned.loaded, given.planned.budget
@@ -458,6 +459,7 @@ def write_release(built: Built, started: float) -> Release:
         sum(p.get("compile_cpu_s") or 0.0 for p in paths.values()),
         budget.cpus,
         wall_s,
+        steps_started - started,
     )
     ctx.display.bound_line = bound.describe(limit, paths)
     m = prepared.header.model_copy(
@@ -513,8 +515,9 @@ def build(opts: Options) -> Path:
             stack.callback(lambda: _undo(untouched, planned) if reached is None else None)
             reached = prepare(take_inputs(planned), stack)
             staged = stage_release(reached, stack)
+            steps_started = time.monotonic()
             built = build_vendors(staged)
-            release_dir = swap_in(write_release(built, started))
+            release_dir = swap_in(write_release(built, started, steps_started))
         except KilnError as exc:
             if opts.timings and reached is not None and not isinstance(exc, Interrupted):
                 _timings(reached, None)

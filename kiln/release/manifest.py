@@ -361,10 +361,18 @@ class Bound(Model):
     compile_cpu_s: float = Field(description="CPU seconds of this build's compiles")
     cpus: int = Field(description="the CPU slots")
     wall_s: float
+    provision_s: float = Field(
+        default=0.0,
+        description="the part of wall_s before the build's first step (loading, provisioning "
+        "the toolchain and the build venv): not the steps' schedule's",
+    )
     bound_by: Literal["critical path", "CPU floor"] = Field(
         description="the larger of the two: what the build is up against"
     )
-    wall_over_bound: float = Field(description="wall_s / max(critical_path_s, cpu_floor_s)")
+    wall_over_bound: float = Field(
+        description="(wall_s - provision_s) / max(critical_path_s, cpu_floor_s): the steps' "
+        "wall against what no schedule of them beats"
+    )
 
 
 class Scheduler(Model):

@@ -310,9 +310,18 @@ def findings(timeline: Timeline) -> list[str]:
             if failed
             else ""
         )
+        wall = float(c.get("wall_s") or timeline.end - timeline.start)
+        before = float(c.get("provision_s") or 0.0)
+        of = (
+            f"of the steps' {wall - before:.0f} s (the build's {wall:.0f} s, the first "
+            f"{before:.0f} s provisioning before its first step)"
+            if before >= 0.5
+            else f"of the build's {wall:.0f} s"
+        )
         out.append(
             f"Critical path: {vendor}: {c['critical_unit']}{rest}: "
-            f"{c['critical_path_s']:.1f} s of the build's {timeline.end - timeline.start:.0f} s."
+            f"{c['critical_path_s']:.1f} s {of}; the steps took "
+            f"{c['wall_over_bound']:.2f} x the {c['bound_by']}."
         )
     budget = timeline.mem_budget_gib
     peaks = max((v for _, v in series.peak_memory(timeline.units)), default=0.0)
@@ -417,6 +426,19 @@ tr.critical td{background:#fde4e4}
 """
 
 
+def _whole(timeline: Timeline) -> str:
+    """The build's own wall (its manifest's), where it had provisioning before its first
+    step that no record of the steps covers."""
+    c = timeline.critical or {}
+    before = float(c.get("provision_s") or 0.0)
+    if before < 0.5:
+        return ""
+    return (
+        f" (the build's wall {clock(float(c['wall_s']))}: {clock(before)} provisioning "
+        f"before its first step, then the steps)"
+    )
+
+
 def render(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> str:
     scale = Scale(timeline.start, timeline.end)
     counts = series.at_once(timeline.units)
@@ -459,6 +481,7 @@ def render(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> str:
             else ""
         )
         + f"; {clock(timeline.end - timeline.start)} from first record to last"
+        + _whole(timeline)
         + (f"; {timeline.cpus} CPU slots" if timeline.cpus else "")
         + (f", memory budget {timeline.mem_budget_gib:g} GiB" if timeline.mem_budget_gib else "")
     )

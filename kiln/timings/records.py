@@ -329,6 +329,12 @@ def load(
         if m is not None and m.scheduler is not None and m.scheduler.wall_s
         else max(ends, default=0.0) - min(times, default=0.0)
     )
+    # the part of that wall before the first step (a manifest's; none without one)
+    before = (
+        m.scheduler.bound.provision_s
+        if m is not None and m.scheduler is not None and m.scheduler.bound is not None
+        else 0.0
+    )
     return Timeline(
         title=title,
         vendors=built,
@@ -337,7 +343,7 @@ def load(
         memory=memory,
         mem_budget_gib=mem_budget_gib,
         cpus=cpus,
-        critical=critical_path(built, units, phases, cpus or 1, wall),
+        critical=critical_path(built, units, phases, cpus or 1, wall, before),
         reused=sorted(set(reused)),
         notes=notes,
         failures=failures,
@@ -379,7 +385,12 @@ def failures_of(logs: Path, vendors: list[str]) -> list[tuple[str, str, str]]:
 
 
 def critical_path(
-    vendors: list[str], units: list[Unit], phases: list[Phase], cpus: int, wall_s: float
+    vendors: list[str],
+    units: list[Unit],
+    phases: list[Phase],
+    cpus: int,
+    wall_s: float,
+    provision_s: float = 0.0,
 ) -> dict[str, Any] | None:
     """``plan.bound``'s bound, from the same records it reads in a build: the step whose
     longest unit, links and packaging take the longest; with the build's CPU slots and
@@ -403,4 +414,4 @@ def critical_path(
                 took[p.name] = took.get(p.name, 0.0) + p.end - p.start
         paths[vendor] = bound.step_path(stats, took).to_json()
         cpu += sum(u.cpu_s for u in units if u.vendor == vendor and u.kind == "compile")
-    return bound.bound(paths, cpu, cpus, wall_s)
+    return bound.bound(paths, cpu, cpus, wall_s, provision_s)

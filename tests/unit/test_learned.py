@@ -129,6 +129,13 @@ def test_the_bound_is_the_larger_of_the_critical_path_and_the_cpu_floor() -> Non
     assert by_floor is not None and by_floor["bound_by"] == "CPU floor"
     assert by_floor["wall_over_bound"] == 1.04
     assert bound.bound({}, 0.0, 16, 3.0) is None  # nothing compiled (all reused)
+    # issue 41: the provisioning before the first step is said, and not held against the
+    # steps' schedule (a cold build read "1.94 x the critical path" for it)
+    cold = bound.bound(paths, 400.0, 16, 304.0, 200.0)
+    assert cold is not None and (cold["wall_over_bound"], cold["provision_s"]) == (2.0, 200.0)
+    assert bound.describe(cold, paths).endswith(
+        "wall 304.0 s: provisioning 200.0 s, then the steps 104.0 s = 2.00 x the critical path"
+    )
 
 
 def test_the_new_fields_are_in_the_committed_schema() -> None:

@@ -356,3 +356,36 @@ def test_a_failed_steps_critical_path_marks_only_what_ran(tmp_path: Path) -> Non
     assert "Critical path: c: csrc/k.cu (the step failed before its links and packaging)" in page
     assert "its links and packaging:" not in page
     assert "1 step built" in page and "1 steps" not in page and "2 compiles" in page
+
+
+def test_provisioning_before_the_first_step_is_not_counted_against_the_steps(
+    tmp_path: Path,
+) -> None:
+    """Issue 41: a cold build's page said 214 s where its summary said 370.6 s, and
+    "1.94 x the critical path": the provisioning before its first step (toolchain, build
+    venv) was counted against the steps' schedule. The bound now takes it out of the
+    ratio and says it; the page gives the build's whole wall and that part of it."""
+    from dataclasses import replace
+    from html import unescape
+
+    logs = write_logs(tmp_path / "logs")
+    timeline, _built = made(logs)
+    span = timeline.end - timeline.start
+    args = (timeline.vendors, timeline.units, timeline.phases, 3)
+    steps_only = records.critical_path(*args, span)
+    cold = records.critical_path(*args, span + 156.0, 156.0)
+    assert steps_only is not None and cold is not None
+    assert cold["wall_over_bound"] == pytest.approx(steps_only["wall_over_bound"], abs=0.002)
+    assert cold["wall_s"] == pytest.approx(span + 156.0, abs=0.01)
+    page = unescape(html.render(replace(timeline, critical=cold), slots.assign(timeline.units)))
+    assert f"(the build's wall {html.clock(span + 156.0)}: 2:36 provisioning before its" in page
+    assert (
+        f"of the steps' {span:.0f} s (the build's {span + 156:.0f} s, the first 156 s "
+        f"provisioning before its first step); the steps took "
+        f"{cold['wall_over_bound']:.2f} x the {cold['bound_by']}."
+    ) in page
+    # without provisioning the page says the build's wall alone, as before
+    plain = unescape(
+        html.render(replace(timeline, critical=steps_only), slots.assign(timeline.units))
+    )
+    assert "provisioning" not in plain and f"of the build's {span:.0f} s;" in plain
