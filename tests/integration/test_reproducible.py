@@ -1,12 +1,16 @@
 """Same inputs, same bytes: fixture upstreams built twice, in different working and
-temporary directories, the second at least a second later, give identical wheels; and
+temporary directories, the second at least a second later, give identical wheels and
+manifests identical but for what they measure of the run (issue 41: times, memory, the
+schedule; auditwheel's lines, once in the order it printed them, included); and
 built by two processes that differ in user, umask, TZ, locale, --jobs and folder depth.
 The controls show each fix matters: without kiln's compiler wrapper, or keeping
 -lineinfo, the two builds differ."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import json
 import os
 import pwd
 import re
@@ -34,7 +38,8 @@ from tests.workspace import PROFILE, plain_vendor, write
 def build_twice(
     tmp_path: Path, vendor: dict, options, env: dict[str, str] | None = None
 ) -> tuple[str, str]:
-    digests = []
+    digests: list[str] = []
+    manifests: list[str] = []
     saved = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
@@ -52,6 +57,7 @@ def build_twice(
             )
             (wheel,) = (release / "wheels").glob("*.whl")
             digests.append(hashlib.sha256(wheel.read_bytes()).hexdigest())
+            manifests.append((release / "manifest.json").read_text())
             time.sleep(1.1)
     finally:
         for k, v in saved.items():
@@ -60,7 +66,36 @@ def build_twice(
             else:
                 os.environ[k] = v
     print(f"\n{vendor['source']['commit'][:7]} {env or ''}: {digests[0]} {digests[1]}")
+    # issue 41: the manifests are the same bytes too, once the timings are blanked
+    a, b = untimed(manifests[0]), untimed(manifests[1])
+    if digests[0] == digests[1]:
+        assert a == b, "\n".join(difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm=""))
+    else:  # the control: other wheel bytes, and the manifest's comparison sees them
+        assert a != b and digests[0] in a and digests[1] in b
     return digests[0], digests[1]
+
+
+# What a manifest measures of its run, not of its inputs or outputs: times, memory (the
+# budget is the machine's free memory then), and each step's schedule (its measurements,
+# and the estimate it started from: the second build learned from the first).
+TIMED = frozenset(
+    {"wall_s", "cpu_s", "seconds", "durations", "timings", "rss_gib", "mem_gib"}
+    | {"peak_rss_gib", "bound", "schedule"}
+)
+
+
+def untimed(text: str) -> str:
+    """A manifest's text with every timing blanked, key by key, written back as kiln
+    writes it (all else as it was: the order of keys and lists too)."""
+
+    def blank(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: "-" if k in TIMED else blank(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [blank(v) for v in value]
+        return value
+
+    return json.dumps(blank(json.loads(text)), indent=2)
 
 
 @pytest.mark.parametrize("index,what", [(2, "plain CUDA extension"), (4, "-rdc=true")])
