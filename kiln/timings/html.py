@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from kiln.timings import series, slots
+from kiln.timings import records, series, slots
 from kiln.timings.records import Timeline, Unit
 from kiln.timings.trace import is_critical
 
@@ -33,6 +33,7 @@ PALETTE = (
     "#bab0ac",
 )
 PHASE_SHADE = {"fetch": 0.35, "patch": 0.5, "build": 0.8, "package": 0.6, "verify": 0.45}
+PROVISION_COLOUR = "#9c9c9c"  # the build's own row: no step's colour
 WIDTH, LEFT, RIGHT = 1340, 180, 16
 PLOT = WIDTH - LEFT - RIGHT
 ROW, STEP_ROW = 15, 18
@@ -74,7 +75,10 @@ class Scale:
 
 def colours(timeline: Timeline) -> dict[str, str]:
     names = timeline.vendors + [v for v in timeline.reused if v not in timeline.vendors]
-    return {v: PALETTE[i % len(PALETTE)] for i, v in enumerate(names)}
+    out = {v: PALETTE[i % len(PALETTE)] for i, v in enumerate(names)}
+    if any(p.vendor == records.PROVISION_ROW for p in timeline.phases):
+        out[records.PROVISION_ROW] = PROVISION_COLOUR
+    return out
 
 
 def _axis(scale: Scale, y0: float, y1: float) -> list[str]:
@@ -104,6 +108,8 @@ def _tooltip(u: Unit, lane: slots.Lane, t0: float) -> str:
 def gantt(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]], scale: Scale) -> str:
     col = colours(timeline)
     steps = timeline.vendors + [v for v in timeline.reused if v not in timeline.vendors]
+    if any(p.vendor == records.PROVISION_ROW for p in timeline.phases):
+        steps.insert(0, records.PROVISION_ROW)
     lanes = slots.lanes(assigned)
     top = 22
     lane_top = top + len(steps) * STEP_ROW + 14

@@ -32,6 +32,11 @@ from kiln.release import manifest as manifest_io
 MEMORY_SERIES = "memory.jsonl"  # written by orchestrate.pipeline's sampler
 # the run's memory budget and CPU slots (orchestrate.pipeline writes it)
 BUDGET_FILE = "budget.json"
+# The build's own phase before its first step (loading, the toolchain, the build venv):
+# one JSON line {"phase": "provision", "start", "end"} the pipeline writes as the steps
+# start; drawn on a row of its own, named so that no vendor can be called the same.
+PROVISION_FILE = "provision.phases"
+PROVISION_ROW = "(provisioning)"
 PHASES = ("fetch", "patch", "build", "package", "verify")
 KINDS = {"compiled": "compile", "other": "link", "objcache-hit": "hit"}
 
@@ -280,7 +285,8 @@ def load(
     failures = failures_of(logs, vendors)
     memory = memory_of(logs / MEMORY_SERIES)
     units: list[Unit] = []
-    phases: list[Phase] = []
+    provision = logs / PROVISION_FILE
+    phases: list[Phase] = phases_of(provision, PROVISION_ROW) if provision.is_file() else []
     estimated = []
     built = []
     for vendor in vendors:

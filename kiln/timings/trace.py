@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.timings import series, slots
-from kiln.timings.records import Timeline, Unit
+from kiln.timings.records import PROVISION_ROW, Timeline, Unit
 
 SLOTS_PID, STEPS_PID, GATE_PID = 1, 2, 3
 
@@ -69,9 +69,12 @@ def build(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> dict[s
     for lane, n in tid.items():
         events.append(_meta(SLOTS_PID, n, "thread_name", {"name": lane.name}))
         events.append(_meta(SLOTS_PID, n, "thread_sort_index", {"sort_index": n}))
-    for i, vendor in enumerate(timeline.vendors + timeline.reused):
+    rows = timeline.vendors + timeline.reused
+    if any(p.vendor == PROVISION_ROW for p in timeline.phases):
+        rows = [PROVISION_ROW, *rows]
+    for i, vendor in enumerate(rows):
         events.append(_meta(STEPS_PID, i + 1, "thread_name", {"name": vendor}))
-    step_tid = {v: i + 1 for i, v in enumerate(timeline.vendors + timeline.reused)}
+    step_tid = {v: i + 1 for i, v in enumerate(rows)}
     for u, lane in assigned:
         events.append(
             {

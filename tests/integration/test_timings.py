@@ -69,6 +69,13 @@ def test_the_trace_matches_the_builds_records(built: Path) -> None:
     for vendor in VENDORS:
         recorded = [json.loads(x) for x in (built / f"{vendor}.phases").read_text().splitlines()]
         assert {"fetch", "patch", "build", "package", "verify"} <= {p["phase"] for p in recorded}
+    # issue 41: the build's own time before its first step, a phase of its own row
+    (before,) = [json.loads(x) for x in (built / "provision.phases").read_text().splitlines()]
+    assert before["phase"] == "provision" and before["end"] >= before["start"]
+    assert any(
+        e.get("ph") == "X" and e["name"] == "provision" and e["args"]["vendor"] == "(provisioning)"
+        for e in data["traceEvents"]
+    )
     counters = {e["name"] for e in data["traceEvents"] if e["ph"] == "C"}
     assert "memory in use GiB" in counters and data["otherData"]["notes"] == []
     # two CPU slots (--jobs 2), and compiles of the three steps shared them

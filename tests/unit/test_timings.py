@@ -372,6 +372,18 @@ def test_provisioning_before_the_first_step_is_not_counted_against_the_steps(
     timeline, _built = made(logs)
     span = timeline.end - timeline.start
     args = (timeline.vendors, timeline.units, timeline.phases, 3)
+    # the pipeline's record of it: drawn as a phase on a row of its own, in the trace too
+    before = {"phase": "provision", "start": timeline.start - 156.0, "end": timeline.start}
+    (logs / records.PROVISION_FILE).write_text(json.dumps(before) + "\n")
+    drawn, built = made(logs)
+    assert drawn.start == timeline.start - 156.0 and problems(built, logs, ["a", "b"]) == []
+    assert any(
+        e["ph"] == "X" and e["name"] == "provision" and e["dur"] == 156_000_000
+        for e in built["traceEvents"]
+    )
+    rows = unescape(html.render(drawn, slots.assign(drawn.units)))
+    assert 'data-vendor="(provisioning)" data-phase="provision"' in rows
+    assert ">(provisioning)</text>" in rows
     steps_only = records.critical_path(*args, span)
     cold = records.critical_path(*args, span + 156.0, 156.0)
     assert steps_only is not None and cold is not None
