@@ -17,7 +17,7 @@ import pytest
 
 from kiln.errors import BuildError
 from kiln.runners import isolation
-from tests.conftest import artifacts_files
+from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache
 from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
 from tests.require import missing
 from tests.upstreams import Upstreams
@@ -42,9 +42,12 @@ def server(tmp_path: Path):
     httpd.shutdown()
 
 
+@pytest.mark.parametrize("offline", [True, False], ids=["offline", "online"])
 def test_a_local_step_that_downloads_is_refused_with_the_url(
-    tmp_path: Path, upstreams: Upstreams, server: str, build_python: Path
+    tmp_path: Path, upstreams: Upstreams, server: str, build_python: Path, offline: bool
 ) -> None:
+    """With --offline and without: the step's network namespace is the same (sources are
+    fetched before any step; --offline only keeps that fetch to the mirrors)."""
     if isolation.bwrap() is None:
         missing("FLEET", "bubblewrap cannot make a network namespace here")
     assert urllib.request.urlopen(server, timeout=5).read()  # reachable from here
@@ -52,7 +55,20 @@ def test_a_local_step_that_downloads_is_refused_with_the_url(
     vendor = plain_vendor(upstreams.plain[0], archs=[])
     vendor["build"].update(kind="inplace", outputs=["*.so"], command=["python3", "-c", fetch])
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=PROFILE_NO_TORCH)
-    res = _build(tmp_path, ws, upstreams.mirrors, build_python)
+    res = run_kiln(
+        *build_args(
+            ws,
+            tmp_path,
+            "--cuda-home",
+            "/usr/local/cuda",
+            "--no-compiler-cache",
+            mirrors=upstreams.mirrors,
+            toolchain="system",
+            python=build_python,
+            cache=shared_cache(tmp_path / "cache"),
+            offline=offline,
+        )
+    )
     assert res.returncode == BuildError.exit_code, res.stderr[-3000:]
     assert artifacts_files(tmp_path / "artifacts") == []
     assert f"the upstream's build tried to download {server}" in res.stderr, res.stderr[-3000:]
