@@ -27,31 +27,21 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import kilnrun
 
 REPO = Path(__file__).resolve().parents[1]
 MADE = re.compile(r"consumer environment made in ([0-9.]+) s")
 
 
 def _kiln(args: list[str], log: Path) -> tuple[float, str]:
-    started = time.monotonic()
-    res = subprocess.run(
-        [sys.executable, "-m", "kiln", *args],
-        cwd=REPO,
-        text=True,
-        capture_output=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
-    )
-    wall = time.monotonic() - started
-    log.write_text(res.stdout + res.stderr)
-    if res.returncode != 0:
-        sys.exit(f"kiln {' '.join(args)} failed ({res.returncode}); see {log}")
-    return wall, res.stderr
+    rc, wall, err = kilnrun.run(args, log)
+    if rc != 0:
+        sys.exit(f"kiln {' '.join(args)} failed ({rc}); see {log}")
+    return wall, err
 
 
 def _proofs(release: Path) -> dict[str, float]:

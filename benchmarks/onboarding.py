@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 import zipfile
 from collections import Counter
@@ -47,6 +45,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import kilnrun  # noqa: E402
 
 from kiln.plan import jobs  # noqa: E402
 from kiln.verify.binaries import device_archs  # noqa: E402
@@ -123,17 +123,7 @@ def corpus_entries(corpus: Path, names: list[str] | None) -> dict[str, dict[str,
 
 
 def _kiln(args: list[str], log: Path) -> tuple[int, float, str]:
-    started = time.monotonic()
-    res = subprocess.run(
-        [sys.executable, "-m", "kiln", *args],
-        cwd=REPO,
-        text=True,
-        capture_output=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
-    )
-    log.write_text(res.stdout + res.stderr)
-    return res.returncode, time.monotonic() - started, res.stderr
+    return kilnrun.run(args, log)
 
 
 def _first_error(stderr: str) -> str:
