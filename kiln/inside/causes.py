@@ -679,6 +679,13 @@ def arch_dropped(f: Failure) -> Cause | None:
         missing = [a.strip() for a in m["missing"].split(",")]
         listed = f.env.get("TORCH_CUDA_ARCH_LIST", "")
         where = _arch_table(f.tree, made, missing)
+        forms = ", ".join(_torch_form(a) for a in missing)
+        # the rewrite gives a unit only the archs its own flags cover (an arch-specific
+        # target covers itself alone): offered only where the targets made cover the rest
+        rewrite = bool(made) and all(
+            any(archflags.covers(a, archflags.target(x)) for a in made) for x in missing
+        )
+        table = f" ({where})" if where else ""
         return Cause(
             "arch-dropped",
             f'kiln set TORCH_CUDA_ARCH_LIST={listed} (arch_control = "torch-arch-list") and '
@@ -686,10 +693,16 @@ def arch_dropped(f: Failure) -> Cause | None:
             f"it maps the list through targets of its own and leaves "
             f"{', '.join(_torch_form(a) for a in missing)} out"
             + (f" (its arch table: {where})" if where else ""),
-            f"give the upstream's table an entry for {', '.join(_torch_form(a) for a in missing)}"
-            f" (a patch in patches/), or let kiln set every unit's archs: "
-            f'arch_control = "rewrite" in vendors/{f.vendor}.toml, or leave '
-            f"{', '.join(missing)} out of build.archs",
+            f"give the upstream's table{table} an entry for {forms} (a patch in patches/)"
+            + (
+                f', or let kiln set every unit\'s archs: arch_control = "rewrite" in '
+                f"vendors/{f.vendor}.toml"
+                if rewrite
+                else f' (arch_control = "rewrite" would not do: {", ".join(made)} covers '
+                f"{'itself' if len(made) == 1 else 'themselves'} alone, so the rewrite stops "
+                f"the unit as arch-uncovered)"
+            )
+            + f", or leave {', '.join(missing)} out of build.archs",
         )
     return None
 

@@ -87,8 +87,9 @@ SEEN: dict[str, list[str]] = {
         '  cause: kiln set TORCH_CUDA_ARCH_LIST=10.0a;10.3a (arch_control = "torch-arch-list") '
         "and the upstream asked nvcc for sm_100a only for csrc/k.cu: it maps the list through "
         "targets of its own and leaves 10.3a out (its arch table: setup.py:6)",
-        "  fix: give the upstream's table an entry for 10.3a (a patch in patches/), or let kiln "
-        'set every unit\'s archs: arch_control = "rewrite" in vendors/arch-dropped.toml',
+        "  fix: give the upstream's table (setup.py:6) an entry for 10.3a (a patch in "
+        'patches/) (arch_control = "rewrite" would not do: sm_100a covers itself alone, so '
+        "the rewrite stops the unit as arch-uncovered), or leave sm_103a out of build.archs",
     ],
     # issue 35: ptxas refuses an instruction: the unit, its arch, which archs have it, and
     # its PTX kept beside the logs (not in a folder deleted with the compile)

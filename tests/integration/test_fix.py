@@ -12,9 +12,13 @@ to a release: on real fixture upstreams, each failing one way, no edit by hand.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from pathlib import Path
 
+import tomlkit
+
+from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests import broken, landing
 from tests.conftest import build_args, run_kiln, shared_cache
 from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
@@ -76,3 +80,68 @@ def test_fix_applies_a_standard_flag_and_a_download_switch_to_torch_extensions(
     net = tomllib.loads((ws / "vendors" / "network-download.toml").read_text())["build"]
     assert net["env"]["BROKEN_FORCE_BUILD"] != "1", net
     assert "release ready" in err
+
+
+def test_an_arch_table_that_drops_an_arch_is_fixed_as_printed(
+    tmp_path: Path, build_python: Path, pypi_cuda: Path
+) -> None:
+    """arch-dropped (tests/broken.py): setup.py maps TORCH_CUDA_ARCH_LIST through a table
+    with no 10.3a. Its table's target is arch-specific (sm_100a), so the rewrite the row
+    used to offer stopped the unit as arch-uncovered (a second failure): the fix now says
+    so, and its patch (an entry for 10.3a), applied as printed, releases both archs. A
+    table of generic targets (sm_100) is offered the rewrite, and applied, it releases."""
+    faults = broken.make(tmp_path / "broken")
+    generic = broken.ARCH_TABLE_SETUP.replace('"10.0a": "100a"', '"10.0a": "100"')
+    (sha,) = make_repo(
+        faults.root / "generic-table.git",
+        [
+            CommitSpec(
+                "a table of generic targets",
+                {
+                    "setup.py": generic,
+                    "broken/__init__.py": "",
+                    "csrc/binding.cpp": broken.BINDING,
+                    "csrc/k.cu": "__global__ void k() {}\n",
+                    "LICENSE": "MIT License\n\nCopyright (c) 2026 kiln test fixtures\n",
+                },
+            )
+        ],
+    )
+    mirrors = tmp_path / "mirrors.toml"
+    mirrors.write_text(f'[mirrors]\n"{broken.BASE_URL}" = "{faults.root}/"\n')
+    shared_cache(tmp_path / "cache")
+    recipe = broken.vendor("arch-dropped", faults.commits["arch-dropped"])
+    ws = write(tmp_path / "ws", {"arch-dropped": recipe})
+    args = build_args(ws, tmp_path, mirrors=mirrors, python=build_python, toolchain="pypi")
+    res = run_kiln(*args)
+    assert res.returncode == 6, res.stderr[-3000:]
+    (fix,) = [ln for ln in res.stderr.splitlines() if ln.startswith("  fix: ")]
+    assert fix.startswith("  fix: give the upstream's table (setup.py:6) an entry for 10.3a")
+    assert 'arch_control = "rewrite" would not do: sm_100a covers itself alone' in fix
+    # the patch it asks for, as printed: an entry for 10.3a in the table at setup.py:6
+    table = broken.ARCH_TABLE_SETUP.splitlines(keepends=True)
+    assert "TARGETS = " in table[5]
+    patched = [*table[:5], table[5].replace("}", ', "10.3a": "103a"}'), *table[6:]]
+    patch = "".join(difflib.unified_diff(table, patched, "a/setup.py", "b/setup.py"))
+    (ws / "patches" / "table-103a.patch").write_text(patch)
+    (ws / "patches" / "series.toml").write_text(
+        '[[patch]]\nfile = "table-103a.patch"\ntarget = "arch-dropped"\n'
+    )
+    res = run_kiln(*args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    # generic targets: the rewrite is offered, and set as printed, it releases
+    recipe = {**recipe, "source": {"url": f"{broken.BASE_URL}generic-table.git", "commit": sha}}
+    ws = write(tmp_path / "ws-generic", {"generic-table": recipe})
+    args = build_args(ws, tmp_path, mirrors=mirrors, python=build_python, toolchain="pypi")
+    res = run_kiln(*args)
+    assert res.returncode == 6, res.stderr[-3000:]
+    (fix,) = [ln for ln in res.stderr.splitlines() if ln.startswith("  fix: ")]
+    assert (
+        'or let kiln set every unit\'s archs: arch_control = "rewrite" in '
+        "vendors/generic-table.toml"
+    ) in fix
+    doc = tomllib.loads((ws / "vendors" / "generic-table.toml").read_text())
+    doc["build"]["arch_control"] = "rewrite"
+    (ws / "vendors" / "generic-table.toml").write_text(tomlkit.dumps(doc))
+    res = run_kiln(*args)
+    assert res.returncode == 0, res.stderr[-3000:]
