@@ -21,7 +21,7 @@ from tests.faults.conftest import (
 )
 from tests.workspace import write
 
-# The slow vendor's build: note its pid where the test can see it, then compile "forever".
+# The slow vendor's build: say it started (its pid, its namespace's), then compile "forever".
 SLOW = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
 
 
@@ -30,8 +30,28 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as fh:  # a zombie is gone for our purpose
-        return fh.read().split(") ")[1][0] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as fh:  # a zombie is gone for our purpose
+            return fh.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _running(marker: Path) -> list[int]:
+    """The host's pids of the step's command (found by its arguments, which name
+    ``marker``): a local step runs in a pid namespace of its own (bubblewrap), so the
+    pid it writes is its own namespace's, not the host's."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(marker).encode() in argv and b"-c" in argv and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
 
 
 def test_sigkill_mid_build_then_a_rerun_cleans_up_and_reuses_what_finished(
@@ -49,13 +69,14 @@ def test_sigkill_mid_build_then_a_rerun_cleans_up_and_reuses_what_finished(
     while not marker.read_text():  # the command writes its pid just after creating it
         assert time.monotonic() < deadline, "the step never wrote its pid"
         time.sleep(0.05)
-    step_pid = int(marker.read_text())
+    steps = _running(marker)
+    assert steps, "the step's command is not among the host's processes"
     kiln.send_signal(signal.SIGKILL)  # no handler, no cleanup
     kiln.communicate(timeout=30)
 
-    # The step's process group does not outlive kiln: it noticed and killed itself.
+    # The step's processes do not outlive kiln: they noticed and were killed.
     deadline = time.monotonic() + 15
-    while _alive(step_pid):
+    while any(_alive(pid) for pid in steps):
         assert time.monotonic() < deadline, "the orphaned build step is still running"
         time.sleep(0.1)
     artifacts = tmp_path / "artifacts"
