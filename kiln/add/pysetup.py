@@ -54,6 +54,7 @@ _STD_NUMBER = {"11": 11, "0x": 11, "14": 14, "1y": 14, "17": 17, "1z": 17, "20":
 _STD_NUMBER |= {"23": 23, "2b": 23, "26": 26, "2c": 26}
 # A test that holds on ROCm builds (``if IS_HIP_EXTENSION:``, ``torch.version.hip is not
 # None``, ``if ROCM_HOME:``): the branch it guards never runs for a CUDA wheel.
+_HIP_WORD = re.compile(r"(?:^|_)(?:hip|rocm)(?:_|$)", re.IGNORECASE)
 _HIP = re.compile(
     r"\b(?:IS_HIP_EXTENSION|ROCM_HOME|ROCM_VERSION|USE_ROCM|BUILD_ROCM|hip|"
     r"is_hip\w*|is_rocm\w*|IS_HIP\w*|IS_ROCM\w*)\b"
@@ -185,6 +186,17 @@ def _hip_when_true(test: ast.AST) -> bool | None:
             return None
         return inner if isinstance(test.ops[0], ast.IsNot | ast.NotEq) else not inner
     if isinstance(test, ast.Name | ast.Attribute | ast.Call) and _HIP.search(ast.unparse(test)):
+        return True
+    # a flag of the upstream's own naming: HIP_BUILD, USE_ROCM, build_hip (causal-conv1d's
+    # `HIP_BUILD = bool(torch.version.hip)`), HIP or ROCm as one word of the identifier
+    name = (
+        test.id
+        if isinstance(test, ast.Name)
+        else test.attr
+        if isinstance(test, ast.Attribute)
+        else ""
+    )
+    if _HIP_WORD.search(name):
         return True
     return None
 

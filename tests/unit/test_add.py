@@ -426,7 +426,9 @@ def _setup(tmp_path: Path, text: str) -> pysetup.SetupPy:
 
 def test_a_rocm_only_branch_is_neither_read_nor_cited(tmp_path: Path) -> None:
     """Issue 35 (10): the draft cites only lines on the path a CUDA build runs; a HIP
-    branch's flags, variables and downloads are not the recipe's (one draft cited one)."""
+    branch's flags, variables and downloads are not the recipe's (one draft cited one).
+    Issue 40: also under a flag of the upstream's own naming (causal-conv1d's
+    ``HIP_BUILD = bool(torch.version.hip)``: its draft cited the ROCm branch's -std)."""
     s = _setup(
         tmp_path,
         """\
@@ -445,6 +447,10 @@ def test_a_rocm_only_branch_is_neither_read_nor_cited(tmp_path: Path) -> None:
         else:
             os.getenv("ROCM_Y")
         extra = "-std=c++14" if torch.version.hip else "-O3"
+        HIP_BUILD = bool(torch.version.hip)
+        if HIP_BUILD:
+            rocm = {"cxx": ["-O3", "-std=c++17"]}
+            os.getenv("HIP_ARCHITECTURES", "native")
         """,
     )
     assert [r.name for r in s.env_reads] == ["CUDA_ONLY_X", "CUDA_ONLY_Y"]
