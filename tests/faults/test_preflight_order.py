@@ -87,21 +87,30 @@ def test_a_missing_system_header_stops_preflight_before_anything_is_provisioned(
     assert artifacts_files(tmp_path / "artifacts") == []
 
 
-def test_system_needs_are_listed_with_the_other_cheap_problems(
-    tmp_path: Path, tiny: tuple[str, Path]
-) -> None:
-    """A missing patch, a missing header and a missing library: all three at once, and
-    still nothing provisioned."""
+def _gone_patch_workspace(
+    tmp_path: Path, tiny: tuple[str, Path], system: list[dict[str, str]]
+) -> tuple[Path, Path, Path]:
+    """(workspace, mirrors, an empty cache): the tiny vendor with ``system`` needs and a
+    series naming a patch file that is not there."""
     commit, mirrors = tiny
-    lib = {"library": "kiln_no_such_lib", "package": "libkiln-nolib-dev"}
     ws = write(
         tmp_path / "ws",
-        {"tiny": tiny_vendor(commit, system=[ABSENT, lib])},
+        {"tiny": tiny_vendor(commit, system=system)},
         series=[{"file": "gone.patch", "target": "tiny"}],
         profile=PROFILE,
     )
     cache = tmp_path / "cache"
     cache.mkdir()
+    return ws, mirrors, cache
+
+
+def test_system_needs_are_listed_with_the_other_cheap_problems(
+    tmp_path: Path, tiny: tuple[str, Path]
+) -> None:
+    """A missing patch, a missing header and a missing library: all three at once, and
+    still nothing provisioned."""
+    lib = {"library": "kiln_no_such_lib", "package": "libkiln-nolib-dev"}
+    ws, mirrors, cache = _gone_patch_workspace(tmp_path, tiny, [ABSENT, lib])
     res, _took = _unprovisioned_build(ws, tmp_path, mirrors, cache)
     assert res.returncode == 9, res.stderr[-3000:]
     assert error_lines(res.stderr) == ["kiln: error: cannot build test-release here (3 problems):"]
@@ -179,15 +188,7 @@ def test_a_failed_preflight_leaves_the_artifacts_folder_as_it_was(
     """Issue 41: a refused build left ``logs/.kiln.sources.lock`` and the inputs' snapshot
     (``.inputs/patches/series.toml``) behind. Refused before any step, nothing stays: not
     in a folder it made, and not in one that held an earlier release's files."""
-    commit, mirrors = tiny
-    ws = write(
-        tmp_path / "ws",
-        {"tiny": tiny_vendor(commit, system=[ABSENT])},
-        series=[{"file": "gone.patch", "target": "tiny"}],
-        profile=PROFILE,
-    )
-    cache = tmp_path / "cache"
-    cache.mkdir()
+    ws, mirrors, cache = _gone_patch_workspace(tmp_path, tiny, [ABSENT])
     res, _took = _unprovisioned_build(ws, tmp_path, mirrors, cache)
     assert res.returncode == 9, res.stderr[-3000:]
     assert not (tmp_path / "artifacts").exists()  # it made it: gone again

@@ -80,15 +80,22 @@ def test_lock_with_malformed_commit_fails(tmp_path: Path) -> None:
     assert "vendors/plain.toml: source.commit: 'not-a-sha' is not a commit SHA" in res.stderr
 
 
-def test_lock_pins_runtime_requirements_by_hash(tmp_path: Path, monkeypatch) -> None:
-    from tests.integration.test_inplace import NO_TORCH, make_wheel
-
-    wheel = make_wheel(tmp_path / "wheelhouse")
-    ws_dir = write(tmp_path / "ws", {}, profile=NO_TORCH)
+def _offline_workspace(tmp_path: Path, monkeypatch, profile: dict | None = None) -> Path:
+    """A workspace whose runtime-requirements.txt names the fixture wheel, with pip kept
+    to the local wheelhouse (``tmp_path/wheelhouse``)."""
+    ws_dir = write(tmp_path / "ws", {}, profile=profile)
     (ws_dir / "vendors" / "plain.toml").write_text(VENDOR.format(short="a" * 40))
     (ws_dir / "runtime-requirements.txt").write_text("kiln_fixture_dep==1.0\n")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheelhouse"))
+    return ws_dir
+
+
+def test_lock_pins_runtime_requirements_by_hash(tmp_path: Path, monkeypatch) -> None:
+    from tests.integration.test_inplace import NO_TORCH, make_wheel
+
+    wheel = make_wheel(tmp_path / "wheelhouse")
+    ws_dir = _offline_workspace(tmp_path, monkeypatch, NO_TORCH)
     assert lock_runtime(Workspace(ws_dir)) == [
         "runtime requirements: 1 packages pinned by hash in runtime-requirements.lock"
     ]
@@ -108,11 +115,7 @@ def test_a_runtime_list_without_torch_keeps_the_profiles_torch(tmp_path: Path, m
 
     make_wheel(tmp_path / "wheelhouse")
     torch = make_wheel(tmp_path / "wheelhouse", "torch", "2.14.1")
-    ws_dir = write(tmp_path / "ws", {})  # the profile's torch: 2.14.1+cu130
-    (ws_dir / "vendors" / "plain.toml").write_text(VENDOR.format(short="a" * 40))
-    (ws_dir / "runtime-requirements.txt").write_text("kiln_fixture_dep==1.0\n")
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheelhouse"))
+    ws_dir = _offline_workspace(tmp_path, monkeypatch)  # the profile's torch: 2.14.1+cu130
     assert lock_runtime(Workspace(ws_dir)) == [
         "runtime requirements: 2 packages pinned by hash in runtime-requirements.lock "
         "(runtime-requirements.txt names no torch: kept the profile's torch==2.14.1)"
