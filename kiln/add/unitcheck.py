@@ -131,6 +131,12 @@ def check(
         with tempfile.TemporaryDirectory(prefix="kiln-add-unit-") as tmp:
             kept = ["-keep", f"-keep-dir={keep}"] if kind == "CUDA" else []
             cmd = [*command(unit, kind, build, f, env, tree), *kept, "-o", str(Path(tmp) / "u.o")]
+            log.info(
+                "%s: checking the draft: compiling %s%s (--no-check skips this)",
+                name,
+                unit,
+                f" for {built.replace(' ', ', ')}" if kind == "CUDA" else "",
+            )
             start = time.monotonic()
             try:
                 res = proc.run(cmd, cwd=tree, check=False, what=f"the {kind} compile of {unit}")
