@@ -98,6 +98,12 @@ def command(
     key = "nvcc_append_flags" if kind == "CUDA" else "cxx_append_flags"
     drafted = build.get(key)
     appended = [str(x) for x in drafted] if isinstance(drafted, list) else []
+    if not any(x.startswith("-std=") for x in [*upstream, *appended]) and f.first(
+        "torch_extension"
+    ):
+        # torch's BuildExtension adds the standard its headers need where setup.py passes
+        # none (torch 2.14: -std=c++20); the compiler's own default would fail its guard
+        upstream = [f"-std=c++{f.torch_cxx[0] if f.torch_cxx else 17}"]
     defines = list(TORCH_DEFINES) if unit in f.torch_units() else []
     if kind == "CUDA":
         nvcc = env.cuda_home / "bin" / "nvcc" if env.cuda_home is not None else Path("nvcc")

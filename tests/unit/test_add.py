@@ -185,6 +185,29 @@ def test_a_draft_whose_first_unit_cannot_compile_is_not_written(
     )
 
 
+def test_the_unit_check_compiles_with_torchs_own_standard_where_setup_py_passes_none(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    """torch's BuildExtension adds -std=c++20 (its headers' standard) where setup.py
+    passes no -std: the check does too (with the compiler's default C++17, causal-conv1d's
+    draft was refused though its build passes). A unit whose code is C++20."""
+    setup = (
+        "from setuptools import setup\n"
+        "from torch.utils.cpp_extension import BuildExtension, CppExtension\n"
+        'setup(name="plus20", version="0.1", cmdclass={"build_ext": BuildExtension},\n'
+        '      ext_modules=[CppExtension("plus20._C", ["csrc/k.cpp"])])\n'
+    )
+    unit = "#include <Python.h>\ntemplate <typename T> concept Any = true;\nint f(Any auto x);\n"
+    make_repo(
+        fixtures.root / "plus20.git",
+        [CommitSpec("c++20", {"setup.py": setup, "csrc/k.cpp": unit, "LICENSE": BSD2})],
+    )
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}plus20.git", None, tmp_path)
+    [compiled] = added.compiled
+    assert (compiled.unit, compiled.kind, compiled.missing) == ("csrc/k.cpp", "C++", None)
+    assert "-std=c++20" in compiled.command
+
+
 CU_ONLY_SETUP = """\
 import pybind11
 from setuptools import setup
