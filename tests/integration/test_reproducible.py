@@ -76,11 +76,12 @@ def build_twice(
 
 
 # What a manifest measures of its run, not of its inputs or outputs: times, memory (the
-# budget is the machine's free memory then), and each step's schedule (its measurements,
-# and the estimate it started from: the second build learned from the first).
+# budget is the machine's free memory then), each step's schedule (its measurements, and
+# the estimate it started from: the second build learned from the first) and what the
+# step learned (each unit's CPU seconds and memory, the links' CPU seconds).
 TIMED = frozenset(
     {"wall_s", "cpu_s", "seconds", "durations", "timings", "rss_gib", "mem_gib"}
-    | {"peak_rss_gib", "bound", "schedule"}
+    | {"peak_rss_gib", "bound", "schedule", "learned"}
 )
 
 
