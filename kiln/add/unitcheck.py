@@ -73,10 +73,10 @@ def first_units(f: Findings) -> list[tuple[str, str]]:
     return out
 
 
-def include_dirs(tree: Path, f: Findings, unit: str, env: Environment) -> list[str]:
+def include_dirs(index: includes.TreeIndex, f: Findings, unit: str, env: Environment) -> list[str]:
     """``-I`` flags: the unit's folder, the tree's folders its headers are found under
     (the path minus the header's own, as add resolved it), then the external roots."""
-    index = includes.TreeIndex(tree)
+    tree = index.tree
     dirs: list[Path] = [(tree / unit).parent, tree]
     for header in sorted(f.closure.reaches.get(unit, ())):
         if f.closure.provided.get(header) != "tree":
@@ -92,7 +92,12 @@ def include_dirs(tree: Path, f: Findings, unit: str, env: Environment) -> list[s
 
 
 def command(
-    unit: str, kind: str, build: Mapping[str, object], f: Findings, env: Environment, tree: Path
+    unit: str,
+    kind: str,
+    build: Mapping[str, object],
+    f: Findings,
+    env: Environment,
+    index: includes.TreeIndex,
 ) -> list[str]:
     upstream = sorted({f"-std=c++{n}" for m in f.setup for n, _ in m.std_flags})[:1]
     key = "nvcc_append_flags" if kind == "CUDA" else "cxx_append_flags"
@@ -100,10 +105,10 @@ def command(
     appended = [str(x) for x in drafted] if isinstance(drafted, list) else []
     if not any(x.startswith("-std=") for x in [*upstream, *appended]) and f.first(
         "torch_extension"
-    ):
+    ):  # (torch's headers unread: the compiler's default, as nothing better is known)
         # torch's BuildExtension adds the standard its headers need where setup.py passes
         # none (torch 2.14: -std=c++20); the compiler's own default would fail its guard
-        upstream = [f"-std=c++{f.torch_cxx[0] if f.torch_cxx else 17}"]
+        upstream = [f"-std=c++{f.torch_cxx[0]}"] if f.torch_cxx else []
     defines = list(TORCH_DEFINES) if unit in f.torch_units() else []
     if kind == "CUDA":
         nvcc = env.cuda_home / "bin" / "nvcc" if env.cuda_home is not None else Path("nvcc")
@@ -112,7 +117,7 @@ def command(
         head = [str(nvcc), "-c", "-x", "cu", *NVCC_COMMON, *gencode]
     else:
         head = [os.environ.get("CXX", "g++"), "-c", "-x", "c++", "-fPIC"]
-    return [*head, *upstream, *appended, *defines, *include_dirs(tree, f, unit, env), unit]
+    return [*head, *upstream, *appended, *defines, *include_dirs(index, f, unit, env), unit]
 
 
 def check(
@@ -129,6 +134,7 @@ def check(
     shutil.rmtree(keep, ignore_errors=True)
     keep.mkdir(parents=True)
     done: list[Compiled] = []
+    index = includes.TreeIndex(tree)  # the tree's files by path tail, read once
     archs = build.get("archs")
     built = " ".join(str(a) for a in archs) if isinstance(archs, list) else ""
     for unit, kind in first_units(f):
@@ -136,7 +142,7 @@ def check(
             continue  # no device code is built (a JIT upstream): nothing the draft decides
         with tempfile.TemporaryDirectory(prefix="kiln-add-unit-") as tmp:
             kept = ["-keep", f"-keep-dir={keep}"] if kind == "CUDA" else []
-            cmd = [*command(unit, kind, build, f, env, tree), *kept, "-o", str(Path(tmp) / "u.o")]
+            cmd = [*command(unit, kind, build, f, env, index), *kept, "-o", str(Path(tmp) / "u.o")]
             log.info(
                 "%s: checking the draft: compiling %s%s (--no-check skips this)",
                 name,

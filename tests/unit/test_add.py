@@ -108,6 +108,14 @@ def test_a_hard_coded_gencode_list_becomes_rewrite(
 ) -> None:
     added = _add(workspace, fixtures, build_python, f"{BASE_URL}gencode.git", "v0.1", tmp_path)
     assert added.path == workspace / "vendors" / "gencode.toml"
+    # add's unit check: k.cu reaches <numa.h> through common.cuh; where the machine lacks
+    # it, the unit is said unchecked (the draft is written), else it compiled
+    [compiled] = added.compiled
+    absent = not Path("/usr/include/numa.h").is_file()
+    assert compiled.missing == ("numa.h" if absent else None), compiled
+    assert compiled.said().startswith(
+        "csrc/k.cu not checked by compiling: numa.h" if absent else "checked: csrc/k.cu compiles"
+    )
     data = tomllib.loads(added.path.read_text())
     shas = git("rev-parse", "v0.1", cwd=fixtures.root / "gencode.git").output.strip()
     assert data["source"]["commit"] == shas
