@@ -105,12 +105,16 @@ FAULTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         {"cuda": False, "sources": ["csrc/binding.cpp", "csrc/ops.cpp"], "cxx": ["-std=c++17"]},
         {"csrc/ops.cpp": "#include <torch/extension.h>\nint ops() { return 1; }\n"},
     ),
-    # an arch this CUDA does not know, hard-coded by the upstream (CUDA 13 renamed sm_101a)
+    # an arch this CUDA does not know, hard-coded by the upstream beside one it knows
+    # (CUDA 13 renamed sm_101a): the recipe builds sm_100a, the upstream's own list
     "unknown-arch": (
         {
             "cuda": True,
             "sources": ["csrc/binding.cpp", "csrc/k.cu"],
-            "nvcc": ["-gencode=arch=compute_101a,code=sm_101a"],
+            "nvcc": [
+                "-gencode=arch=compute_100a,code=sm_100a",
+                "-gencode=arch=compute_101a,code=sm_101a",
+            ],
         },
         {"csrc/k.cu": "__global__ void k() {}\n"},
     ),
@@ -170,15 +174,31 @@ FAULTS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         },
         {"csrc/hopper.cu": '__global__ void k() { asm volatile("wgmma.fence.sync.aligned;"); }\n'},
     ),
-    # a library that is not installed
+    # a library that is not installed (its function called, so the link keeps it)
     "missing-library": (
-        {"cuda": False, "sources": ["csrc/binding.cpp"], "libraries": ["kilnabsent"]},
-        {},
+        {
+            "cuda": False,
+            "sources": ["csrc/binding.cpp", "csrc/use.cpp"],
+            "libraries": ["kilnabsent"],
+        },
+        {
+            "csrc/use.cpp": (
+                'extern "C" int kiln_absent(void);\nint use() { return kiln_absent(); }\n'
+            )
+        },
     ),
 }
 
 
 ROWS = {"cxx20-code": "cxx-standard"}
+
+# fault -> files of an earlier revision that does not fail (the missing-identifier row's
+# fix names pinning one): the fault's commit sits on top of it.
+EARLIER: dict[str, dict[str, str]] = {
+    "missing-identifier": {
+        "csrc/comm.cu": "#include <nccl.h>\nint props(ncclComm_t c) { return c != nullptr; }\n"
+    },
+}
 
 
 def row(fault: str) -> str:
@@ -190,6 +210,7 @@ def row(fault: str) -> str:
 class Broken:
     root: Path
     commits: dict[str, str]  # fault -> commit
+    earlier: dict[str, str]  # fault -> the revision before it that builds (EARLIER)
 
     @property
     def mirrors(self) -> Path:
@@ -206,12 +227,19 @@ def make(root: Path) -> Broken:
         "LICENSE": "MIT License\n\nCopyright (c) 2026 kiln test fixtures\n",
     }
     commits: dict[str, str] = {}
+    earlier: dict[str, str] = {}
     for fault, (unit, files) in FAULTS.items():
         content = {**base, **files, "unit.json": json.dumps(unit)}
-        sha = make_repo(root / f"{fault}.git", [CommitSpec(f"broken: {fault}", content)])[0]
-        commits[fault] = sha
+        history = [CommitSpec(f"broken: {fault}", content)]
+        if fault in EARLIER:
+            before = {**content, **EARLIER[fault]}
+            history.insert(0, CommitSpec(f"before {fault}", before))
+        shas = make_repo(root / f"{fault}.git", history)
+        commits[fault] = shas[-1]
+        if fault in EARLIER:
+            earlier[fault] = shas[0]
     (root / "mirrors.toml").write_text(f'[mirrors]\n"{BASE_URL}" = "{root}/"\n')
-    return Broken(root, commits)
+    return Broken(root, commits, earlier)
 
 
 def vendor(fault: str, commit: str) -> dict[str, Any]:

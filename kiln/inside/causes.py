@@ -27,6 +27,7 @@ defined nowhere), ``load_needs_gpu``, ``load_missing_module`` and ``load_python_
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -796,6 +797,24 @@ def ptx_instruction(f: Failure) -> Cause | None:
 _ARCH = re.compile(r"(?:Unsupported gpu architecture|Value) '(?:compute_|sm_)(?P<arch>\d+[af]?)'")
 
 
+def _hardcoded_arch_flags(f: Failure, arch: str) -> list[str]:
+    """The failed unit's single-token arch flags naming ``arch`` (``-gencode=arch=...``,
+    ``-arch=sm_...``) where kiln did not ask for that arch: the upstream's own, which the
+    wrapper can drop token by token. A two-token ``-gencode arch=...`` cannot be dropped
+    that way (its ``-gencode`` is shared), so none is offered for it."""
+    if f"sm_{arch}" in _built_archs(f.env) or not f.d.command:
+        return []
+    try:
+        argv = shlex.split(f.d.command)
+    except ValueError:
+        argv = f.d.command.split()
+    named = re.compile(rf"(?:compute|sm)_{re.escape(arch)}(?![\w])")
+    single = ("-gencode=", "--generate-code=", "-arch=", "--gpu-architecture=", "-code=")
+    flags = [a for a in argv if a.startswith(single) and named.search(a)]
+    bare = any(named.search(a) and not a.startswith(single) for a in argv)
+    return [] if bare else list(dict.fromkeys(flags))
+
+
 def unknown_arch(f: Failure) -> Cause | None:
     for message in f.messages:
         m = _ARCH.search(message)
@@ -818,7 +837,18 @@ def unknown_arch(f: Failure) -> Cause | None:
         )
         if since and nvcc != "unknown" and _version_tuple(nvcc) >= _version_tuple(since):
             fix = f"sm_{arch} was renamed or dropped: {fix}"
-        return Cause("unknown-arch", cause, fix)
+        hard = _hardcoded_arch_flags(f, arch)
+        edit = None
+        if hard:
+            # the upstream's own flag (kiln was not asked for the arch): dropping that
+            # token is a mechanical edit ``kiln build --fix`` applies
+            edit = toml_edit(f.vendor, ["build", "nvcc_drop_flags"], append=hard)
+            fix = (
+                f"the upstream hard-codes {' '.join(hard)}: add build.nvcc_drop_flags = "
+                f"[{', '.join(json.dumps(h) for h in hard)}] to vendors/{f.vendor}.toml "
+                f"(kiln's compiler wrapper removes it); or {fix}"
+            )
+        return Cause("unknown-arch", cause, fix, edit=edit)
     return None
 
 
@@ -882,7 +912,8 @@ def missing_library(f: Failure) -> Cause | None:
     if not fixes:
         fixes = [f"install the package that provides lib{lib}.so"]
     fix = "; or ".join(fixes) + (
-        "; or add its folder to build.env LIBRARY_PATH in the vendor TOML; "
+        f"; or add its folder to build.env LIBRARY_PATH in vendors/{f.vendor}.toml (kiln "
+        "links it from there and ships it in the wheel, which would not load without it); "
         + _system_entry(f.vendor, "library", lib, deb or "PACKAGE")
     )
     return Cause(

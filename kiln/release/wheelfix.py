@@ -25,6 +25,7 @@ import shutil
 import sys
 import time
 import zipfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
@@ -52,9 +53,26 @@ def has_shared_objects(wheel: Path) -> bool:
         return any(n.endswith(".so") or ".so." in n.rsplit("/", 1)[-1] for n in zf.namelist())
 
 
-def repair(wheel: Path, epoch: int, dest_dir: Path) -> Path:
+_NOT_LOCATED = re.compile(r'required library "(?P<lib>[^"]+)" could not be located')
+
+
+def library_dirs(env: Mapping[str, str]) -> list[str]:
+    """The absolute folders of a recipe's ``[build.env]`` ``LIBRARY_PATH`` and
+    ``LD_LIBRARY_PATH``: where its link found a library no wheel provides, and so where
+    ``auditwheel repair`` must look to ship it (a ``$NAME`` entry is the build
+    environment's, unknown here)."""
+    dirs = [d for var in ("LIBRARY_PATH", "LD_LIBRARY_PATH") for d in env.get(var, "").split(":")]
+    return list(dict.fromkeys(d for d in dirs if d.startswith("/") and "$" not in d))
+
+
+def repair(
+    wheel: Path, epoch: int, dest_dir: Path, vendor: str = "", libs: Sequence[str] = ()
+) -> Path:
     """``auditwheel repair`` of ``wheel`` into ``dest_dir`` (the tightest manylinux tag its
-    shared objects allow); a wheel without shared objects is returned as it is.
+    shared objects allow); a wheel without shared objects is returned as it is. ``libs``:
+    the recipe's own library folders (:func:`library_dirs`), searched before the system's,
+    so that a library linked from there is grafted into the wheel instead of missing at
+    load; a library found nowhere is refused naming it and the fix.
 
     The repaired wheel is written uncompressed (``-z 0``): ``normalize`` re-packs every
     member anyway, so compressing here only costs time after the step's last compile,
@@ -71,12 +89,35 @@ def repair(wheel: Path, epoch: int, dest_dir: Path) -> Path:
         )
     dest_dir.mkdir(parents=True, exist_ok=True)
     excludes = [a for glob in PROVIDED_AT_RUN_TIME for a in ("--exclude", glob)]
-    proc.run(
-        [sys.executable, "-m", "auditwheel", "repair", "-z", "0", "-w", dest_dir, *excludes, wheel],
-        env={**os.environ, "PATH": path, "SOURCE_DATE_EPOCH": str(max(epoch, 315532800))},
-        what=f"auditwheel repair of {wheel.name}",
-        error=BuildError,
-    )
+    search = os.pathsep.join([*libs, os.environ.get("LD_LIBRARY_PATH", "")]).strip(os.pathsep)
+    env = {**os.environ, "PATH": path, "SOURCE_DATE_EPOCH": str(max(epoch, 315532800))}
+    if search:
+        env["LD_LIBRARY_PATH"] = search
+    cmd: list[str | Path] = [
+        sys.executable,
+        "-m",
+        "auditwheel",
+        "repair",
+        "-z",
+        "0",
+        "-w",
+        dest_dir,
+    ]
+    res = proc.run([*cmd, *excludes, wheel], env=env, check=False)
+    if res.returncode and (m := _NOT_LOCATED.search(res.output)):
+        where = f"vendors/{vendor}.toml" if vendor else "the vendor's TOML"
+        raise BuildError(
+            f"{wheel.name} links {m['lib']}, which no wheel it requires provides and which "
+            f"is found nowhere to ship in it (looked in {search or 'the system folders'} and "
+            f"the system's): it would not load; fix: put the folder holding {m['lib']} in "
+            f"build.env LIBRARY_PATH of {where} (kiln links it from there and ships it in the "
+            "wheel), or install the package that provides it where the build runs"
+        )
+    if res.returncode:
+        tail = "\n".join("    " + ln for ln in res.output.rstrip().splitlines()[-20:])
+        raise BuildError(
+            f"auditwheel repair of {wheel.name} failed with exit code {res.returncode}\n{tail}"
+        )
     made = sorted(dest_dir.glob("*.whl"))
     if len(made) != 1:
         raise BuildError(f"auditwheel repair of {wheel.name} left {len(made)} wheels in {dest_dir}")

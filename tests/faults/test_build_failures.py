@@ -59,6 +59,10 @@ SEEN: dict[str, list[str]] = {
         "CUDA 12.8 to 12.9 (CUDA 13.0 renamed it sm_110a)",
         "set the profile's cuda (and builder image) to a CUDA that has sm_101a, or drop "
         "sm_101a from the archs",
+        # issue 41: the upstream's own flag, named as the edit --fix applies
+        "  fix: the upstream hard-codes -gencode=arch=compute_101a,code=sm_101a: add "
+        'build.nvcc_drop_flags = ["-gencode=arch=compute_101a,code=sm_101a"] to '
+        "vendors/unknown-arch.toml",
     ],
     "arch-refused": [
         "building arch-refused failed with exit code 6, in csrc/hopper.cu:",
@@ -74,7 +78,9 @@ SEEN: dict[str, list[str]] = {
         "building missing-library failed with exit code 6, in the link of build/lib.",
         "    cannot find -lkilnabsent: No such file or directory",
         "  cause: the linker found no -lkilnabsent: it looked in LIBRARY_PATH and -L ",
-        "or add its folder to build.env LIBRARY_PATH in the vendor TOML; declare it in "
+        "or add its folder to build.env LIBRARY_PATH in vendors/missing-library.toml (kiln "
+        "links it from there and ships it in the wheel, which would not load without it); "
+        "declare it in "
         "vendors/missing-library.toml so preflight checks it before the next build:\n"
         '      [[build.system]]\n      library = "kilnabsent"\n      package = "PACKAGE"\n',
     ],

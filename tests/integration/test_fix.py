@@ -60,13 +60,15 @@ def test_fix_applies_the_printed_edits_and_builds_again(tmp_path: Path, build_py
 def test_fix_applies_a_standard_flag_and_a_download_switch_to_torch_extensions(
     tmp_path: Path, build_python: Path, pypi_cuda: Path
 ) -> None:
-    """cxx20-code and network-download (tests/broken.py, torch extensions): the
-    cxx-standard row's nvcc_append_flags and the network-download row's switch, as the
-    upstream's setup.py compares it, applied; both build on the second run."""
+    """cxx20-code, network-download and unknown-arch (tests/broken.py, torch extensions):
+    the cxx-standard row's nvcc_append_flags, the network-download row's switch, as the
+    upstream's setup.py compares it, and the unknown-arch row's nvcc_drop_flags for the
+    arch the upstream hard-codes (sm_101a, renamed by CUDA 13), applied; all build on the
+    second run."""
     faults = broken.make(tmp_path / "broken")
     mirrors = tmp_path / "mirrors.toml"
     mirrors.write_text(f'[mirrors]\n"{broken.BASE_URL}" = "{faults.root}/"\n')
-    names = ("cxx20-code", "network-download")
+    names = ("cxx20-code", "network-download", "unknown-arch")
     ws = write(tmp_path / "ws", {n: broken.vendor(n, faults.commits[n]) for n in names})
     shared_cache(tmp_path / "cache")
     res = run_kiln(
@@ -74,11 +76,13 @@ def test_fix_applies_a_standard_flag_and_a_download_switch_to_torch_extensions(
     )
     err = res.stderr
     assert res.returncode == 0, err[-4000:]
-    assert "kiln build --fix: 2 fixes applied; building again" in err, err[-4000:]
+    assert "kiln build --fix: 3 fixes applied; building again" in err, err[-4000:]
     cxx = tomllib.loads((ws / "vendors" / "cxx20-code.toml").read_text())["build"]
     assert cxx["nvcc_append_flags"] == ["-std=c++20"]
     net = tomllib.loads((ws / "vendors" / "network-download.toml").read_text())["build"]
     assert net["env"]["BROKEN_FORCE_BUILD"] != "1", net
+    arch = tomllib.loads((ws / "vendors" / "unknown-arch.toml").read_text())["build"]
+    assert arch["nvcc_drop_flags"] == ["-gencode=arch=compute_101a,code=sm_101a"]
     assert "release ready" in err
 
 

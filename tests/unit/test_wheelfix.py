@@ -69,3 +69,58 @@ def test_auditwheels_answer_is_the_same_text_for_the_same_wheel() -> None:
     assert a.split("\n\n")[0].startswith(
         "x-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl is consistent"
     )
+
+
+def _linked_wheel(tmp: Path) -> tuple[Path, Path]:
+    """A wheel whose extension links ``libkilnabsent.so`` from a folder of its own (real
+    gcc), and that folder."""
+    import subprocess
+
+    libs = tmp / "libs"
+    libs.mkdir()
+    (libs / "absent.c").write_text("int kiln_absent(void) { return 1; }\n")
+    (tmp / "ext.c").write_text("int kiln_absent(void);\nint use(void) { return kiln_absent(); }\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", libs / "libkilnabsent.so", libs / "absent.c"], check=True
+    )
+    ext = tmp / "ext.so"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", ext, tmp / "ext.c", f"-L{libs}", "-lkilnabsent"],
+        check=True,
+    )
+    wheel = tmp / "dist" / "pkg-1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.parent.mkdir()
+    info = "pkg-1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.write(ext, "pkg/_ext.cpython-311-x86_64-linux-gnu.so")
+        zf.writestr("pkg/__init__.py", "")
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
+        zf.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
+            "Tag: cp311-cp311-linux_x86_64\n",
+        )
+        names = [*zf.namelist(), f"{info}/RECORD"]
+        zf.writestr(f"{info}/RECORD", "".join(f"{n},,\n" for n in names))
+    return wheel, libs
+
+
+def test_a_library_found_nowhere_to_ship_is_refused_naming_it_and_the_fix(tmp_path: Path) -> None:
+    """missing-library's next state: a library the recipe linked from its own folder is
+    grafted from there; without the folder, the repair says which library and the fix (not
+    auditwheel's traceback)."""
+    import pytest
+
+    from kiln.errors import BuildError
+
+    wheel, libs = _linked_wheel(tmp_path)
+    with pytest.raises(BuildError) as refused:
+        wheelfix.repair(wheel, 0, tmp_path / "out", "mylib")
+    message = str(refused.value)
+    assert "links libkilnabsent.so, which no wheel it requires provides" in message
+    assert "fix: put the folder holding libkilnabsent.so in build.env LIBRARY_PATH of " in message
+    assert "vendors/mylib.toml" in message and "Traceback" not in message
+    assert wheelfix.library_dirs({"LIBRARY_PATH": f"{libs}:$HOME/x:rel"}) == [str(libs)]
+    repaired = wheelfix.repair(wheel, 0, tmp_path / "out2", "mylib", [str(libs)])
+    with zipfile.ZipFile(repaired) as zf:
+        assert any("libkilnabsent" in n for n in zf.namelist()), zf.namelist()

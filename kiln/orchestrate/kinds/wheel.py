@@ -47,7 +47,13 @@ class WheelKind:
         with timed(timings, "package"):
             profile = ctx.ws.profile
             label = wheelfix.local_label(profile, co.commit, [p.sha256 for p in applied])
-            repaired = wheelfix.repair(made[0], co.commit_time, made[0].parent / "repaired")
+            repaired = wheelfix.repair(
+                made[0],
+                co.commit_time,
+                made[0].parent / "repaired",
+                vendor.name,
+                wheelfix.library_dirs(vendor.build.env),
+            )
             fixed = wheelfix.normalize(
                 repaired, label, co.commit_time, made[0].parent / "fixed", profile.torch_pin
             )

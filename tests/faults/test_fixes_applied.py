@@ -1,0 +1,166 @@
+"""Every printed fix proven by applying it (issue 41): fixture upstreams that fail one way
+each (tests/broken.py) are built, the fix each failure printed is read off the screen and
+applied as printed, and the next build reaches the state the fix promises: a release, or
+for a declaration that lets preflight check a system package, a refusal before any compile.
+
+- ptx-instruction: "the upstream's arch guard around that code" (a patch in patches/);
+- missing-identifier: "pin the upstream at a revision that does not use ..." (the
+  fixture's history has one before the call);
+- missing-header, missing-library: the ``[[build.system]]`` table, pasted into the vendor's
+  TOML as printed: the next build is refused by preflight, naming the package, with
+  nothing compiled;
+- missing-library: "add its folder to build.env LIBRARY_PATH": the library built into a
+  folder of its own; linked, the wheel still needs it at load, which the import proof
+  names (the next state) instead of releasing an unloadable wheel.
+
+(unknown-arch's and the other mechanical rows' fixes are applied by ``kiln build --fix`` in
+tests/integration/test_fix.py.)
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import subprocess
+import zipfile
+from pathlib import Path
+
+import tomlkit
+
+from tests import broken
+from tests.conftest import build_args, run_kiln, shared_cache
+from tests.workspace import write
+
+GUARDED = """\
+__global__ void k() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;");
+#endif
+}
+"""
+
+
+def printed_fixes(stderr: str) -> dict[str, str]:
+    """vendor -> its fix as the error screen printed it (the ``  fix:`` line and the lines
+    indented under it, unindented: a TOML table the user pastes)."""
+    screen = stderr[stderr.rindex("kiln: error: ") :].splitlines()
+    fixes: dict[str, str] = {}
+    vendor = None
+    for i, line in enumerate(screen):
+        if m := re.search(r"building (\S+) failed", line):
+            vendor = m[1]
+        if line.startswith("  fix: ") and vendor:
+            block = [line.removeprefix("  fix: ")]
+            for more in screen[i + 1 :]:
+                if not more.startswith("      "):
+                    break
+                block.append(more.removeprefix("      "))
+            fixes[vendor] = "\n".join(block)
+    return fixes
+
+
+def _edit(path: Path, change) -> None:  # type: ignore[no-untyped-def]
+    doc = tomlkit.parse(path.read_text())
+    change(doc)
+    path.write_text(tomlkit.dumps(doc))
+
+
+def test_printed_fixes_applied_as_printed_reach_what_they_promise(
+    tmp_path: Path, build_python: Path, pypi_cuda: Path
+) -> None:
+    faults = broken.make(tmp_path / "broken")
+    names = ("ptx-instruction", "missing-identifier", "missing-header", "missing-library")
+    ws = write(tmp_path / "ws", {n: broken.vendor(n, faults.commits[n]) for n in names})
+    shared_cache(tmp_path / "cache")
+
+    def build(*extra: str) -> subprocess.CompletedProcess[str]:
+        return run_kiln(
+            *build_args(
+                ws, tmp_path, *extra, mirrors=faults.mirrors, python=build_python, toolchain="pypi"
+            )
+        )
+
+    res = build()
+    assert res.returncode == 6, res.stderr[-3000:]
+    fixes = printed_fixes(res.stderr)
+    assert set(fixes) == set(names), fixes
+
+    # ptx-instruction: the arch guard, as a patch of the unit the fix names
+    assert fixes["ptx-instruction"].startswith(
+        "compile csrc/hopper.cu only for archs that have wgmma.fence: the upstream's arch "
+        "guard around that code (#if __CUDA_ARCH__ ...)"
+    )
+    before = broken.FAULTS["ptx-instruction"][1]["csrc/hopper.cu"].splitlines(keepends=True)
+    patch = "".join(
+        difflib.unified_diff(
+            before, GUARDED.splitlines(keepends=True), "a/csrc/hopper.cu", "b/csrc/hopper.cu"
+        )
+    )
+    (ws / "patches" / "guard-wgmma.patch").write_text(patch)
+    (ws / "patches" / "series.toml").write_text(
+        '[[patch]]\nfile = "guard-wgmma.patch"\ntarget = "ptx-instruction"\n'
+    )
+    # missing-identifier: the revision before the upstream used what this NCCL lacks
+    assert (
+        "or pin the upstream at a revision that does not use ncclKilnFutureProperties, "
+        "ncclKilnFutureQuery (vendors/missing-identifier.toml source.commit)"
+    ) in fixes["missing-identifier"]
+    _edit(
+        ws / "vendors" / "missing-identifier.toml",
+        lambda d: d["source"].__setitem__("commit", faults.earlier["missing-identifier"]),
+    )
+    fixed = build("ptx-instruction", "missing-identifier")
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "release ready" in fixed.stderr
+
+    # missing-header, missing-library: the printed [[build.system]] table, pasted as is
+    for name in ("missing-header", "missing-library"):
+        fix = fixes[name]
+        assert f"declare it in vendors/{name}.toml so preflight checks it" in fix, fix
+        table = fix[fix.index("[[build.system]]") :]
+        recipe = ws / "vendors" / f"{name}.toml"
+        recipe.write_text(recipe.read_text() + "\n" + table + "\n")
+    declared = build("missing-header", "missing-library")
+    assert declared.returncode != 0, declared.stderr[-3000:]
+    err = declared.stderr
+    assert "hwloc.h" in err and "libhwloc-dev" in err, err[-3000:]
+    assert "kilnabsent" in err, err[-3000:]
+    assert "building missing-header failed" not in err  # refused before its compile
+    assert "building missing-library failed" not in err
+    assert "Traceback" not in err
+
+
+def test_a_missing_librarys_folder_on_library_path_links_and_ships_it(
+    tmp_path: Path, build_python: Path, pypi_cuda: Path
+) -> None:
+    """missing-library's fix "add its folder to build.env LIBRARY_PATH", applied: the link
+    finds it and the wheel ships it (auditwheel repair grafts it from that folder), so the
+    import proof loads it and the build releases: one round trip, not a link that succeeds
+    and a wheel that cannot load. Without the folder, the repair's refusal names the
+    library and the same fix (a library found nowhere to ship)."""
+    faults = broken.make(tmp_path / "broken")
+    name = "missing-library"
+    ws = write(tmp_path / "ws", {name: broken.vendor(name, faults.commits[name])})
+    shared_cache(tmp_path / "cache")
+    args = build_args(ws, tmp_path, mirrors=faults.mirrors, python=build_python, toolchain="pypi")
+    res = run_kiln(*args)
+    assert res.returncode == 6, res.stderr[-3000:]
+    fix = printed_fixes(res.stderr)[name]
+    assert f"or add its folder to build.env LIBRARY_PATH in vendors/{name}.toml" in fix, fix
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    (libs / "absent.c").write_text("int kiln_absent(void) { return 1; }\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", libs / "libkilnabsent.so", libs / "absent.c"],
+        check=True,
+    )
+    _edit(
+        ws / "vendors" / f"{name}.toml",
+        lambda d: d["build"]["env"].__setitem__("LIBRARY_PATH", str(libs)),
+    )
+    again = run_kiln(*args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "release ready" in again.stderr
+    (wheel,) = (tmp_path / "artifacts" / "test-release" / "wheels").glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert any("libkilnabsent" in n for n in zf.namelist()), zf.namelist()
