@@ -4,6 +4,8 @@ applied as printed, and the next build reaches the state the fix promises: a rel
 for a declaration that lets preflight check a system package, a refusal before any compile.
 
 - ptx-instruction: "the upstream's arch guard around that code" (a patch in patches/);
+- arch-uncovered: "build only what it covers: build.archs = [...]" (the arch-dropped
+  fixture under ``arch_control = "rewrite"``);
 - missing-identifier: "pin the upstream at a revision that does not use ..." (the
   fixture's history has one before the call);
 - missing-header, missing-library: the ``[[build.system]]`` table, pasted into the vendor's
@@ -13,6 +15,9 @@ for a declaration that lets preflight check a system package, a refusal before a
   folder of its own; linked, the wheel still needs it at load, which the import proof
   names (the next state) instead of releasing an unloadable wheel.
 
+- declared-never-compiled, library-nobody-ships (tests/landing.py, the import proof's):
+  the source added to setup.py as a patch; the ``[[build.runtime_libraries]]`` table pasted.
+
 (unknown-arch's and the other mechanical rows' fixes are applied by ``kiln build --fix`` in
 tests/integration/test_fix.py.)
 """
@@ -20,6 +25,7 @@ tests/integration/test_fix.py.)
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import subprocess
 import zipfile
@@ -27,8 +33,9 @@ from pathlib import Path
 
 import tomlkit
 
-from tests import broken
+from tests import broken, landing
 from tests.conftest import build_args, run_kiln, shared_cache
+from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
 from tests.workspace import write
 
 GUARDED = """\
@@ -47,8 +54,9 @@ def printed_fixes(stderr: str) -> dict[str, str]:
     fixes: dict[str, str] = {}
     vendor = None
     for i, line in enumerate(screen):
-        if m := re.search(r"building (\S+) failed", line):
-            vendor = m[1]
+        head = re.match(r"(?:kiln: error: )?(?:building )?([\w.-]+)(?: failed|: )", line)
+        if head and not line.startswith(" "):
+            vendor = head[1]
         if line.startswith("  fix: ") and vendor:
             block = [line.removeprefix("  fix: ")]
             for more in screen[i + 1 :]:
@@ -70,7 +78,12 @@ def test_printed_fixes_applied_as_printed_reach_what_they_promise(
 ) -> None:
     faults = broken.make(tmp_path / "broken")
     names = ("ptx-instruction", "missing-identifier", "missing-header", "missing-library")
-    ws = write(tmp_path / "ws", {n: broken.vendor(n, faults.commits[n]) for n in names})
+    vendors = {n: broken.vendor(n, faults.commits[n]) for n in names}
+    # the arch-dropped fixture (its table targets sm_100a alone) under kiln's rewrite
+    uncovered = broken.vendor("arch-dropped", faults.commits["arch-dropped"])
+    uncovered["build"]["arch_control"] = "rewrite"
+    ws = write(tmp_path / "ws", {**vendors, "arch-uncovered": uncovered})
+    names = (*names, "arch-uncovered")
     shared_cache(tmp_path / "cache")
 
     def build(*extra: str) -> subprocess.CompletedProcess[str]:
@@ -109,7 +122,16 @@ def test_printed_fixes_applied_as_printed_reach_what_they_promise(
         ws / "vendors" / "missing-identifier.toml",
         lambda d: d["source"].__setitem__("commit", faults.earlier["missing-identifier"]),
     )
-    fixed = build("ptx-instruction", "missing-identifier")
+    # arch-uncovered: "else build only what it covers: build.archs = [...]", as printed
+    fix = fixes["arch-uncovered"]
+    m = re.search(
+        r"build only what it covers: build\.archs = (\[.*?\]) in vendors/arch-uncovered", fix
+    )
+    assert m, fix
+    archs = json.loads(m[1])
+    assert archs == ["sm_100a"], archs
+    _edit(ws / "vendors" / "arch-uncovered.toml", lambda d: d["build"].__setitem__("archs", archs))
+    fixed = build("ptx-instruction", "missing-identifier", "arch-uncovered")
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert "release ready" in fixed.stderr
 
@@ -164,3 +186,42 @@ def test_a_missing_librarys_folder_on_library_path_links_and_ships_it(
     (wheel,) = (tmp_path / "artifacts" / "test-release" / "wheels").glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         assert any("libkilnabsent" in n for n in zf.namelist()), zf.namelist()
+
+
+def test_the_import_proofs_printed_fixes_applied_release(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """The import proof's rows (tests/landing.py: real wheels that verify and do not load):
+    declared-never-compiled's "add csrc/ops.cpp to the extension's sources in setup.py",
+    as a patch; library-nobody-ships' ``[[build.runtime_libraries]]`` table, pasted as
+    printed. Both release on the next build."""
+    cases = landing.make(tmp_path / "landing")
+    bad = ("undefined-symbol", "nobody-ships")
+    ws = write(
+        tmp_path / "ws",
+        {c: landing.vendor(c, cases.commits[c]) for c in bad},
+        profile=PROFILE_NO_TORCH,
+    )
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 18, res.stderr[-3000:]
+    fixes = printed_fixes(res.stderr)
+    assert set(fixes) == set(bad), fixes
+
+    fix = fixes["undefined-symbol"]
+    assert fix.startswith("add csrc/ops.cpp to the extension's sources in setup.py"), fix
+    before = landing.SETUP_PY.splitlines(keepends=True)
+    after = [ln.replace('SPEC["sources"],', 'SPEC["sources"] + ["csrc/ops.cpp"],') for ln in before]
+    assert after != before
+    patch = "".join(difflib.unified_diff(before, after, "a/setup.py", "b/setup.py"))
+    (ws / "patches" / "ops-source.patch").write_text(patch)
+    (ws / "patches" / "series.toml").write_text(
+        '[[patch]]\nfile = "ops-source.patch"\ntarget = "undefined-symbol"\n'
+    )
+    fix = fixes["nobody-ships"]
+    assert "or declare it a system requirement in vendors/nobody-ships.toml:" in fix, fix
+    table = fix[fix.index("[[build.runtime_libraries]]") :]
+    recipe = ws / "vendors" / "nobody-ships.toml"
+    recipe.write_text(recipe.read_text() + "\n" + table + "\n")
+    again = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "release ready" in again.stderr
