@@ -12,6 +12,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Mapping
@@ -131,11 +132,22 @@ def _materialize(spec: StepSpec, env: Mapping[str, str] | None) -> None:
     """The pip CUDA's link names in the tree (setup.py may look for CUDA_HOME there)."""
     if spec.pip_cuda is not None:
         where = env if env is not None else os.environ
-        pipcuda.materialize(
-            spec.pip_cuda,
-            str(Path(spec.tree) / pipcuda.LINKS_DIR),
-            cc=where.get("KILN_REAL_CC", "gcc"),
-        )
+        try:
+            pipcuda.materialize(
+                spec.pip_cuda,
+                str(Path(spec.tree) / pipcuda.LINKS_DIR),
+                cc=where.get("KILN_REAL_CC", "gcc"),
+            )
+        except subprocess.CalledProcessError as exc:
+            # the compiler's own words (a full $TMPDIR, a missing gcc) are the first error,
+            # read by the diagnosis like any compile's, not a traceback of this call
+            failed = BuildError(
+                f"compiling kiln's libcuda stub ({exc.cmd[0]}) failed with exit code "
+                f"{exc.returncode}"
+            )
+            failed.output = f"{exc.stdout or ''}{exc.stderr or ''}"
+            print(failed.output, end="", flush=True)
+            raise failed from None
 
 
 def metadata(spec: StepSpec, out_dir: Path, env: Mapping[str, str] | None = None) -> None:

@@ -225,3 +225,34 @@ def test_the_import_proofs_printed_fixes_applied_release(
     again = _build(tmp_path, ws, cases.mirrors, build_python)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "release ready" in again.stderr
+
+
+def test_a_compiler_out_of_temporary_space_is_fixed_by_pointing_tmpdir_elsewhere(
+    tmp_path: Path, build_python: Path, small_fs
+) -> None:
+    """compiler-cannot-write's "point TMPDIR (the compilers' temporary files) ... at a disk
+    with room, and rerun", applied: the recipe's TMPDIR on a 64 KiB file system fails nvcc
+    with its own fatal error; pointed at a folder with room, the same build releases."""
+    cases = landing.make(tmp_path / "landing")
+    full = small_fs("64k")
+    recipe = landing.vendor("good", cases.commits["good"])
+    recipe["build"]["env"] = {**recipe["build"].get("env", {}), "TMPDIR": str(full)}
+    ws = write(tmp_path / "ws", {"good": recipe}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 6, res.stderr[-3000:]
+    # the compiler's own words first (before this, kiln's libcuda stub failing to compile
+    # there was a traceback of the step, cause null)
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "  cause: the compiler could not write its temporary files (under $TMPDIR)" in (
+        res.stderr
+    )
+    assert "No space left on device" in res.stderr
+    fix = printed_fixes(res.stderr)["good"]
+    assert "point TMPDIR (the compilers' temporary files)" in fix, fix
+    roomy = tmp_path / "tmp"
+    roomy.mkdir()
+    _edit(
+        ws / "vendors" / "good.toml", lambda d: d["build"]["env"].__setitem__("TMPDIR", str(roomy))
+    )
+    again = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert again.returncode == 0, again.stderr[-3000:]

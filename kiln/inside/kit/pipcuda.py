@@ -147,6 +147,7 @@ def materialize(found: dict[str, Any], links_dir: str, cc: str = "gcc") -> None:
                 [cc, "-shared", "-nostdlib", f"-Wl,-soname,{STUB_SONAME}", "-o", stub, source],
                 check=True,
                 capture_output=True,
+                text=True,
             )
             os.unlink(source)
         if os.path.lexists(links_dir):
