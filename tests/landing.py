@@ -181,6 +181,11 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
             ),
         },
     ),
+    # the package's import takes 3 s (a slow first import, not a hang)
+    "slow": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
+        {"landing/__init__.py": "import time\n\ntime.sleep(3)\nfrom landing import _C\n"},
+    ),
     # the package raises at import
     "raises": (
         {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},

@@ -18,6 +18,10 @@ for a declaration that lets preflight check a system package, a refusal before a
 - declared-never-compiled, library-nobody-ships (tests/landing.py, the import proof's):
   the source added to setup.py as a patch; the ``[[build.runtime_libraries]]`` table pasted.
 
+- compiler-cannot-write: "point TMPDIR ... at a disk with room, and rerun" (a recipe TMPDIR
+  on a 64 KiB file system, then a folder with room);
+- import-timeout: "raise build.import_proof.timeout_s" (an import of 3 s under 1 s).
+
 (unknown-arch's and the other mechanical rows' fixes are applied by ``kiln build --fix`` in
 tests/integration/test_fix.py.)
 """
@@ -256,3 +260,25 @@ def test_a_compiler_out_of_temporary_space_is_fixed_by_pointing_tmpdir_elsewhere
     )
     again = _build(tmp_path, ws, cases.mirrors, build_python)
     assert again.returncode == 0, again.stderr[-3000:]
+
+
+def test_an_import_over_its_time_limit_releases_with_the_limit_raised_as_printed(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """import-timeout's "raise build.import_proof.timeout_s in vendors/X.toml if it is only
+    slow", applied to an import that takes 3 s under a 1 s limit: the next build proves the
+    kept wheel alone (nothing compiled again) and releases."""
+    cases = landing.make(tmp_path / "landing")
+    recipe = landing.vendor("slow", cases.commits["slow"], import_proof={"timeout_s": 1})
+    ws = write(tmp_path / "ws", {"slow": recipe}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 18, res.stderr[-3000:]
+    fix = printed_fixes(res.stderr)["slow"]
+    assert "raise build.import_proof.timeout_s in vendors/slow.toml if it is only slow" in fix
+    _edit(
+        ws / "vendors" / "slow.toml",
+        lambda d: d["build"]["import_proof"].__setitem__("timeout_s", 30),
+    )
+    again = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "building (jobs" not in again.stderr  # the proof alone: the wheel was kept
