@@ -278,13 +278,18 @@ def site_packages() -> list[Path]:
     return [Path(p) for p in dict.fromkeys((paths["purelib"], paths["platlib"]))]
 
 
-def _flag_dirs(command: str | None, flags: tuple[str, ...]) -> list[str]:
+def _argv(command: str | None) -> list[str]:
+    """A unit's command line (as ninja printed it) as its arguments."""
     if not command:
         return []
     try:
-        argv = shlex.split(command)
+        return shlex.split(command)
     except ValueError:
-        argv = command.split()
+        return command.split()
+
+
+def _flag_dirs(command: str | None, flags: tuple[str, ...]) -> list[str]:
+    argv = _argv(command)
     out = []
     for i, arg in enumerate(argv):
         for flag in flags:
@@ -799,20 +804,27 @@ _ARCH = re.compile(r"(?:Unsupported gpu architecture|Value) '(?:compute_|sm_)(?P
 
 def _hardcoded_arch_flags(f: Failure, arch: str) -> list[str]:
     """The failed unit's single-token arch flags naming ``arch`` (``-gencode=arch=...``,
-    ``-arch=sm_...``) where kiln did not ask for that arch: the upstream's own, which the
-    wrapper can drop token by token. A two-token ``-gencode arch=...`` cannot be dropped
-    that way (its ``-gencode`` is shared), so none is offered for it."""
-    if f"sm_{arch}" in _built_archs(f.env) or not f.d.command:
+    ``-arch=sm_...``, read as kiln's compiler wrapper reads them) where kiln did not ask
+    for that arch: the upstream's own, which the wrapper can drop token by token. A
+    two-token ``-gencode arch=...`` cannot be dropped that way (its ``-gencode`` is
+    shared), so none is offered for it."""
+    if f"sm_{arch}" in _built_archs(f.env):
         return []
-    try:
-        argv = shlex.split(f.d.command)
-    except ValueError:
-        argv = f.d.command.split()
-    named = re.compile(rf"(?:compute|sm)_{re.escape(arch)}(?![\w])")
-    single = ("-gencode=", "--generate-code=", "-arch=", "--gpu-architecture=", "-code=")
-    flags = [a for a in argv if a.startswith(single) and named.search(a)]
-    bare = any(named.search(a) and not a.startswith(single) for a in argv)
-    return [] if bare else list(dict.fromkeys(flags))
+    argv = _argv(f.d.command)
+    flags = []
+    for i, a in enumerate(argv):
+        option, sep, _ = a.partition("=")
+        if option not in archflags.ARCH_OPTIONS:
+            continue
+        try:
+            _, names, _ = archflags.split([a] if sep else argv[i : i + 2])
+        except archflags.ArchFlagError:
+            continue
+        if any(n.split("_", 1)[-1] == arch for n in names):
+            if not sep:
+                return []
+            flags.append(a)
+    return list(dict.fromkeys(flags))
 
 
 def unknown_arch(f: Failure) -> Cause | None:

@@ -93,31 +93,36 @@ def repair(
     env = {**os.environ, "PATH": path, "SOURCE_DATE_EPOCH": str(max(epoch, 315532800))}
     if search:
         env["LD_LIBRARY_PATH"] = search
-    cmd: list[str | Path] = [
-        sys.executable,
-        "-m",
-        "auditwheel",
-        "repair",
-        "-z",
-        "0",
-        "-w",
-        dest_dir,
-    ]
-    res = proc.run([*cmd, *excludes, wheel], env=env, check=False)
-    if res.returncode and (m := _NOT_LOCATED.search(res.output)):
+    try:
+        proc.run(
+            [
+                sys.executable,
+                "-m",
+                "auditwheel",
+                "repair",
+                "-z",
+                "0",
+                "-w",
+                dest_dir,
+                *excludes,
+                wheel,
+            ],
+            env=env,
+            what=f"auditwheel repair of {wheel.name}",
+            error=BuildError,
+        )
+    except BuildError as exc:
+        m = _NOT_LOCATED.search(exc.output or "")
+        if not m:
+            raise
         where = f"vendors/{vendor}.toml" if vendor else "the vendor's TOML"
         raise BuildError(
             f"{wheel.name} links {m['lib']}, which no wheel it requires provides and which "
-            f"is found nowhere to ship in it (looked in {search or 'the system folders'} and "
-            f"the system's): it would not load; fix: put the folder holding {m['lib']} in "
-            f"build.env LIBRARY_PATH of {where} (kiln links it from there and ships it in the "
-            "wheel), or install the package that provides it where the build runs"
-        )
-    if res.returncode:
-        tail = "\n".join("    " + ln for ln in res.output.rstrip().splitlines()[-20:])
-        raise BuildError(
-            f"auditwheel repair of {wheel.name} failed with exit code {res.returncode}\n{tail}"
-        )
+            f"is found nowhere to ship in it (looked in {search or 'no folder of the recipe'} "
+            f"and the system's): it would not load; fix: put the folder holding {m['lib']} "
+            f"in build.env LIBRARY_PATH of {where} (kiln links it from there and ships it in "
+            "the wheel), or install the package that provides it where the build runs"
+        ) from None
     made = sorted(dest_dir.glob("*.whl"))
     if len(made) != 1:
         raise BuildError(f"auditwheel repair of {wheel.name} left {len(made)} wheels in {dest_dir}")

@@ -327,3 +327,41 @@ def test_a_unit_that_drops_an_arch_of_the_recipe_is_stopped_at_its_compile(
     archflags.check_expected(["-c", str(unit), both[0]], expected)
     archflags.check_expected(["-shared", "k.o", "-o", "k.so"], expected)
     archflags.check_expected(["-E", str(unit)], expected)
+
+
+@pytest.mark.parametrize(
+    ("flags", "edit"),
+    [
+        (
+            "-gencode=arch=compute_100a,code=sm_100a -gencode=arch=compute_101a,code=sm_101a",
+            ["-gencode=arch=compute_101a,code=sm_101a"],
+        ),
+        ("-arch=sm_101a", ["-arch=sm_101a"]),
+        # two tokens: dropping "-gencode" would break the flag after it: text only
+        ("-gencode arch=compute_101a,code=sm_101a", None),
+    ],
+    ids=["gencode=", "arch=", "two-tokens"],
+)
+def test_an_unknown_arch_the_upstream_hard_codes_is_dropped_by_an_edit(
+    tmp_path: Path, flags: str, edit: list[str] | None
+) -> None:
+    """unknown-arch: the upstream's own single-token flag becomes the nvcc_drop_flags edit
+    ``kiln build --fix`` applies (tests/integration/test_fix.py builds it); a two-token
+    form, or an arch kiln itself was asked for, gets the text fix alone."""
+    command = f"/usr/local/cuda/bin/nvcc -c csrc/k.cu -o k.o {flags}"
+    output = (
+        f"FAILED: k.o\n{command}\nnvcc fatal   : Unsupported gpu architecture 'compute_101a'\n"
+        "ninja: build stopped: subcommand failed.\n"
+    )
+    d = diagnose.diagnose(output, tmp_path, {}, "v")
+    assert d.cause is not None and d.cause.row == "unknown-arch", d
+    if edit is None:
+        assert d.cause.edit is None and "nvcc_drop_flags = [" not in d.cause.fix
+    else:
+        assert d.cause.edit == {
+            "file": "vendors/v.toml",
+            "keys": ["build", "nvcc_drop_flags"],
+            "append": edit,
+        }
+    asked = diagnose.diagnose(output, tmp_path, {"KILN_BUILD_ARCHS": "sm_101a"}, "v")
+    assert asked.cause is not None and asked.cause.edit is None  # kiln's own arch

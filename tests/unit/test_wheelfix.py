@@ -3,9 +3,13 @@ wheel in between is written uncompressed (``auditwheel repair -z 0``) to save a 
 
 from __future__ import annotations
 
+import subprocess
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from kiln.errors import BuildError
 from kiln.release import wheelfix
 
 MEMBERS = {
@@ -74,8 +78,6 @@ def test_auditwheels_answer_is_the_same_text_for_the_same_wheel() -> None:
 def _linked_wheel(tmp: Path) -> tuple[Path, Path]:
     """A wheel whose extension links ``libkilnabsent.so`` from a folder of its own (real
     gcc), and that folder."""
-    import subprocess
-
     libs = tmp / "libs"
     libs.mkdir()
     (libs / "absent.c").write_text("int kiln_absent(void) { return 1; }\n")
@@ -109,10 +111,6 @@ def test_a_library_found_nowhere_to_ship_is_refused_naming_it_and_the_fix(tmp_pa
     """missing-library's next state: a library the recipe linked from its own folder is
     grafted from there; without the folder, the repair says which library and the fix (not
     auditwheel's traceback)."""
-    import pytest
-
-    from kiln.errors import BuildError
-
     wheel, libs = _linked_wheel(tmp_path)
     with pytest.raises(BuildError) as refused:
         wheelfix.repair(wheel, 0, tmp_path / "out", "mylib")
