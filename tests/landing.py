@@ -157,6 +157,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
             "csrc/module2.cpp": MODULE_CPP.replace('"_C"', '"_C2"').replace(
                 "PyInit__C", "PyInit__C2"
             ),
+            # its own copy: two extensions built at once that share a source write the
+            # same object file at once (setuptools' temp folder), a race of the upstream
+            # (CI saw one module's compile find ops.o gone under the other's)
+            "csrc/ops2.cpp": OPS_CPP,
             "setup.py": SETUP_PY.replace(
                 'GENCODE = ["-gencode=arch=compute_100a,code=sm_100a", '
                 '"-gencode=arch=compute_103a,code=sm_103a"]',
@@ -176,7 +180,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
             .replace(
                 'ext_modules=[Extension("landing._C", SPEC["sources"], language="c++")],',
                 'ext_modules=[Extension("landing._C", SPEC["sources"], language="c++"),\n'
-                '                 Extension("landing._C2", ["csrc/module2.cpp", "csrc/ops.cpp"],'
+                '                 Extension("landing._C2", ["csrc/module2.cpp", "csrc/ops2.cpp"],'
                 ' language="c++")],',
             ),
         },
