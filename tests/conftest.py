@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -242,3 +244,23 @@ def dist_servers(tmp_path: Path):
     servers = fleet.start_dist(tmp_path / "dist")
     yield servers
     servers.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    """A "prebuilt" file served on this machine's loopback (which the tests' own process
+    reaches and a build step's network namespace does not): its URL."""
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "prebuilt.so").write_bytes(b"not built from pinned sources")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    def handler(*args: object, **kwargs: object) -> Quiet:
+        return Quiet(*args, directory=str(tmp_path / "served"), **kwargs)  # type: ignore[arg-type]
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/prebuilt.so"
+    httpd.shutdown()

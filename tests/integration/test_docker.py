@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import urllib.request
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -294,6 +295,30 @@ def test_network_is_off_in_build_containers(
     assert "socket.gaierror" in log or "Network is unreachable" in log
     assert "socket.gaierror" in msg or "Network is unreachable" in msg
     assert "and builds are offline" in msg  # explained: the network-download row
+
+
+@pytest.mark.parametrize("offline", [True, False], ids=["offline", "online"])
+def test_a_step_that_downloads_is_refused_with_the_url_in_the_container(
+    tmp_path: Path, upstreams: Upstreams, docker_options, server: str, offline: bool
+) -> None:
+    """The Docker twin of tests/integration/test_isolation.py's local test (issue 41:
+    `--offline` means the same on both runners): an in-place step fetches a "prebuilt"
+    file from a server on the host's loopback, which this test's process reaches; in the
+    container (no network) the fetch fails, the build is refused with the URL on the
+    first screen, and nothing is published, with `--offline` and without."""
+    assert urllib.request.urlopen(server, timeout=5).read()  # reachable from the host
+    fetch = f"import urllib.request; urllib.request.urlretrieve({server!r}, 'plain_prebuilt.so')"
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["build"].update(kind="inplace", outputs=["*.so"], command=["python3", "-c", fetch])
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    with pytest.raises(BuildError) as info:
+        pipeline.build(docker_options(ws, offline=offline))
+    msg = str(info.value)
+    assert f"the upstream's build tried to download {server}" in msg, msg
+    assert "and builds are offline" in msg
+    assert artifacts_files(tmp_path / "artifacts") == []
+    log = (tmp_path / "artifacts/logs/test-release/plain-build.log").read_text()
+    assert "Connection refused" in log or "URLError" in log, log[-2000:]
 
 
 def test_unpinned_image_is_refused_without_the_flag(

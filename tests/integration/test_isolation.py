@@ -7,9 +7,7 @@ its steps as isolated in the manifest and the release README."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -22,24 +20,6 @@ from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
 from tests.require import missing
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
-
-
-@pytest.fixture
-def server(tmp_path: Path):
-    (tmp_path / "served").mkdir()
-    (tmp_path / "served" / "prebuilt.so").write_bytes(b"not built from pinned sources")
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-    def handler(*args: object, **kwargs: object) -> Quiet:
-        return Quiet(*args, directory=str(tmp_path / "served"), **kwargs)  # type: ignore[arg-type]
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/prebuilt.so"
-    httpd.shutdown()
 
 
 @pytest.mark.parametrize("offline", [True, False], ids=["offline", "online"])
