@@ -802,14 +802,12 @@ def ptx_instruction(f: Failure) -> Cause | None:
 _ARCH = re.compile(r"(?:Unsupported gpu architecture|Value) '(?:compute_|sm_)(?P<arch>\d+[af]?)'")
 
 
-def _hardcoded_arch_flags(f: Failure, arch: str) -> list[str]:
-    """The failed unit's single-token arch flags naming ``arch`` (``-gencode=arch=...``,
-    ``-arch=sm_...``, read as kiln's compiler wrapper reads them) where kiln did not ask
-    for that arch: the upstream's own, which the wrapper can drop token by token. A
-    two-token ``-gencode arch=...`` cannot be dropped that way (its ``-gencode`` is
-    shared), so none is offered for it."""
-    if f"sm_{arch}" in _built_archs(f.env):
-        return []
+def _own_arch_flags(f: Failure, archs: set[str]) -> list[str] | None:
+    """The failed unit's single-token arch flags (``-gencode=arch=...``, ``-arch=sm_...``,
+    read as kiln's compiler wrapper reads them) that name one of ``archs`` (``"90a"``):
+    the upstream's own, which the wrapper can drop token by token. None where one of them
+    is a two-token ``-gencode arch=...`` (its ``-gencode`` is shared, so it cannot be
+    dropped that way)."""
     argv = _argv(f.d.command)
     flags = []
     for i, a in enumerate(argv):
@@ -820,11 +818,15 @@ def _hardcoded_arch_flags(f: Failure, arch: str) -> list[str]:
             _, names, _ = archflags.split([a] if sep else argv[i : i + 2])
         except archflags.ArchFlagError:
             continue
-        if any(n.split("_", 1)[-1] == arch for n in names):
+        if any(n.split("_", 1)[-1] in archs for n in names):
             if not sep:
-                return []
+                return None
             flags.append(a)
     return list(dict.fromkeys(flags))
+
+
+def _drop_flags(flags: list[str]) -> str:
+    return f"build.nvcc_drop_flags = [{', '.join(json.dumps(x) for x in flags)}]"
 
 
 def unknown_arch(f: Failure) -> Cause | None:
@@ -849,35 +851,50 @@ def unknown_arch(f: Failure) -> Cause | None:
         )
         if since and nvcc != "unknown" and _version_tuple(nvcc) >= _version_tuple(since):
             fix = f"sm_{arch} was renamed or dropped: {fix}"
-        hard = _hardcoded_arch_flags(f, arch)
+        # the upstream's own flag (kiln was not asked for the arch)
+        hard = [] if f"sm_{arch}" in _built_archs(f.env) else _own_arch_flags(f, {arch})
         edit = None
         if hard:
             # the upstream's own flag (kiln was not asked for the arch): dropping that
             # token is a mechanical edit ``kiln build --fix`` applies
             edit = toml_edit(f.vendor, ["build", "nvcc_drop_flags"], append=hard)
             fix = (
-                f"the upstream hard-codes {' '.join(hard)}: add build.nvcc_drop_flags = "
-                f"[{', '.join(json.dumps(h) for h in hard)}] to vendors/{f.vendor}.toml "
-                f"(kiln's compiler wrapper removes it); or {fix}"
+                f"the upstream hard-codes {' '.join(hard)}: add {_drop_flags(hard)} to "
+                f"vendors/{f.vendor}.toml (kiln's compiler wrapper removes it); or {fix}"
             )
         return Cause("unknown-arch", cause, fix, edit=edit)
     return None
 
 
 def arch_refused(f: Failure) -> Cause | None:
+    """A unit whose own arch flags cover none of the archs the rewrite builds. Building
+    its archs too does not help (the unit would then cover some of the build's archs, not
+    all: arch-uncovered), so the fix is to drop its flags where its code is valid on the
+    build's archs, or to leave it out."""
     for err in f.d.errors:
         m = archflags.REFUSED.match(err.render()) if err.tool == "kiln" else None
         if not m:
             continue
+        asked = {name.strip().split("_", 1)[-1] for name in m["asked"].split(",")}
+        own = _own_arch_flags(f, asked)
+        drop = (
+            f"drop its own arch flags so the rewrite gives it the build's archs: "
+            f"{_drop_flags(own)} in vendors/{f.vendor}.toml (kiln's compiler wrapper removes "
+            f"them from this vendor's nvcc calls)"
+            if own
+            else "a patch that drops its own arch flags (the rewrite then gives it the "
+            "build's archs)"
+        )
         return Cause(
             "arch-refused",
             f'kiln\'s arch rewrite (arch_control = "rewrite") compiles a unit only for the '
             f"archs its own flags cover, and {m['unit']}'s ({m['asked']}) cover none of "
             f"{m['built']}: an arch-specific target covers only itself, a family one the later "
             f"archs of its family, a generic one every later arch (docs/archs.md)",
-            f"leave {m['unit']} out of this build with the upstream's own switch "
+            f"where {m['unit']}'s code is valid on {m['built']}, {drop}; else leave "
+            f"{m['unit']} out of this build with the upstream's own switch "
             f'(arch_control = "toggles" with build.arch_toggles in vendors/{f.vendor}.toml) '
-            f"or a patch; or build {m['asked']} too (the profile's archs)",
+            f"or a patch",
         )
     return None
 

@@ -70,9 +70,12 @@ SEEN: dict[str, list[str]] = {
         "(sm_100a): kiln compiles no unit for an arch it was not written for; leave it out",
         '  cause: kiln\'s arch rewrite (arch_control = "rewrite") compiles a unit only for '
         "the archs its own flags cover, and csrc/hopper.cu's (sm_90a) cover none of sm_100a",
-        "  fix: leave csrc/hopper.cu out of this build with the upstream's own switch "
+        "  fix: where csrc/hopper.cu's code is valid on sm_100a, drop its own arch flags so "
+        "the rewrite gives it the build's archs: build.nvcc_drop_flags = "
+        '["-gencode=arch=compute_90a,code=sm_90a"] in vendors/arch-refused.toml',
+        "else leave csrc/hopper.cu out of this build with the upstream's own switch "
         '(arch_control = "toggles" with build.arch_toggles in vendors/arch-refused.toml) or a '
-        "patch; or build sm_90a too (the profile's archs)",
+        "patch",
     ],
     "missing-library": [
         "building missing-library failed with exit code 6, in the link of build/lib.",

@@ -6,6 +6,8 @@ for a declaration that lets preflight check a system package, a refusal before a
 - ptx-instruction: "the upstream's arch guard around that code" (a patch in patches/);
 - arch-uncovered: "build only what it covers: build.archs = [...]" (the arch-dropped
   fixture under ``arch_control = "rewrite"``);
+- arch-refused: "drop its own arch flags ...: build.nvcc_drop_flags = [...]" (a unit
+  written for sm_90a alone, whose code is valid on the build's arch);
 - missing-identifier: "pin the upstream at a revision that does not use ..." (the
   fixture's history has one before the call);
 - missing-header, missing-library: the ``[[build.system]]`` table, pasted into the vendor's
@@ -81,7 +83,13 @@ def test_printed_fixes_applied_as_printed_reach_what_they_promise(
     tmp_path: Path, build_python: Path, pypi_cuda: Path
 ) -> None:
     faults = broken.make(tmp_path / "broken")
-    names = ("ptx-instruction", "missing-identifier", "missing-header", "missing-library")
+    names = (
+        "ptx-instruction",
+        "missing-identifier",
+        "missing-header",
+        "missing-library",
+        "arch-refused",
+    )
     vendors = {n: broken.vendor(n, faults.commits[n]) for n in names}
     # the arch-dropped fixture (its table targets sm_100a alone) under kiln's rewrite
     uncovered = broken.vendor("arch-dropped", faults.commits["arch-dropped"])
@@ -135,7 +143,18 @@ def test_printed_fixes_applied_as_printed_reach_what_they_promise(
     archs = json.loads(m[1])
     assert archs == ["sm_100a"], archs
     _edit(ws / "vendors" / "arch-uncovered.toml", lambda d: d["build"].__setitem__("archs", archs))
-    fixed = build("ptx-instruction", "missing-identifier", "arch-uncovered")
+    # arch-refused: a unit written for sm_90a alone; its code is valid on sm_100a (an
+    # empty kernel), so its own flag dropped as printed, the rewrite gives it sm_100a
+    fix = fixes["arch-refused"]
+    m = re.search(r"build\.nvcc_drop_flags = (\[.*?\]) in vendors/arch-refused\.toml", fix)
+    assert m, fix
+    drop = json.loads(m[1])
+    assert drop == ["-gencode=arch=compute_90a,code=sm_90a"], drop
+    _edit(
+        ws / "vendors" / "arch-refused.toml",
+        lambda d: d["build"].__setitem__("nvcc_drop_flags", drop),
+    )
+    fixed = build("ptx-instruction", "missing-identifier", "arch-uncovered", "arch-refused")
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert "release ready" in fixed.stderr
 

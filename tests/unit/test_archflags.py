@@ -194,15 +194,28 @@ def test_a_unit_for_other_archs_alone_is_refused_as_the_user_sees_it(tree: Path)
     assert res.returncode == 1 and not (tree / "k.o").exists()
     line = res.stderr.strip()
     assert line.startswith("kiln arch rewrite: error: csrc/k.cu: written for sm_90a only, none")
-    d = diagnose.diagnose(f"$ nvcc ...\n{line}\nerror: command 'nvcc' failed\n", tree, {}, "v")
+    command = "FAILED: k.o\nnvcc -c csrc/k.cu -o k.o -arch=sm_90a"
+    d = diagnose.diagnose(f"{command}\n{line}\nerror: command 'nvcc' failed\n", tree, {}, "v")
     assert d.unit == "csrc/k.cu"
     assert d.errors[0].render().startswith("csrc/k.cu: written for sm_90a only,")
     assert d.cause is not None and d.cause.row == "arch-refused"
     assert "csrc/k.cu's (sm_90a) cover none of sm_100a, sm_103a: an arch-specific" in (
         d.cause.cause
     )
-    assert "or a patch; or build sm_90a too (the profile's archs)" in d.cause.fix
+    # building sm_90a too would leave the unit covering some of the archs (arch-uncovered):
+    # the fix drops the unit's own flag, or leaves the unit out (issue 41)
+    assert d.cause.fix.startswith(
+        "where csrc/k.cu's code is valid on sm_100a, sm_103a, drop its own arch flags so the "
+        'rewrite gives it the build\'s archs: build.nvcc_drop_flags = ["-arch=sm_90a"] in '
+        "vendors/v.toml"
+    ), d.cause.fix
     assert 'arch_control = "toggles" with build.arch_toggles in vendors/v.toml' in d.cause.fix
+    assert "build sm_90a too" not in d.cause.fix
+    # a two-token flag cannot be dropped token by token: a patch
+    two = "FAILED: k.o\nnvcc -c csrc/k.cu -o k.o -gencode arch=compute_90a,code=sm_90a"
+    d = diagnose.diagnose(f"{two}\n{line}\nerror: command 'nvcc' failed\n", tree, {}, "v")
+    assert d.cause is not None and "a patch that drops its own arch flags" in d.cause.fix
+    assert "nvcc_drop_flags" not in d.cause.fix
 
 
 def test_a_unit_covering_only_some_built_archs_stops_at_its_first_compile(tree: Path) -> None:
