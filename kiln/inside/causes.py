@@ -1264,6 +1264,8 @@ class LoadFailure:
     defined_uncompiled: tuple[str, ...] = ()  # tree:line of definitions never compiled
     library: str | None = None  # a library the loader could not open
     library_owner: str | None = None  # the distribution of the environment that has it
+    # its folder, $ORIGIN-relative to the extension, where both land in site-packages
+    library_runpath: str | None = None
     library_is_torch: bool = False
     python_error: str | None = None
     frame: str | None = None  # the innermost traceback frame
@@ -1370,12 +1372,19 @@ def load_missing_library(f: LoadFailure) -> Cause | None:
             "import torch first in the package's __init__.py (a patch), as torch extensions do",
         )
     if f.library_owner:
+        runpath = (
+            f"add '-Wl,-rpath,{f.library_runpath}' to the extension's extra_link_args in "
+            f"setup.py (a patch in patches/: the folder of {f.library} beside it in "
+            "site-packages)"
+            if f.library_runpath
+            else "give the extension a RUNPATH to it ($ORIGIN-relative, e.g. -Wl,-rpath,"
+            "'$ORIGIN/../nvidia/<pkg>/lib')"
+        )
         return Cause(
             "library-not-found",
             f"{_so(f)} needs {f.library}, which the consumer environment has ({f.library_owner}) "
             "but the loader does not search there",
-            "give the extension a RUNPATH to it ($ORIGIN-relative, e.g. -Wl,-rpath,"
-            "'$ORIGIN/../nvidia/<pkg>/lib'), or import the package that loads it first",
+            f"{runpath}; or import the package that loads it first",
         )
     stem = re.sub(r"^lib|\.so.*$", "", f.library)
     deb, pip = LIBRARY_PACKAGES.get(stem, (None, None))

@@ -175,10 +175,12 @@ def gather(
             declared, defined = find_in_tree(tree, ident)
             uncompiled = [d for d in defined if d.rsplit(":", 1)[0] not in compiled]
     library_owner = None
+    library_runpath = None
     if failure.library:
         found = libraries.get(failure.library)
         if found:
             library_owner = ", ".join(sorted({f"{d} {versions.get(d, '?')}" for _p, d in found}))
+            library_runpath = runpath_to(shared_object, found[0][0])
     return LoadFailure(
         vendor=vendor,
         module=failure.module,
@@ -197,6 +199,7 @@ def gather(
         defined_uncompiled=tuple(uncompiled[:3]),
         library=failure.library,
         library_owner=library_owner,
+        library_runpath=library_runpath,
         library_is_torch=bool(failure.library and TORCH_LIBRARY.match(failure.library)),
         python_error=failure.python_error,
         frame=failure.frame,

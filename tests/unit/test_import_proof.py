@@ -311,6 +311,45 @@ def test_a_left_off_link_to_a_site_packages_library_is_fixed_with_its_load_in_on
     assert causes.explain_load(torch_facts).fix.startswith("link it: add 'kilnops'")
 
 
+def test_a_linked_library_the_loader_cannot_find_gets_its_runpath_applied_as_printed(
+    tmp_path: Path,
+) -> None:
+    """library-not-found (issue 41 (2)): the extension links libkilnops.so.1 (NEEDED), which
+    the environment has in site-packages (distribution kilnops), with no RUNPATH to it: the
+    loader cannot open it. The printed fix names the RUNPATH from where the extension lands
+    to the library's folder; relinked with it as printed, the module imports."""
+    tree = _tree(tmp_path)
+    site = tmp_path / "env" / "lib" / "python3" / "site-packages"
+    libdir = site / "kilnops" / "lib"
+    lib = _so(libdir, "libkilnops.so.1", [tree / "csrc/extra.cpp"], "-Wl,-soname,libkilnops.so.1")
+    (libdir / "libkilnops.so").symlink_to("libkilnops.so.1")
+    rel = f"pkg/_C{SUFFIX}"
+    _so(site, rel, [tree / "csrc/module.cpp"], f"-L{libdir}", "-lkilnops")
+    res = _import(site, "pkg._C")
+    assert res.returncode != 0 and "libkilnops.so.1: cannot open shared object" in res.stderr
+    read = imports.read_failure("pkg._C", res.stderr, False)
+    assert read.library == "libkilnops.so.1"
+    env = {"libkilnops.so.1": [(str(lib), "kilnops")]}
+    facts = loadfacts.gather(
+        "mylib", read, rel, ["libkilnops.so.1"], env, {"kilnops": "1.0"}, {}, None, set(), None
+    )
+    cause = causes.explain_load(facts)
+    assert cause.row == "library-not-found"
+    assert "which the consumer environment has (kilnops 1.0)" in cause.cause
+    assert cause.fix.startswith(
+        "add '-Wl,-rpath,$ORIGIN/../kilnops/lib' to the extension's extra_link_args in setup.py"
+    ), cause.fix
+    link_arg = cause.fix.split("add '", 1)[1].split("'", 1)[0]
+    _so(site, rel, [tree / "csrc/module.cpp"], f"-L{libdir}", "-lkilnops", link_arg)
+    fixed = _import(site, "pkg._C")
+    assert fixed.returncode == 0, fixed.stderr
+    # where the extension's landing place is unknown, the fix stays the general form
+    unknown = loadfacts.gather(
+        "mylib", read, None, ["libkilnops.so.1"], env, {"kilnops": "1.0"}, {}, None, set(), None
+    )
+    assert causes.explain_load(unknown).fix.startswith("give the extension a RUNPATH to it")
+
+
 def test_the_same_name_with_another_signature_is_another_torch(tmp_path: Path) -> None:
     """The extension wants ``c10::kiln_check(int)``; the environment's library defines
     ``c10::kiln_check(long)``: built against another version than it lands with."""
