@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kiln.inside import proc
 from kiln.inside.causes import LoadFailure
+from kiln.inside.libraries import defined_symbols, runpath_to
 from kiln.verify.imports import TORCH_LIBRARY, ImportFailure
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
@@ -58,20 +59,6 @@ def base_identifier(qualified: str) -> str:
     return text.rsplit("::", 1)[-1].strip()
 
 
-def defined_symbols(library: str) -> list[str]:
-    """The dynamic symbols ``library`` defines (version suffixes dropped)."""
-    tool = shutil.which("nm")
-    if tool is None:
-        return []
-    res = proc.run([tool, "-D", "--defined-only", "--format=posix", library], check=False)
-    out = []
-    for line in res.output.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[1] not in ("U", "w", "v"):
-            out.append(parts[0].split("@", 1)[0])
-    return out
-
-
 def _sources(tree: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(tree):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
@@ -107,18 +94,6 @@ def find_in_tree(tree: Path, ident: str) -> tuple[list[str], list[str]]:
             for m in declaration.finditer(text):
                 declared.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}")
     return declared, defined
-
-
-def runpath_to(shared_object: str | None, library: str) -> str | None:
-    """``library``'s folder ``$ORIGIN``-relative to ``shared_object`` (a path inside the
-    wheel, as it lands in site-packages), where ``library`` is in a site-packages too."""
-    if not shared_object or os.path.isabs(shared_object):
-        return None
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in library:
-            inside = os.path.dirname(library.split(marker, 1)[1])
-            return "$ORIGIN/" + os.path.relpath(inside, os.path.dirname(shared_object) or ".")
-    return None
 
 
 def gather(

@@ -308,6 +308,80 @@ def test_an_undefined_symbol_names_its_library(tmp_path: Path) -> None:
     assert "defined in libnccl (-lnccl); the link named -lm" in d.cause.cause
 
 
+def test_an_undefined_symbols_printed_fix_links_and_loads_in_one_round(tmp_path: Path) -> None:
+    """undefined-symbol's fix applied as printed (issue 41 (2)): an extension's link
+    (``-Wl,--no-undefined``) calls kiln_scale, which libkilnops.so.1 defines, a library
+    another distribution ships in site-packages (as nvidia-cublas ships libcublas.so.13),
+    in a folder the link searches (-L) but does not name. The row finds the definer with
+    nm and prints the link and the RUNPATH to where it lands, together: relinked as
+    printed, the extension links and loads from site-packages (the link alone would
+    not load: the loader searches no site-packages)."""
+    from kiln.inside import diagnose
+    from tests.landing import OPS_CPP, OPS_H
+
+    site = tmp_path / "site-packages"
+    libdir = site / "kilnops" / "lib"
+    libdir.mkdir(parents=True)
+    (tmp_path / "ops.h").write_text(OPS_H)
+    (tmp_path / "ops.cpp").write_text(OPS_CPP)
+    subprocess.run(
+        [
+            *("g++", "-shared", "-fPIC", f"-I{tmp_path}", str(tmp_path / "ops.cpp")),
+            *("-o", str(libdir / "libkilnops.so.1"), "-Wl,-soname,libkilnops.so.1"),
+        ],
+        check=True,
+    )
+    (libdir / "libkilnops.so").symlink_to("libkilnops.so.1")
+    tree = tmp_path / "tree"
+    (tree / "csrc").mkdir(parents=True)
+    (tree / "csrc" / "use.cpp").write_text(
+        '#include "ops.h"\nextern "C" int kiln_use(int x) { return kiln_scale(x) + 1; }\n'
+    )
+    (tree / "csrc" / "ops.h").write_text(OPS_H)
+    out = "build/lib.linux-x86_64-cpython-311/pkg/libkilnuse.so"
+    (tree / out).parent.mkdir(parents=True)
+
+    def link(*extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = ["g++", "-shared", "-fPIC", "-Wl,--no-undefined", "csrc/use.cpp", "-o", out]
+        cmd += [f"-L{libdir}", *extra]
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=tree)
+        res.args = " ".join(cmd)
+        return res
+
+    res = link()
+    assert res.returncode != 0
+    d = diagnose.diagnose(f"{res.args}\n{res.stderr}", tree, {}, "v")
+    assert d.cause is not None and d.cause.row == "undefined-symbol", d
+    assert f"defined in libkilnops.so ({libdir})" in d.cause.cause, d.cause.cause
+    fix = d.cause.fix
+    assert fix.startswith(
+        "link it and let the loader find it where it lands, in one patch (patches/): add "
+        "'kilnops' to the extension's libraries in setup.py (-lkilnops) and "
+        "'-Wl,-rpath,$ORIGIN/../kilnops/lib' to its extra_link_args"
+    ), fix
+    name = fix.split("add '", 1)[1].split("'", 1)[0]
+    link_arg = fix.split("and '", 1)[1].split("' to its extra_link_args", 1)[0]
+
+    def load(so: Path) -> subprocess.CompletedProcess[str]:
+        """The extension where it lands (site-packages/pkg), loaded with every symbol bound."""
+        landed = site / "pkg" / so.name
+        landed.parent.mkdir(exist_ok=True)
+        landed.write_bytes(so.read_bytes())
+        code = f"import ctypes; print(ctypes.CDLL({str(landed)!r}).kiln_use(2))"
+        env = {"LD_BIND_NOW": "1", "PATH": "/usr/bin:/bin"}
+        return subprocess.run(
+            [sys.executable, "-I", "-c", code], capture_output=True, text=True, env=env
+        )
+
+    assert link(f"-l{name}").returncode == 0  # the link alone links ...
+    alone = load(tree / out)
+    assert alone.returncode != 0 and "libkilnops.so.1: cannot open shared object" in alone.stderr
+    fixed = link(f"-l{name}", link_arg)  # ... the printed fix links and loads
+    assert fixed.returncode == 0, fixed.stderr
+    loaded = load(tree / out)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "5", loaded.stderr
+
+
 def test_a_compile_into_a_full_disk_is_named(tmp_path: Path) -> None:
     """The disk-full row, from nvcc's host compiler writing into a 64 KiB tmpfs (root)."""
     from kiln.inside import diagnose
