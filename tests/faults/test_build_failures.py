@@ -401,6 +401,14 @@ def test_a_compile_into_a_full_disk_is_named(tmp_path: Path) -> None:
         d = diagnose.diagnose(res.stderr, full, {}, "v")
         assert d.cause is not None and d.cause.row == "disk-full", (res.stderr, d)
         assert "MiB free" in d.cause.cause
+        # the printed fix applied: the file system made larger (as a larger disk would
+        # be), the same compile reruns and writes its object there
+        assert d.cause.fix.startswith("free space there (or point --work/--cache at a larger")
+        subprocess.run(["mount", "-o", "remount,size=4m", str(full)], check=True)
+        again = subprocess.run(
+            ["g++", "-c", str(src), "-o", str(full / "big.o")], capture_output=True, text=True
+        )
+        assert again.returncode == 0, again.stderr
     finally:
         subprocess.run(["umount", str(full)])
 

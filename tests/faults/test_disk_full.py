@@ -37,6 +37,12 @@ def test_disk_fills_while_packing_the_tarball(tmp_path: Path, small_fs) -> None:
     assert [f for f in artifacts_files(artifacts) if f != ".kiln.sources.lock"] == []
     assert not (artifacts / "test-release").exists()
     assert not (artifacts / ".staging").exists()
+    # the printed fix applied: --artifacts pointed at a disk with room, and rerun
+    assert "(or point --artifacts/--work/--cache at a larger disk) and rerun" in line
+    roomy = tmp_path / "roomy"
+    res = build_cli(ws, tmp_path, mirrors, "--offline", artifacts=roomy)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert list((roomy / "test-release").glob("*.tar.zst"))
 
 
 def test_wheel_repack_into_a_full_disk_leaves_no_partial_wheel(tmp_path: Path, small_fs) -> None:

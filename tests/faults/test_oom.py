@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +25,13 @@ LIMIT = 0.0625  # GiB
 # The step starts a "compile job" that allocates 1 GiB and fails when that job dies.
 HOG = "import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', '{}']))".format(
     "b = bytearray(1 << 30); print(len(b))"
+)
+# The same job, then the upstream's own build (build.py): a build that releases once the
+# job has the memory it needs.
+HOG_THEN_BUILD = (
+    "import subprocess, sys; job = 'b = bytearray(1 << 30); print(len(b))'; "
+    "sys.exit(subprocess.call([sys.executable, '-c', job]) "
+    "or subprocess.call([sys.executable, 'build.py']))"
 )
 OOM_LINE = re.compile(
     r"building tiny: killed: out of memory \(limit [0-9.]+ GiB\): lower --jobs or raise the "
@@ -88,6 +96,60 @@ def test_local_build_over_its_limit_reports_out_of_memory(cgroups, tmp_path: Pat
     assert OOM_LINE.match(last.removeprefix("kiln: error: ")), last
 
 
+def test_the_printed_fix_raising_the_limit_builds(cgroups, tmp_path: Path) -> None:
+    """The out-of-memory fix applied as printed (issue 41 (2)): "raise the limit
+    (build.mem_per_job_gib or --mem-limit)", each way; the step's compile job needs 1 GiB,
+    then the upstream's own build runs, and the build releases."""
+    up = tmp_path / "up"
+    commit = make_tiny(up)
+    mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
+    command = [sys.executable, "-c", HOG_THEN_BUILD]
+    ws = tiny_workspace(tmp_path / "ws", commit, command=command, mem_per_job_gib=LIMIT)
+
+    def build(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        args = tiny_build_args(ws, tmp_path / name, mirrors, "--offline", *extra)
+        return run_kiln(*args)
+
+    res = build("failed", "--mem-limit", str(LIMIT))
+    assert res.returncode == 6, res.stderr[-2000:]
+    fix = res.stderr.strip().splitlines()[-1]
+    assert "raise the limit (build.mem_per_job_gib or --mem-limit)" in fix, fix
+    # --mem-limit raised
+    res = build("option", "--mem-limit", "2")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "release ready" in res.stderr
+    # build.mem_per_job_gib raised (no --mem-limit: the step's limit follows the recipe)
+    recipe = ws / "vendors" / "tiny.toml"
+    recipe.write_text(
+        recipe.read_text().replace(f"mem_per_job_gib = {LIMIT}", "mem_per_job_gib = 2")
+    )
+    assert "mem_per_job_gib = 2\n" in recipe.read_text()
+    res = build("recipe")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "release ready" in res.stderr
+
+
+def test_a_compiler_killed_for_memory_gets_the_killed_row_and_compiles_with_more(
+    cgroups, tmp_path: Path
+) -> None:
+    """The cause table's ``killed`` row on a real nvcc killed by the kernel (its step
+    under 30 MiB), read from the step's log as the failed build reads it; its fix ("raise
+    ... --mem-limit") applied: the same compile, with 2 GiB, writes its object."""
+    from kiln.inside import diagnose
+
+    (tmp_path / "k.cu").write_text("__global__ void k(float* x) { x[0] = 1; }\n")
+    nvcc = ["/usr/local/cuda/bin/nvcc", "-c", "k.cu", "-o", "k.o", "-arch=sm_100a"]
+    cmd = ["sh", "-c", f'cd "{tmp_path}" && exec "$@"', "compile", *nvcc]
+    log = tmp_path / "k-build.log"
+    with pytest.raises(BuildError):
+        memlimit.run_limited(cmd, mem_gib=0.03, what="building k", log_file=log)
+    d = diagnose.diagnose(log.read_text(), tmp_path, {}, "k")
+    assert d.cause is not None and d.cause.row == "killed", log.read_text()[-2000:]
+    assert d.cause.fix == "lower --jobs or raise build.mem_per_job_gib / --mem-limit"
+    memlimit.run_limited(cmd, mem_gib=2.0, what="building k")
+    assert (tmp_path / "k.o").stat().st_size > 0
+
+
 def test_docker_build_over_its_limit_reports_out_of_memory(
     tmp_path: Path, client, test_image: str
 ) -> None:
@@ -95,18 +157,22 @@ def test_docker_build_over_its_limit_reports_out_of_memory(
     up = tmp_path / "up"
     commit = make_tiny(up)
     ws = tiny_workspace(
-        tmp_path / "ws", commit, command=["python3", "-c", HOG], mem_per_job_gib=LIMIT
+        tmp_path / "ws", commit, command=["python3", "-c", HOG_THEN_BUILD], mem_per_job_gib=LIMIT
     )
     assert NO_TORCH["cuda"] == "13.0"  # the image's CUDA, as in FAULT_PROFILE
-    res = run_kiln(
-        *build_args(
-            ws,
-            tmp_path,
-            *("--mem-limit", str(LIMIT), *docker_args(image)),
-            mirrors=mirrors_file(up / "mirrors.toml", f"{up}/"),
-            runner=None,
+
+    def build(limit: float) -> subprocess.CompletedProcess[str]:
+        return run_kiln(
+            *build_args(
+                ws,
+                tmp_path,
+                *("--mem-limit", str(limit), *docker_args(image)),
+                mirrors=mirrors_file(up / "mirrors.toml", f"{up}/"),
+                runner=None,
+            )
         )
-    )
+
+    res = build(LIMIT)
     assert res.returncode == 6, res.stderr[-2000:]
     # The last line is kiln's verdict (above it, the step's own output is echoed, which
     # includes the failing command's "kiln: error:" from inside the container).
@@ -115,3 +181,7 @@ def test_docker_build_over_its_limit_reports_out_of_memory(
     assert [f for f in artifacts_files(tmp_path / "artifacts") if f != ".kiln.sources.lock"] == []
     assert client.containers.list(all=True, filters={"label": "kiln"}) == []
     assert DOCKER_DIR.is_dir()
+    # the printed fix applied: the container's limit raised, the same build releases
+    res = build(2.0)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "release ready" in res.stderr
