@@ -190,6 +190,15 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
         {"landing/__init__.py": "import time\n\ntime.sleep(3)\nfrom landing import _C\n"},
     ),
+    # setup.py imports a build helper (a distribution) the build venv lacks
+    "setup-helper": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
+        {
+            "setup.py": SETUP_PY.replace(
+                "import json\n", "import json\n\nimport kiln_setup_helper\n", 1
+            )
+        },
+    ),
     # the package raises at import
     "raises": (
         {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},

@@ -487,14 +487,15 @@ def _memory(t: Table, f: Findings, b: DecidedBuild) -> None:
 
 def _setup_imports(t: Table, f: Findings) -> None:
     """A module setup.py imports that the build venv lacks: the build would stop in
-    setup.py; its distribution belongs in the profile's build_tools (kiln.toml)."""
+    setup.py; its distribution belongs in the vendor's build_tools (or the profile's)."""
     for name, seen in f.missing_imports:
         dist = MODULE_DISTRIBUTIONS.get(name, name)
         _say(
             t,
             f"{seen}: setup.py imports {name}, which the build venv does not have (the build "
-            f'runs without isolation): set by hand: add "{dist}==VERSION" to the profile\'s '
-            f'build_tools in kiln.toml (build_tools = [..., "{dist}==VERSION"]).',
+            f'runs without isolation): set by hand: build_tools = ["{dist}==VERSION"] in this '
+            f"table (installed for this vendor's build alone), or add it to the profile's "
+            f"build_tools in kiln.toml.",
         )
 
 

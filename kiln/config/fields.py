@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from packaging.requirements import InvalidRequirement
+from packaging.requirements import Requirement as Parsed
 from pydantic import AfterValidator, BaseModel, ConfigDict, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
@@ -68,6 +70,17 @@ def _module(value: str) -> str:
 def _requirement(value: str) -> str:
     if value.startswith("-"):
         raise ValueError(f"{value!r} is an option, not a requirement (like 'ninja==1.13.0')")
+    return value
+
+
+def _pinned(value: str) -> str:
+    try:
+        parsed = Parsed(_requirement(value))
+    except InvalidRequirement as exc:
+        raise ValueError(f"{value!r} is not a requirement: {exc}") from None
+    specs = list(parsed.specifier)
+    if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version:
+        raise ValueError(f"{value!r} is not pinned: write it as name==version")
     return value
 
 
@@ -139,6 +152,7 @@ Url = Annotated[str, AfterValidator(_url)]
 InsidePath = Annotated[str, AfterValidator(_inside)]
 Module = Annotated[str, AfterValidator(_module), _pattern(MODULE_RE)]
 Requirement = Annotated[str, AfterValidator(_requirement)]
+PinnedRequirement = Annotated[str, AfterValidator(_pinned)]
 Sha = Annotated[str, AfterValidator(_sha), _pattern(SHA_RE)]
 FullSha = Annotated[str, AfterValidator(_full_sha), _pattern(FULL_SHA_RE)]
 Arch = Annotated[str, AfterValidator(_arch), _pattern(ARCH_RE)]

@@ -19,6 +19,7 @@ from kiln.config.fields import (
     LicenseId,
     Module,
     Name,
+    PinnedRequirement,
     Requirement,
     Sha,
     Sha256,
@@ -467,6 +468,15 @@ class Build(Strict):
         description="What the build needs from the build machine's system "
         "(`[[build.system]]` tables), checked before any work.",
         examples=[[{"header": "infiniband/mlx5dv.h", "package": "libibverbs-dev"}]],
+    )
+    build_tools: list[PinnedRequirement] = Field(
+        default_factory=list,
+        description="Python distributions this upstream's build imports that the "
+        "profile's build venv lacks (setup.py's own imports), each pinned "
+        "(`name==version`, wheels only, no dependencies pulled: list each): installed "
+        "once into kiln's cache and put first on `PYTHONPATH` in this vendor's build "
+        "alone, so the shared build venv stays as it is.",
+        examples=[["pybind11==3.0.1"]],
     )
     runtime_libraries: list[RuntimeLibrary] = Field(
         default_factory=list,

@@ -20,17 +20,13 @@ from kiln.errors import KilnError
 def _step(args: argparse.Namespace) -> None:
     from kiln.inside import step
 
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)  # only this process needs kiln's source
-    step.run(step.StepSpec.from_file(args.spec), env)
+    step.run(step.StepSpec.from_file(args.spec), step.own_environment(os.environ))
 
 
 def _metadata(args: argparse.Namespace) -> None:
     from kiln.inside import step
 
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    step.metadata(step.StepSpec.from_file(args.spec), args.out, env)
+    step.metadata(step.StepSpec.from_file(args.spec), args.out, step.own_environment(os.environ))
 
 
 def _probe(args: argparse.Namespace) -> None:

@@ -1104,9 +1104,10 @@ def setup_import(f: Failure) -> Cause | None:
         "setup-import",
         f"setup.py:{line} imports {m['name']}, which the build venv does not have (the "
         "build runs without isolation: setup.py's own imports come from the build venv)",
-        f'add "{dist}==VERSION" (its version pinned) to the profile\'s build_tools in '
-        'kiln.toml, e.g. build_tools = [..., "' + dist + '==VERSION"]; with --python, '
-        f"install {dist} into that Python",
+        f'add "{dist}==VERSION" (its version pinned) to build.build_tools in '
+        f"vendors/{f.vendor}.toml (installed for this vendor's build alone), e.g. "
+        f'build_tools = ["{dist}==VERSION"]; or to the profile\'s build_tools in kiln.toml '
+        "(the build venv every vendor shares)",
         # a module is not always a distribution: the host checks on the index first
         resolve={"kind": "distribution", "dist": dist, "module": module},
     )

@@ -47,6 +47,23 @@ class StepSpec:
         return cls(**json.loads(path.read_text()))
 
 
+# The vendor's own build tools (build.build_tools: kiln/toolchain/vendortools.py), the
+# build's PYTHONPATH. (The runner's PYTHONPATH is kiln's source, for the step's own
+# process alone.)
+BUILD_TOOLS_ENV = "KILN_BUILD_TOOLS"
+
+
+def own_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The build's environment from the step process's: kiln's source off PYTHONPATH,
+    the vendor's build tools on it."""
+    env = dict(environ)
+    env.pop("PYTHONPATH", None)
+    tools = env.get(BUILD_TOOLS_ENV)
+    if tools:
+        env["PYTHONPATH"] = tools
+    return env
+
+
 def clean_tree(tree: Path) -> None:
     """Remove stale build state that ninja would otherwise reuse."""
     for stale in [tree / "build", tree / "dist", *tree.glob("*.egg-info")]:

@@ -30,7 +30,7 @@ from kiln.inside import pep517
 from kiln.orchestrate import importproof
 from kiln.orchestrate.context import Context, Step
 from kiln.runners.protocol import Command, step_env
-from kiln.toolchain import consumerenv
+from kiln.toolchain import consumerenv, vendortools
 from kiln.verify import buildsystem, imports
 
 log = logging.getLogger(__name__)
@@ -123,8 +123,11 @@ def check_build_system(ctx: Context, step: Step) -> None:
     venv is on this machine (the local runner; the Docker runner's is the image's)."""
     if ctx.runner.kind != "local" or not Path(ctx.tc.site_packages).is_dir():
         return
-    found = buildsystem.problems(
-        Path(step.spec.tree), consumerenv.distributions(Path(ctx.tc.site_packages))
-    )
+    tree = Path(step.spec.tree)
+    installed = dict(consumerenv.distributions(Path(ctx.tc.site_packages)))
+    tools = tree / vendortools.TOOLS_DIR
+    if tools.is_dir():  # the vendor's own build tools come first on its sys.path
+        installed.update(consumerenv.distributions(tools))
+    found = buildsystem.problems(tree, installed)
     if found:
         raise ConfigError(buildsystem.refusal(step.spec.vendor, found))

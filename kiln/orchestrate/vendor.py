@@ -17,7 +17,7 @@ from kiln.config.workspace import Workspace
 from kiln.errors import KilnError
 from kiln.inside import memwatch
 from kiln.inside.kit import pipcuda
-from kiln.inside.step import StepSpec
+from kiln.inside.step import BUILD_TOOLS_ENV, StepSpec
 from kiln.orchestrate import failure, importproof, kit, learned
 from kiln.orchestrate.context import Context, Step, Timings, phases_file, timed
 from kiln.orchestrate.kinds import KINDS, Job
@@ -39,7 +39,7 @@ from kiln.release.manifest import (
 from kiln.runners import isolation
 from kiln.runners.protocol import Runner
 from kiln.sources import checkout, licenses, patches
-from kiln.toolchain import compilercache
+from kiln.toolchain import compilercache, vendortools
 
 log = logging.getLogger("kiln.orchestrate")
 
@@ -274,6 +274,18 @@ def _environment(
     # ccache, the run's compile gate).
     kit.install_kit(tree)
     env.update(kit.kit_environment(tree, ctx.tc, env))
+    if vendor.build.build_tools:
+        # the vendor's own build tools, first on its steps' sys.path (not recorded as
+        # environment: the path is this machine's; the recipe records the pins)
+        tools = vendortools.install(
+            vendor.build.build_tools,
+            ctx.ws.profile,
+            ctx.opts.cache,
+            tree,
+            ctx.opts.offline,
+            ctx.logs / f"{vendor.name}-tools.log",
+        )
+        env[BUILD_TOOLS_ENV] = str(tools)
     # the archs the step builds, for its diagnosis (kiln.inside.causes): not recorded
     env["KILN_BUILD_ARCHS"] = " ".join(vendor.build.archs)
     if vendor.build.arch_control == "torch-arch-list" and vendor.build.archs:

@@ -44,6 +44,7 @@ def refusal(vendor: str, found: list[str]) -> str:
         f"{vendor}: the upstream's pyproject.toml [build-system] requires "
         f"{'; '.join(found)}: kiln builds without isolation, in the build venv, so the "
         f"upstream would be built with what it excludes or without what it needs; fix: "
-        f"pin versions that satisfy it in the profile's build_tools (kiln.toml), or patch "
-        f"the pin where the upstream's code does not need it (patches/)"
+        f"pin versions that satisfy it in build.build_tools of vendors/{vendor}.toml (this "
+        f"vendor's build alone) or the profile's build_tools (kiln.toml), or patch the pin "
+        f"where the upstream's code does not need it (patches/)"
     )

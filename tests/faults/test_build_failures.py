@@ -136,8 +136,9 @@ SEEN: dict[str, list[str]] = {
     # issue 35: setup.py imports what the build venv lacks, at its line
     "setup-import": [
         "  cause: setup.py:4 imports pybind11, which the build venv does not have",
-        '  fix: add "pybind11==VERSION" (its version pinned) to the profile\'s build_tools in '
-        'kiln.toml, e.g. build_tools = [..., "pybind11==VERSION"]',
+        '  fix: add "pybind11==VERSION" (its version pinned) to build.build_tools in '
+        "vendors/setup-import.toml (installed for this vendor's build alone), e.g. "
+        'build_tools = ["pybind11==VERSION"]; or to the profile\'s build_tools in kiln.toml',
     ],
 }
 

@@ -42,6 +42,7 @@ import tomlkit
 from tests import broken, landing
 from tests.conftest import build_args, run_kiln, shared_cache
 from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
+from tests.integration.test_inplace import make_wheel
 from tests.workspace import write
 
 GUARDED = """\
@@ -301,3 +302,47 @@ def test_an_import_over_its_time_limit_releases_with_the_limit_raised_as_printed
     again = _build(tmp_path, ws, cases.mirrors, build_python)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "building (jobs" not in again.stderr  # the proof alone: the wheel was kept
+
+
+def test_a_setup_import_given_as_the_vendors_own_build_tools_releases(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """setup-import (tests/landing.py ``setup-helper``: setup.py imports kiln_setup_helper,
+    a distribution the build venv lacks): the printed fix names the vendor's own
+    build.build_tools; applied as printed (its version pinned to what the wheelhouse
+    offers), the helper is installed for this vendor alone and the build releases, with
+    the shared build venv untouched."""
+    cases = landing.make(tmp_path / "landing")
+    wheelhouse = tmp_path / "wheelhouse"
+    make_wheel(wheelhouse, "kiln_setup_helper", "1.0")
+    ws = write(
+        tmp_path / "ws",
+        {"setup-helper": landing.vendor("setup-helper", cases.commits["setup-helper"])},
+        profile=PROFILE_NO_TORCH,
+    )
+    offline_pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
+    res = _build(tmp_path, ws, cases.root / "mirrors.toml", build_python, env=offline_pip)
+    assert res.returncode == 6, res.stderr[-3000:]
+    fix = printed_fixes(res.stderr)["setup-helper"]
+    m = re.search(
+        r"in vendors/setup-helper\.toml \(installed for this vendor's build alone\), "
+        r"e\.g\. build_tools = (\[.*?\])",
+        fix,
+    )
+    assert m, fix
+    tools = [t.replace("VERSION", "1.0") for t in json.loads(m[1])]
+    assert tools == ["kiln_setup_helper==1.0"], tools
+    _edit(
+        ws / "vendors" / "setup-helper.toml",
+        lambda d: d["build"].__setitem__("build_tools", tools),
+    )
+    fixed = _build(tmp_path, ws, cases.root / "mirrors.toml", build_python, env=offline_pip)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "release ready" in fixed.stderr
+    probe = subprocess.run(
+        [str(build_python), "-c", "import kiln_setup_helper"], capture_output=True, text=True
+    )
+    assert probe.returncode != 0  # the shared build venv is as it was
+    manifest = json.loads((tmp_path / "artifacts/test-release/manifest.json").read_text())
+    recipe = manifest["vendors"]["setup-helper"]["recipe"]
+    assert recipe["build_tools"] == ["kiln_setup_helper==1.0"]

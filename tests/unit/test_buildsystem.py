@@ -24,7 +24,7 @@ def test_pins_the_build_venv_breaks_and_what_it_lacks_are_named(tmp_path: Path) 
     ]
     said = buildsystem.refusal("v", buildsystem.problems(tmp_path, venv))
     assert said.startswith("v: the upstream's pyproject.toml [build-system] requires setuptools<75")
-    assert "pin versions that satisfy it in the profile's build_tools (kiln.toml)" in said
+    assert "or the profile's build_tools (kiln.toml)" in said
     venv |= {"setuptools": "74.1.3", "pybind11": "3.0.1"}
     assert buildsystem.problems(tmp_path, venv) == []
 
