@@ -190,6 +190,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
         {"landing/__init__.py": "import time\n\ntime.sleep(3)\nfrom landing import _C\n"},
     ),
+    # the package imports a distribution (tests/integration/test_inplace.py's make_wheel)
+    # that neither setup.py's install_requires nor the runtime requirements name
+    "undeclared-dep": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
+        {"landing/__init__.py": "import kiln_fixture_dep\nfrom landing import _C\n"},
+    ),
     # setup.py imports a build helper (a distribution) the build venv lacks
     "setup-helper": (
         {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},

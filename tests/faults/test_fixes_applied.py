@@ -218,15 +218,20 @@ def test_the_import_proofs_printed_fixes_applied_release(
     """The import proof's rows (tests/landing.py: real wheels that verify and do not load):
     declared-never-compiled's "add csrc/ops.cpp to the extension's sources in setup.py",
     as a patch; library-nobody-ships' ``[[build.runtime_libraries]]`` table, pasted as
-    printed. Both release on the next build."""
+    printed; missing-python-dependency's "add the distribution ... to the wheel's
+    dependencies and to runtime-requirements.txt" (a patch and the line; the distribution
+    a wheel of a local wheelhouse). All release on the next build."""
     cases = landing.make(tmp_path / "landing")
-    bad = ("undefined-symbol", "nobody-ships")
+    bad = ("undefined-symbol", "nobody-ships", "undeclared-dep")
     ws = write(
         tmp_path / "ws",
         {c: landing.vendor(c, cases.commits[c]) for c in bad},
         profile=PROFILE_NO_TORCH,
     )
-    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    wheelhouse = tmp_path / "wheelhouse"
+    make_wheel(wheelhouse)  # kiln_fixture_dep 1.0
+    offline_pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
+    res = _build(tmp_path, ws, cases.mirrors, build_python, env=offline_pip)
     assert res.returncode == 18, res.stderr[-3000:]
     fixes = printed_fixes(res.stderr)
     assert set(fixes) == set(bad), fixes
@@ -238,15 +243,29 @@ def test_the_import_proofs_printed_fixes_applied_release(
     assert after != before
     patch = "".join(difflib.unified_diff(before, after, "a/setup.py", "b/setup.py"))
     (ws / "patches" / "ops-source.patch").write_text(patch)
-    (ws / "patches" / "series.toml").write_text(
-        '[[patch]]\nfile = "ops-source.patch"\ntarget = "undefined-symbol"\n'
-    )
     fix = fixes["nobody-ships"]
     assert "or declare it a system requirement in vendors/nobody-ships.toml:" in fix, fix
     table = fix[fix.index("[[build.runtime_libraries]]") :]
     recipe = ws / "vendors" / "nobody-ships.toml"
     recipe.write_text(recipe.read_text() + "\n" + table + "\n")
-    again = _build(tmp_path, ws, cases.mirrors, build_python)
+    fix = fixes["undeclared-dep"]
+    assert fix.startswith(
+        "add the distribution that provides kiln_fixture_dep to the wheel's dependencies and "
+        "to runtime-requirements.txt"
+    ), fix
+    declared = landing.SETUP_PY.replace(
+        '    packages=["landing"],\n',
+        '    packages=["landing"],\n    install_requires=["kiln_fixture_dep==1.0"],\n',
+    )
+    after = declared.splitlines(keepends=True)
+    patch = "".join(difflib.unified_diff(before, after, "a/setup.py", "b/setup.py"))
+    (ws / "patches" / "declare-dep.patch").write_text(patch)
+    (ws / "runtime-requirements.txt").write_text("kiln_fixture_dep==1.0\n")
+    (ws / "patches" / "series.toml").write_text(
+        '[[patch]]\nfile = "ops-source.patch"\ntarget = "undefined-symbol"\n\n'
+        '[[patch]]\nfile = "declare-dep.patch"\ntarget = "undeclared-dep"\n'
+    )
+    again = _build(tmp_path, ws, cases.mirrors, build_python, env=offline_pip)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "release ready" in again.stderr
 
