@@ -72,3 +72,20 @@ def ensure(client: docker.DockerClient) -> str:
     dockerfile = io.BytesIO(LAYER.format(base=BASE_TAG).encode())
     client.images.build(fileobj=dockerfile, tag=IMAGE_TAG, network_mode="host", rm=True, pull=False)
     return IMAGE_TAG
+
+
+def with_packages(client: docker.DockerClient, packages: list[str]) -> str:
+    """The test builder image with Debian's ``packages`` installed on top (a layer of
+    ``apt-get install``, as a fix that names the package asks of a builder image), made
+    once per list."""
+    layer = (
+        f"FROM {ensure(client)}\nRUN apt-get update \\\n"
+        f" && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+        f"{' '.join(sorted(packages))} \\\n && rm -rf /var/lib/apt/lists/*\n"
+    )
+    tag = f"kiln-test-builder-plus:{digest(layer)}"
+    if not _exists(client, tag):
+        client.images.build(
+            fileobj=io.BytesIO(layer.encode()), tag=tag, network_mode="host", rm=True, pull=False
+        )
+    return tag

@@ -15,6 +15,7 @@ import grp
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import site
@@ -33,6 +34,7 @@ from kiln.errors import BuildError, ConfigError
 from kiln.orchestrate import pipeline
 from kiln.runners.docker import KEPT_PREFIX
 from kiln.toolchain.checks import cuobjdump
+from tests import dockerimage
 from tests import upstreams as fixture_upstreams
 from tests.conftest import REPO, artifacts_files, build_args, run_kiln, start_kiln_until
 from tests.upstreams import Upstreams
@@ -471,3 +473,22 @@ def test_a_failed_compile_in_the_container_is_explained(
     assert any(ln.startswith("  full log: ") and ln.endswith("plain-build.log") for ln in lines)
     record = json.loads((tmp_path / "artifacts/logs/test-release/plain.failure.json").read_text())
     assert record["cause"]["row"] == "missing-header" and record["unit"] == "topo.cpp"
+
+
+def test_the_missing_headers_apt_get_applied_to_the_image_builds(
+    tmp_path: Path, upstreams: Upstreams, docker_options, client
+) -> None:
+    """missing-header's "apt-get install" applied as printed where it applies, the builder
+    image (a layer on the tests' image; a test installs nothing on the host): the same
+    in-place build, which includes hwloc.h, then builds and releases."""
+    script = (
+        "printf '#include <hwloc.h>\\nint plain_api(void) { return HWLOC_API_VERSION; }\\n' "
+        "> topo.c && gcc -shared -fPIC topo.c -o plain_topo.so"
+    )
+    msg = str(_failing_build(tmp_path, upstreams, docker_options, script))
+    m = re.search(r"^  fix: apt-get install (\S+?);?(?: |$)", msg, re.MULTILINE)
+    assert m, msg
+    assert m[1] == "libhwloc-dev"
+    image = dockerimage.with_packages(client, [m[1]])
+    pipeline.build(docker_options(tmp_path / "ws", image=image))
+    assert (tmp_path / "artifacts" / "test-release" / "manifest.json").is_file()
