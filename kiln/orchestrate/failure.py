@@ -98,6 +98,9 @@ def explain(
             cause["fix"] = cause["resolved"].removeprefix(fixcheck.INSTEAD)
         else:
             cause["fix"] = f"{cause['fix']}; {cause['resolved']}"
+            edit = fixcheck.build_tools_edit(resolve, cause["resolved"], vendor)
+            if edit and not cause.get("edit"):
+                cause["edit"] = edit
     _write(path, record, log_file)
     message = render(record, log_file, _exit_line(exc))
     explained = BuildError(message)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from kiln.config.models import Profile
 from kiln.errors import KilnError
@@ -106,6 +108,23 @@ def distribution(resolve: dict[str, str], profile: Profile, offline: bool) -> st
             f"TOML, a patch)"
         )
     return f"not checked ({_last(output)}); to check: {by_hand}"
+
+
+_RESOLVED_PIN = re.compile(r'^the profile\'s index has \S+ \S+: "(?P<pin>[^"]+==[^"]+)"$')
+
+
+def build_tools_edit(resolve: dict[str, str], resolved: str, vendor: str) -> dict[str, Any] | None:
+    """Once :func:`distribution` found the version to pin, the setup-import fix is
+    mechanical: that pin appended to the vendor's own build.build_tools (the edit
+    ``kiln build --fix`` applies; kiln/orchestrate/fixes.py)."""
+    m = _RESOLVED_PIN.match(resolved)
+    if resolve.get("kind") != "distribution" or not m:
+        return None
+    return {
+        "file": f"vendors/{vendor}.toml",
+        "keys": ["build", "build_tools"],
+        "append": [m["pin"]],
+    }
 
 
 def check(resolve: dict[str, str], profile: Profile, offline: bool) -> str:

@@ -149,3 +149,39 @@ def test_an_arch_table_that_drops_an_arch_is_fixed_as_printed(
     (ws / "vendors" / "generic-table.toml").write_text(tomlkit.dumps(doc))
     res = run_kiln(*args)
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_fix_pins_a_setup_import_in_the_vendors_build_tools_once_the_index_has_it(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """setup-import (tests/landing.py ``setup-helper``): not --offline, the fix's dry
+    resolve finds kiln_setup_helper 1.0 on the index (a local wheelhouse, pip's own
+    configuration), which makes the fix mechanical: ``--fix`` appends the pin to the
+    vendor's build.build_tools and the build runs again, to a release."""
+    cases = landing.make(tmp_path / "landing")
+    wheelhouse = tmp_path / "wheelhouse"
+    make_wheel(wheelhouse, "kiln_setup_helper", "1.0")
+    ws = write(
+        tmp_path / "ws",
+        {"setup-helper": landing.vendor("setup-helper", cases.commits["setup-helper"])},
+        profile=PROFILE_NO_TORCH,
+    )
+    index = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_CONFIG_FILE": "/dev/null"}
+    args = build_args(
+        ws,
+        tmp_path,
+        *("--cuda-home", "/usr/local/cuda", "--no-compiler-cache", "--fix"),
+        mirrors=cases.root / "mirrors.toml",
+        offline=False,
+        toolchain="system",
+        python=build_python,
+        cache=shared_cache(tmp_path / "cache"),
+    )
+    res = run_kiln(*args, env=index)
+    err = res.stderr
+    assert res.returncode == 0, err[-4000:]
+    assert 'the profile\'s index has kiln_setup_helper 1.0: "kiln_setup_helper==1.0"' in err
+    assert "kiln build --fix: 1 fix applied; building again" in err, err[-4000:]
+    recipe = tomllib.loads((ws / "vendors" / "setup-helper.toml").read_text())
+    assert recipe["build"]["build_tools"] == ["kiln_setup_helper==1.0"]
+    assert "release ready" in err

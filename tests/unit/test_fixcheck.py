@@ -157,3 +157,19 @@ def test_a_resolved_sentence_that_says_instead_replaces_the_fix(tmp_path: Path) 
     )
     assert "  fix: no distribution named kiln_gen is on the index" in str(explained)
     assert "build_tools" not in str(explained)
+
+
+def test_only_a_resolved_pin_makes_the_setup_import_fix_an_edit() -> None:
+    found = {"kind": "distribution", "dist": "pybind11", "module": "pybind11"}
+    edit = fixcheck.build_tools_edit(
+        found, 'the profile\'s index has pybind11 3.0.1: "pybind11==3.0.1"', "v"
+    )
+    assert edit == {
+        "file": "vendors/v.toml",
+        "keys": ["build", "build_tools"],
+        "append": ["pybind11==3.0.1"],
+    }
+    offline = fixcheck.distribution(found, PROFILE, offline=True)
+    assert fixcheck.build_tools_edit(found, offline, "v") is None
+    nccl = {"kind": "pin", "pinner": "torch", "dist": "nvidia-nccl-cu13"}
+    assert fixcheck.build_tools_edit(nccl, 'the profile\'s index has x 1: "x==1"', "v") is None
