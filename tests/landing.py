@@ -248,3 +248,21 @@ def vendor(case: str, commit: str, **build: Any) -> dict[str, Any]:
             **build,
         },
     }
+
+
+def setup_helper_workspace(tmp: Path, profile: dict[str, Any]) -> tuple[Landing, Path, Path]:
+    """The ``setup-helper`` case alone in a workspace of ``profile``, and a wheelhouse
+    with the distribution its setup.py imports (kiln_setup_helper 1.0): (the cases, the
+    workspace, the wheelhouse)."""
+    from tests.integration.test_inplace import make_wheel
+    from tests.workspace import write
+
+    cases = make(tmp / "landing")
+    wheelhouse = tmp / "wheelhouse"
+    make_wheel(wheelhouse, "kiln_setup_helper", "1.0")
+    ws = write(
+        tmp / "ws",
+        {"setup-helper": vendor("setup-helper", cases.commits["setup-helper"])},
+        profile=profile,
+    )
+    return cases, ws, wheelhouse

@@ -331,14 +331,7 @@ def test_a_setup_import_given_as_the_vendors_own_build_tools_releases(
     build.build_tools; applied as printed (its version pinned to what the wheelhouse
     offers), the helper is installed for this vendor alone and the build releases, with
     the shared build venv untouched."""
-    cases = landing.make(tmp_path / "landing")
-    wheelhouse = tmp_path / "wheelhouse"
-    make_wheel(wheelhouse, "kiln_setup_helper", "1.0")
-    ws = write(
-        tmp_path / "ws",
-        {"setup-helper": landing.vendor("setup-helper", cases.commits["setup-helper"])},
-        profile=PROFILE_NO_TORCH,
-    )
+    cases, ws, wheelhouse = landing.setup_helper_workspace(tmp_path, PROFILE_NO_TORCH)
     offline_pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
     res = _build(tmp_path, ws, cases.root / "mirrors.toml", build_python, env=offline_pip)
     assert res.returncode == 6, res.stderr[-3000:]

@@ -158,14 +158,7 @@ def test_fix_pins_a_setup_import_in_the_vendors_build_tools_once_the_index_has_i
     resolve finds kiln_setup_helper 1.0 on the index (a local wheelhouse, pip's own
     configuration), which makes the fix mechanical: ``--fix`` appends the pin to the
     vendor's build.build_tools and the build runs again, to a release."""
-    cases = landing.make(tmp_path / "landing")
-    wheelhouse = tmp_path / "wheelhouse"
-    make_wheel(wheelhouse, "kiln_setup_helper", "1.0")
-    ws = write(
-        tmp_path / "ws",
-        {"setup-helper": landing.vendor("setup-helper", cases.commits["setup-helper"])},
-        profile=PROFILE_NO_TORCH,
-    )
+    cases, ws, wheelhouse = landing.setup_helper_workspace(tmp_path, PROFILE_NO_TORCH)
     index = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_CONFIG_FILE": "/dev/null"}
     args = build_args(
         ws,
