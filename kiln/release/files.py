@@ -173,6 +173,8 @@ def recipe_lines(m: Manifest) -> list[str]:
             lines.append(f"  C++ flags appended: {' '.join(r['cxx_append_flags'])}")
         if r.get("nvcc_append_flags"):
             lines.append(f"  nvcc flags appended: {' '.join(r['nvcc_append_flags'])}")
+        if r.get("build_tools"):
+            lines.append(f"  build tools (first on PYTHONPATH): {' '.join(r['build_tools'])}")
         # The recipe's own environment, as declared (kiln adds CUDA_HOME, the arch list and
         # the compiler wrapper where the build runs: those paths differ per machine).
         lines += [f"  {k}={val}" for k, val in sorted(r["env"].items())]

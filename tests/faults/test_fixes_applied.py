@@ -358,3 +358,5 @@ def test_a_setup_import_given_as_the_vendors_own_build_tools_releases(
     manifest = json.loads((tmp_path / "artifacts/test-release/manifest.json").read_text())
     recipe = manifest["vendors"]["setup-helper"]["recipe"]
     assert recipe["build_tools"] == ["kiln_setup_helper==1.0"]
+    script = (tmp_path / "artifacts/test-release/build-test-release.sh").read_text()
+    assert "#     build tools (first on PYTHONPATH): kiln_setup_helper==1.0" in script
