@@ -899,6 +899,31 @@ def arch_refused(f: Failure) -> Cause | None:
     return None
 
 
+_OUTPUT_GONE = re.compile(
+    r"the compile of (?P<source>\S+) succeeded and its output is gone: another compile"
+)
+
+
+def output_gone(f: Failure) -> Cause | None:
+    """Two compiles of one build wrote one object file at once (kiln's compiler wrapper
+    found a successful compile's output gone): the upstream's build races with itself."""
+    for err in f.d.errors:
+        m = _OUTPUT_GONE.search(err.message) if err.tool == "kiln" else None
+        if not m:
+            continue
+        obj = err.file or "the object"
+        return Cause(
+            "object-written-twice",
+            f"two compiles of this build wrote {obj} at once (one of them from "
+            f"{m['source']}): the upstream compiles one source into one object path for "
+            f"two targets (two extensions of a parallel build_ext, two CMake targets), and "
+            f"one removed or rewrote it under the other",
+            f"give each target its own copy or object path for {m['source']} (a patch of the "
+            f"build file in patches/), or build them one after the other",
+        )
+    return None
+
+
 def arch_uncovered(f: Failure) -> Cause | None:
     """A unit's own arch flags cover only some of the archs the rewrite builds (an
     arch-specific target of one of them): stopped at its first compile."""
@@ -1278,6 +1303,7 @@ ROWS: tuple[Callable[[Failure], Cause | None], ...] = (
     network_download,
     arch_refused,
     arch_uncovered,
+    output_gone,
     arch_dropped,
     ptx_instruction,
     unknown_arch,

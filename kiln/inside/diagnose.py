@@ -23,7 +23,7 @@ from typing import cast
 
 from kiln.errors import FailureRecord
 from kiln.inside import causes
-from kiln.inside.kit import archflags
+from kiln.inside.kit import archflags, compileflags
 
 MAX_ERRORS = 5
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c", ".C", ".c++")
@@ -91,8 +91,12 @@ _LD_UNDEFINED = re.compile(
     r"^(?:\S*/)?(?:ld(?:\.\w+)?: )?(?P<file>[^:\s][^:]*?):\([^)]*\): "
     r"(?P<msg>undefined reference to .*)$"
 )
-# kiln's compiler wrapper refusing an nvcc call's archs (arch_control = "rewrite")
-_KILN_ARCH = re.compile("^" + re.escape(archflags.PREFIX) + r"(?:(?P<file>[^\s:]+): )?(?P<msg>.+)$")
+# kiln's compiler wrapper: refusing an nvcc call's archs (arch_control = "rewrite"), or an
+# error of its own (a compile's output gone under it)
+_KILN_ARCH = re.compile(
+    "^(?:" + re.escape(archflags.PREFIX) + "|" + re.escape(compileflags.WRAPPER_PREFIX) + ")"
+    r"(?:(?P<file>[^\s:]+): )?(?P<msg>.+)$"
+)
 _INCLUDED = re.compile(r"^(?:In file included|\s+) from (?P<file>[^:]+):(?P<line>\d+)[:,]$")
 # template instantiation context: g++ prints it before the error, nvcc after it
 _GCC_INSTANTIATION = re.compile(r"^(?P<file>[^\s:][^:]*?): In instantiation of (?P<what>.+):$")

@@ -221,3 +221,52 @@ def test_nvccs_host_compiles_get_the_wrappers_flags_without_the_object_cache(
     )
     assert fast.returncode == 0, fast.stderr
     assert fast.stdout == whole
+
+
+def test_a_compile_whose_output_another_compile_removed_is_one_line_with_its_cause(
+    tmp_path: Path,
+) -> None:
+    """Two compiles of one build writing one object at once (a parallel build_ext whose
+    two extensions share a source): here the second compile's doing, removing the object,
+    is a real gcc run followed by that removal, so the race is the same every time. The
+    wrapper said it with a traceback of its own (``sha256_file`` on a missing file); now
+    one line, read back by the diagnosis as the object-written-twice row."""
+    from kiln.inside import diagnose
+
+    tree = tmp_path / "tree"
+    (tree / "csrc").mkdir(parents=True)
+    (tree / "csrc" / "ops.c").write_text("int ops(void) { return 1; }\n")
+    racer = tmp_path / "gcc-then-the-other-compile"
+    racer.write_text('#!/bin/sh\ngcc "$@" && rm -f build/ops.o\n')
+    racer.chmod(0o755)
+    (tree / "build").mkdir()
+    env = {
+        **os.environ,
+        "KILN_OBJCACHE_DIR": str(tmp_path / "cache"),
+        "KILN_OBJCACHE_ROOTS": f"TREE={tree}",
+    }
+    res = subprocess.run(
+        [sys.executable, str(WRAPPER), str(racer), "-c", "csrc/ops.c", "-o", "build/ops.o"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.stderr == (
+        "kiln compiler wrapper: error: build/ops.o: the compile of csrc/ops.c succeeded and its "
+        "output is gone: another compile of this build wrote the same object file at once\n"
+    )
+    d = diagnose.diagnose(res.stderr + "error: command 'gcc' failed\n", tree, {}, "v")
+    assert d.cause is not None and d.cause.row == "object-written-twice", d
+    assert "give each target its own copy or object path for csrc/ops.c" in d.cause.fix
+    # the control: the same compile left alone is cached and succeeds
+    ok = subprocess.run(
+        [sys.executable, str(WRAPPER), "gcc", "-c", "csrc/ops.c", "-o", "build/ops.o"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0 and (tree / "build" / "ops.o").is_file(), ok.stderr

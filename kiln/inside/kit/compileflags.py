@@ -20,6 +20,11 @@ ARCHS = "KILN_NVCC_ARCHS"
 EXPECT = "KILN_NVCC_EXPECT"  # archflags.EXPECT
 
 
+# How the compiler wrapper (objcache.py) prints an error of its own (kiln.inside.diagnose
+# reads it back; the arch rewrite has its own, archflags.PREFIX).
+WRAPPER_PREFIX = "kiln compiler wrapper: error: "
+
+
 def archflags() -> ModuleType:
     """The arch rewrite (``archflags.py``), imported only when it is asked for: most
     compiles never need it, and every compile would pay for its import."""

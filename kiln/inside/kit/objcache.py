@@ -587,6 +587,20 @@ def main(argv: list[str]) -> int:
                 os.unlink(own_depfile)
 
 
+def _output_gone(call: Call) -> int:
+    """The compiler succeeded and its object is gone: another compile of the same build
+    wrote the same object file at once (two extensions, or two targets, compiling one
+    source into one path) and removed or replaced it. Said in one line the diagnosis reads
+    (kiln/inside/causes.py), not a traceback of this wrapper."""
+    out = _tree_relative(call.out) if call.out else "its object"
+    sys.stderr.write(
+        f"{compileflags.WRAPPER_PREFIX}{out}: the compile of {_tree_relative(call.source)} "
+        f"succeeded and its output is gone: another compile of this build wrote the same "
+        f"object file at once\n"
+    )
+    return 1
+
+
 def _compile(
     call: Call, roots: list[tuple[str, str]], named: list[object], seed: str, own: bool
 ) -> int:
@@ -628,13 +642,19 @@ def _compile(
     # Sorted by their normalized names: sorting absolute paths would order the tree's
     # files differently against outside headers when the tree moves (entry bytes differ).
     deps = sorted({os.path.realpath(d) for d in found}, key=lambda d: normalize(d, roots))
-    obj_hash = sha256_file(call.out)
-    _write_atomic(cache / "objects" / f"{obj_hash}.o", Path(call.out).read_bytes())
-    entry = {
-        "deps": [[normalize(d, roots), sha256_file(d)] for d in deps],
-        "object": obj_hash,
-        "command": normalize(shlex.join(call.key_args()), roots),
-    }
+    try:
+        obj_hash = sha256_file(call.out)
+        obj_bytes = Path(call.out).read_bytes()
+        entry = {
+            "deps": [[normalize(d, roots), sha256_file(d)] for d in deps],
+            "object": obj_hash,
+            "command": normalize(shlex.join(call.key_args()), roots),
+        }
+    except FileNotFoundError:
+        if os.path.isfile(call.out):
+            return 0  # a header it read is gone (generated, then removed): not cached
+        return _output_gone(call)
+    _write_atomic(cache / "objects" / f"{obj_hash}.o", obj_bytes)
     _write_atomic(entry_path, json.dumps(entry, indent=1, sort_keys=True).encode())
     if os.environ.get("KILN_OBJCACHE_VERBOSE"):
         sys.stderr.write(f"objcache: miss {call.source}\n")
