@@ -866,6 +866,17 @@ def unknown_arch(f: Failure) -> Cause | None:
     return None
 
 
+def _said_arch_flags(refusal: str) -> list[str] | None:
+    """The unit's own arch flags as the wrapper's refusal names them (a build that runs
+    nvcc without printing its commands); None where one is a two-token ``-gencode
+    arch=...`` (it cannot be dropped token by token) or none is named."""
+    _, sep, said = refusal.partition(archflags.FLAGS_SAID)
+    words = said.split() if sep else []
+    if not words or any("=" not in w for w in words):
+        return None
+    return list(dict.fromkeys(words))
+
+
 def arch_refused(f: Failure) -> Cause | None:
     """A unit whose own arch flags cover none of the archs the rewrite builds. Building
     its archs too does not help (the unit would then cover some of the build's archs, not
@@ -876,7 +887,7 @@ def arch_refused(f: Failure) -> Cause | None:
         if not m:
             continue
         asked = {name.strip().split("_", 1)[-1] for name in m["asked"].split(",")}
-        own = _own_arch_flags(f, asked)
+        own = _own_arch_flags(f, asked) or _said_arch_flags(err.render())
         drop = (
             f"drop its own arch flags so the rewrite gives it the build's archs: "
             f"{_drop_flags(own)} in vendors/{f.vendor}.toml (kiln's compiler wrapper removes "

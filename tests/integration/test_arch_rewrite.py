@@ -76,11 +76,12 @@ def test_hard_coded_archs_are_rewritten_to_the_profiles_and_a_foreign_unit_is_re
         '  cause: kiln\'s arch rewrite (arch_control = "rewrite") compiles a unit only for '
         "the archs its own flags cover, and csrc/kernels.cu's (sm_90a) cover none of "
         "sm_100a, sm_103a",
-        # the unit's command is not on the screen (setup.py runs nvcc itself, silently):
-        # the flags to drop cannot be named, so a patch (issue 41: "build sm_90a too" is gone)
-        "  fix: where csrc/kernels.cu's code is valid on sm_100a, sm_103a, a patch that drops "
-        "its own arch flags (the rewrite then gives it the build's archs); else leave "
-        "csrc/kernels.cu out of this build with the upstream's own switch "
+        # setup.py runs nvcc itself, silently: the flags to drop are read off the wrapper's
+        # refusal (issue 41: "build sm_90a too" is gone: that would be arch-uncovered)
+        "  fix: where csrc/kernels.cu's code is valid on sm_100a, sm_103a, drop its own arch "
+        "flags so the rewrite gives it the build's archs: build.nvcc_drop_flags = "
+        '["-gencode=arch=compute_90a,code=sm_90a"] in vendors/hopper.toml',
+        "else leave csrc/kernels.cu out of this build with the upstream's own switch "
         '(arch_control = "toggles" with build.arch_toggles in vendors/hopper.toml) or a patch',
     ):
         assert line in msg, msg

@@ -139,7 +139,7 @@ def test_the_refusal_names_the_unit_its_archs_the_builds_and_the_fix() -> None:
         "csrc/hopper.cu: written for sm_90a only, none of the archs this build makes "
         "(sm_100a, sm_103a): kiln compiles no unit for an arch it was not written for; leave "
         'it out with the upstream\'s own switch (arch_control = "toggles") or a patch '
-        "(docs/archs.md)"
+        "(docs/archs.md); its arch flags: -gencode=arch=compute_90a,code=[sm_90a,compute_90a]"
     )
 
 
@@ -211,11 +211,20 @@ def test_a_unit_for_other_archs_alone_is_refused_as_the_user_sees_it(tree: Path)
     ), d.cause.fix
     assert 'arch_control = "toggles" with build.arch_toggles in vendors/v.toml' in d.cause.fix
     assert "build sm_90a too" not in d.cause.fix
+    # a build that runs nvcc without printing its commands: the refusal names the flags
+    assert line.endswith("; its arch flags: -arch=sm_90a"), line
+    d = diagnose.diagnose(f"{line}\nerror: command 'nvcc' failed\n", tree, {}, "v")
+    assert d.cause is not None
+    assert 'build.nvcc_drop_flags = ["-arch=sm_90a"] in vendors/v.toml' in d.cause.fix
     # a two-token flag cannot be dropped token by token: a patch
+    res = _wrapped(tree, "-c", "csrc/k.cu", "-o", "k.o", "-gencode", "arch=compute_90a,code=sm_90a")
+    two_line = res.stderr.strip()
+    assert two_line.endswith("; its arch flags: -gencode arch=compute_90a,code=sm_90a")
     two = "FAILED: k.o\nnvcc -c csrc/k.cu -o k.o -gencode arch=compute_90a,code=sm_90a"
-    d = diagnose.diagnose(f"{two}\n{line}\nerror: command 'nvcc' failed\n", tree, {}, "v")
-    assert d.cause is not None and "a patch that drops its own arch flags" in d.cause.fix
-    assert "nvcc_drop_flags" not in d.cause.fix
+    for said in (f"{two}\n{two_line}", two_line):
+        d = diagnose.diagnose(f"{said}\nerror: command 'nvcc' failed\n", tree, {}, "v")
+        assert d.cause is not None and "a patch that drops its own arch flags" in d.cause.fix
+        assert "nvcc_drop_flags" not in d.cause.fix
 
 
 def test_a_unit_covering_only_some_built_archs_stops_at_its_first_compile(tree: Path) -> None:

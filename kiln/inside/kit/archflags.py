@@ -92,6 +92,22 @@ _NAME = re.compile(r"^(?:sm|compute|lto)_(\d{2,3})([af]?)$")
 _KEY = re.compile(r"(\w+)=(\[[^\]]*\]|\"[^\"]*\"|'[^']*'|[^,]*)")
 
 
+# How a refusal names the unit's own arch flags, as its command spelt them (a two-token
+# ``-gencode arch=...`` as two words): the cause table reads them back to name the flags
+# to drop where the build does not print its commands (kiln.inside.causes.arch_refused).
+FLAGS_SAID = "; its arch flags: "
+
+
+def arch_tokens(args: list[str]) -> list[str]:
+    """The call's arch flags as it spells them, in order (both words of a two-token one)."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        option, sep, _ = a.partition("=")
+        if option in ARCH_OPTIONS:
+            out += [a] if sep else args[i : i + 2]
+    return out
+
+
 class ArchFlagError(Exception):
     """An arch flag the rewrite cannot read, or a request it must refuse."""
 
@@ -99,12 +115,12 @@ class ArchFlagError(Exception):
 class Refused(ArchFlagError):
     """A call whose arch flags cover none of the archs the build makes."""
 
-    def __init__(self, unit: str, asked: str, built: str) -> None:
+    def __init__(self, unit: str, asked: str, built: str, flags: str = "") -> None:
         super().__init__(
             f"{unit}: written for {asked} only, none of the archs this build makes "
             f"({built}): kiln compiles no unit for an arch it was not written for; leave it "
             f'out with the upstream\'s own switch (arch_control = "toggles") or a patch '
-            f"(docs/archs.md)"
+            f"(docs/archs.md)" + (f"{FLAGS_SAID}{flags}" if flags else "")
         )
         self.unit, self.asked, self.built = unit, asked, built
 
@@ -245,7 +261,8 @@ def rewrite(args: list[str], built: list[str], unit: str = "this nvcc call") -> 
         return [*args, *(t.gencode() for t in targets)]
     keep = [t for t in targets if any(covers(a, t) for a in asked)]
     if not keep:
-        raise Refused(unit, _shown(asked), ", ".join(t.name for t in targets))
+        built_names = ", ".join(t.name for t in targets)
+        raise Refused(unit, _shown(asked), built_names, " ".join(arch_tokens(args)))
     return [*rest[:first], *(t.gencode() for t in keep), *rest[first:]]
 
 
