@@ -851,7 +851,6 @@ def unknown_arch(f: Failure) -> Cause | None:
         )
         if since and nvcc != "unknown" and _version_tuple(nvcc) >= _version_tuple(since):
             fix = f"sm_{arch} was renamed or dropped: {fix}"
-        # the upstream's own flag (kiln was not asked for the arch)
         hard = [] if f"sm_{arch}" in _built_archs(f.env) else _own_arch_flags(f, {arch})
         edit = None
         if hard:
