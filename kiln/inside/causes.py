@@ -808,20 +808,16 @@ def _own_arch_flags(f: Failure, archs: set[str]) -> list[str] | None:
     the upstream's own, which the wrapper can drop token by token. None where one of them
     is a two-token ``-gencode arch=...`` (its ``-gencode`` is shared, so it cannot be
     dropped that way)."""
-    argv = _argv(f.d.command)
     flags = []
-    for i, a in enumerate(argv):
-        option, sep, _ = a.partition("=")
-        if option not in archflags.ARCH_OPTIONS:
-            continue
+    for flag in archflags.arch_tokens(_argv(f.d.command)):
         try:
-            _, names, _ = archflags.split([a] if sep else argv[i : i + 2])
+            _, names, _ = archflags.split(flag.split(" "))
         except archflags.ArchFlagError:
             continue
         if any(n.split("_", 1)[-1] in archs for n in names):
-            if not sep:
+            if " " in flag:
                 return None
-            flags.append(a)
+            flags.append(flag)
     return list(dict.fromkeys(flags))
 
 
@@ -1039,7 +1035,7 @@ def _link_fix(f: Failure, definer: Path) -> str:
     wheels), let the loader find it there, in one patch: the link alone would fail the
     next import (the loader searches no site-packages)."""
     lname = libraries.link_name(definer)
-    target = _BUILD_LIB.search(_link_output(f.d.command) or "")
+    target = _BUILD_LIB.search(link_output(f.d.command) or "")
     runpath = libraries.runpath_to(target["inside"] if target else None, os.path.realpath(definer))
     link = f"add {lname!r} to the extension's libraries in setup.py (-l{lname})"
     if runpath:
@@ -1057,7 +1053,8 @@ def _link_fix(f: Failure, definer: Path) -> str:
     return link
 
 
-def _link_output(command: str | None) -> str | None:
+def link_output(command: str | None) -> str | None:
+    """What a command line writes (the argument after ``-o``)."""
     argv = _argv(command)
     return next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-o"), None)
 

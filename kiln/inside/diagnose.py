@@ -165,14 +165,6 @@ def _relative(path: str, tree: Path | None) -> str:
 _LINK_CMD = re.compile(r"(?:^|\s)-shared(?:\s|$)")
 
 
-def _link_target(command: str) -> str | None:
-    argv = command.split()
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "-o":
-            return argv[i + 1]
-    return None
-
-
 def _unit_of(command: str) -> str | None:
     """The source file a compile command compiles (the argument after ``-c``, else the
     last one with a source suffix)."""
@@ -281,7 +273,7 @@ def first_errors(output: str, tree: Path | None = None) -> Diagnosis:
             continue
         err, _ = found
         if err.tool == "ld" and d.unit is None and link is not None:
-            target = _link_target(link)
+            target = causes.link_output(link)
             d.unit = f"the link of {_relative(target, tree)}" if target else "the link"
             d.command = d.command or link
         if err.file:

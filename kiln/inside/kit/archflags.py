@@ -99,12 +99,13 @@ FLAGS_SAID = "; its arch flags: "
 
 
 def arch_tokens(args: list[str]) -> list[str]:
-    """The call's arch flags as it spells them, in order (both words of a two-token one)."""
+    """The call's arch flags as it spells them, in order; a two-token one as its two
+    words joined by a space (``-gencode arch=compute_90a,code=sm_90a``)."""
     out: list[str] = []
     for i, a in enumerate(args):
         option, sep, _ = a.partition("=")
         if option in ARCH_OPTIONS:
-            out += [a] if sep else args[i : i + 2]
+            out.append(a if sep else " ".join(args[i : i + 2]))
     return out
 
 

@@ -643,8 +643,8 @@ def _compile(
     # files differently against outside headers when the tree moves (entry bytes differ).
     deps = sorted({os.path.realpath(d) for d in found}, key=lambda d: normalize(d, roots))
     try:
-        obj_hash = sha256_file(call.out)
         obj_bytes = Path(call.out).read_bytes()
+        obj_hash = hashlib.sha256(obj_bytes).hexdigest()
         entry = {
             "deps": [[normalize(d, roots), sha256_file(d)] for d in deps],
             "object": obj_hash,
