@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
-from packaging.version import Version
 
 from kiln import fsutil
 from kiln.config.models import Vendor
@@ -454,25 +453,17 @@ def _check_torch(
 ) -> None:
     """The torch an import loaded is the environment's, of the profile's version."""
     torch = facts.get("torch") or {}
-    want = ctx.ws.profile.torch
-    if not torch or not want:
-        return
-    where = str(torch.get("file") or "")
-    version = str(torch.get("version") or "")
-    if where.startswith(site.rstrip("/") + "/") and Version(version) == Version(want):
+    cause = imports.another_torch(
+        str(torch.get("version") or ""), str(torch.get("file") or ""), ctx.ws.profile.torch, site
+    )
+    if cause is None:
         return
     raise _fail(
         ctx,
         vendor,
         f"importing {module} loaded another torch than the release's:",
-        causes.Cause(
-            "another-torch",
-            f"it loaded torch {version} from {where}; the wheels are compiled against torch "
-            f"{want} and the consumer environment's is under {site}",
-            f"pin torch=={Version(want).public} in runtime-requirements.txt (then `kiln lock`), "
-            "and keep other torch installs off the environment's path",
-        ),
-        [f"torch {version} from {where}"],
+        cause,
+        [f"torch {torch.get('version')} from {torch.get('file')}"],
         log_file,
         unit=module,
     )

@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from kiln.config.models import ImportProofSettings
+from kiln.inside import causes
 
 _EXTENSION = re.compile(r"^(?P<stem>[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_-]+)?\.so$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -364,3 +365,31 @@ def pinned_torch_problem(text: str, source: str, torch: str | None) -> str | Non
             f"(or set the profile's torch to the one pinned there)"
         )
     return None
+
+
+def another_torch(version: str, where: str, want: str | None, site: str) -> causes.Cause | None:
+    """The torch an import loaded (its ``version`` and ``where``, its ``__init__.py``)
+    against the profile's (``want``) and the consumer environment's ``site``; None when
+    it is that one, or no torch was loaded."""
+    if not version or not want:
+        return None
+    if where.startswith(site.rstrip("/") + "/") and _same_version(version, want):
+        return None
+    try:
+        public = Version(want).public
+    except InvalidVersion:
+        public = want
+    return causes.Cause(
+        "another-torch",
+        f"it loaded torch {version} from {where}; the wheels are compiled against torch "
+        f"{want} and the consumer environment's is under {site}",
+        f"pin torch=={public} in runtime-requirements.txt (then `kiln lock`), "
+        "and keep other torch installs off the environment's path",
+    )
+
+
+def _same_version(a: str, b: str) -> bool:
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
