@@ -26,13 +26,13 @@ from pathlib import Path
 
 import tomlkit
 
-from kiln.config import demo
 from kiln.config.models import Profile
 from kiln.config.workspace import Workspace
 from kiln.orchestrate import pipeline
-from kiln.orchestrate.rebuild_c import rebuild_c
 from kiln.release import archive
 from kiln.toolchain import buildenv, cudapypi
+from kiln.verbs import demo_workspace as demo
+from kiln.verbs.rebuild_ext import rebuild_c
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from kiln import commands
-from kiln.commands import options
+from kiln.commands import flags
 from kiln.commands.common import Help, say_err, verbosity
 from kiln.errors import Interrupted, KilnError
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o022)  # zip member modes follow the umask
     signal.signal(signal.SIGTERM, _sigterm)
     try:
-        options.resolve(args)  # a KILN_* variable that does not parse: a ConfigError
+        flags.resolve(args)  # a KILN_* variable that does not parse: a ConfigError
         code: int = args.execute(args)
         return code
     except KeyboardInterrupt:

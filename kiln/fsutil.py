@@ -19,7 +19,7 @@ from kiln.errors import DiskFull
 
 SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
-log = logging.getLogger("kiln.fs")
+log = logging.getLogger(__name__)
 
 
 def sha256_file(path: Path) -> str:

@@ -1,7 +1,7 @@
 """The verbs of ``kiln``, one module each (auditwheel's shape): ``HELP`` (one line),
-``configure_parser(parser)`` (its arguments; options come from :mod:`.options`) and
+``configure_parser(parser)`` (its arguments; options come from :mod:`.flags`) and
 ``execute(args) -> int`` (0, or the exit code of an error in ``kiln/errors.py``'s
-table). ``kiln/cli.py`` only wires them; adding a verb is its module plus one name in
+table). ``kiln/cli.py`` only wires them; adding a verb is its module plus one line in
 :data:`VERBS`."""
 
 from __future__ import annotations
@@ -12,23 +12,22 @@ from types import ModuleType
 
 from kiln.commands.common import Help
 
-# The module kiln/commands/<name>.py of each verb, in --help's order; the command is the
-# name with '-' for '_'.
-VERBS = (
-    "add",
-    "build",
-    "demo",
-    "lock",
-    "rebuild_c",
-    "pack_jit_cache",
-    "verify",
-    "manifest",
-    "plan",
-    "publish",
-    "gpu_test",
-    "verify_wheel",
-    "timings",
-)
+# Each verb's command and its module kiln/commands/<module>.py, in --help's order.
+VERBS: dict[str, str] = {
+    "add": "add",
+    "build": "build",
+    "demo": "demo",
+    "lock": "lock",
+    "rebuild-c": "rebuild_c",
+    "pack-jit-cache": "pack_jit_cache",
+    "verify": "verify",
+    "manifest": "manifest_check",
+    "plan": "plan",
+    "publish": "publish",
+    "gpu-test": "gpu",
+    "verify-wheel": "verify_wheel",
+    "timings": "timings",
+}
 
 
 def module(name: str) -> ModuleType:
@@ -40,9 +39,8 @@ def add_all(
 ) -> dict[str, argparse.ArgumentParser]:
     """A parser for every verb under ``sub`` (each also takes ``common``: -v/-q)."""
     parsers = {}
-    for name in VERBS:
+    for command, name in VERBS.items():
         verb = module(name)
-        command = name.replace("_", "-")
         p = sub.add_parser(
             command, help=verb.HELP, description=verb.HELP, parents=[common], formatter_class=Help
         )

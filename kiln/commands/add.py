@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out
 
 HELP = "write vendors/NAME.toml for an upstream from reading its tree, then dry-run it"
@@ -40,8 +40,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.add import add_recipe, revision
     from kiln.orchestrate import dryrun
+    from kiln.verbs.add import add_recipe, revision
 
     opts = o.to_options(args)
     if opts.bundles is not None:  # the upstream is read now: unbundle, as the build would

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out, say_err
 from kiln.errors import KilnError
 from kiln.orchestrate.options import Options

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kiln.commands import build
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out
 
 HELP = "the full pipeline over the bundled example, offline"
@@ -25,10 +25,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.config import demo
     from kiln.orchestrate import pipeline
+    from kiln.verbs import demo_workspace
 
     opts = build.options(args)
-    mirrors = demo.prepare(args.workspace, opts.work / "demo-upstreams")
+    mirrors = demo_workspace.prepare(args.workspace, opts.work / "demo-upstreams")
     out(pipeline.build(replace(opts, mirrors=mirrors, offline=True, bundles=None)))
     return 0

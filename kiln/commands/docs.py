@@ -1,4 +1,4 @@
-"""``docs/options.md``, made from the option declarations (``kiln.commands.options``) and
+"""``docs/options.md``, made from the option declarations (``kiln.commands.flags``) and
 the verbs that take each: ``python -m kiln.commands.docs > docs/options.md``
 (``tests/unit/test_options.py`` fails when the committed file is stale)."""
 
@@ -8,7 +8,7 @@ import argparse
 import re
 
 from kiln import commands
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import verbosity
 from kiln.orchestrate.options import Option
 
@@ -16,7 +16,7 @@ INTRO = """\
 # Options
 
 Every option of every `kiln` command, made from the one declaration of each
-(`kiln/commands/options.py`): `python -m kiln.commands.docs > docs/options.md` writes this
+(`kiln/commands/flags.py`): `python -m kiln.commands.docs > docs/options.md` writes this
 page, and a test fails when it is stale. `kiln COMMAND --help` shows the same defaults
 and variables.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out
 
 HELP = "resolve short SHAs, record submodule and patch hashes (network)"
@@ -17,11 +17,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from kiln.config.mirrors import Mirrors
     from kiln.config.workspace import Workspace
-    from kiln.sources import lock
     from kiln.sources.checkout import GitCache
+    from kiln.verbs import runtime_lock
 
     ws = Workspace(args.workspace)
     cache = GitCache(args.cache, Mirrors.load(args.mirrors), args.offline)
-    for line in lock.lock(ws, cache):
+    for line in runtime_lock.lock(ws, cache):
         out(line)
     return 0

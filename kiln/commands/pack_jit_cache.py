@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out
 
 HELP = "pack a GPU run's JIT caches into a release"
@@ -19,7 +19,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.release.jitcache import pack_into_release
+    from kiln.verbs.jitcache import pack_into_release
 
     out(pack_into_release(args.cache_dir, args.name, args.release))
     return 0

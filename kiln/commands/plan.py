@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out
 
 HELP = "the CI matrix: one job per vendor x profile ([profile] and each [profiles.NAME])"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out
 
 HELP = "check a release, then put it into a folder or a Hub repository"
@@ -17,7 +17,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.release import publish
+    from kiln.verbs import hub_publish
 
-    out(publish.publish(args.release, args.to, args.dry_run, force=args.force))
+    out(hub_publish.publish(args.release, args.to, args.dry_run, force=args.force))
     return 0

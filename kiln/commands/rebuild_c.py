@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out
 
 HELP = "re-apply a patch to an installed tree, rebuild its extension"
@@ -34,8 +34,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from kiln.config.workspace import Workspace
-    from kiln.orchestrate.rebuild_c import rebuild_c
     from kiln.toolchain.checks import find_cuda_home
+    from kiln.verbs.rebuild_ext import rebuild_c
 
     ws = Workspace(args.workspace)
     ccache_dir = None if args.no_compiler_cache else (args.compiler_cache or args.cache / "ccache")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out, say_err
 
 HELP = "a build's timings as pictures: timings.html and a Perfetto trace, from its logs"

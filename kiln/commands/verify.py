@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kiln.commands import build
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out, say_err
 from kiln.errors import NotReproduced
 
@@ -23,7 +23,7 @@ def execute(args: argparse.Namespace) -> int:
     import tempfile
 
     from kiln.release import manifest
-    from kiln.verify import rebuild
+    from kiln.verbs import rebuild_check
 
     data = manifest.read(args.manifest)
     if args.rebuilt:
@@ -31,8 +31,8 @@ def execute(args: argparse.Namespace) -> int:
     else:
         work = args.into or Path(tempfile.mkdtemp(prefix="kiln-verify-"))
         opts = replace(build.options(args), work=work.resolve())
-        rebuilt = rebuild.rebuild(args.manifest, opts)
-    report = rebuild.compare(data, args.manifest.parent, rebuilt)
+        rebuilt = rebuild_check.rebuild(args.manifest, opts)
+    report = rebuild_check.compare(data, args.manifest.parent, rebuilt)
     if report:
         say_err("\n".join(report))
         raise NotReproduced(

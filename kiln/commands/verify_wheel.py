@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out
 from kiln.errors import KilnError
 
@@ -20,8 +20,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from kiln.config.workspace import Workspace
+    from kiln.verbs.wheel_check import verify_release
     from kiln.verify import wheels as wheelcheck
-    from kiln.verify.verify_wheel import verify_release
 
     if args.manifest:
         lines = verify_release(args.manifest)

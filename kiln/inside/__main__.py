@@ -43,9 +43,9 @@ def _probe(args: argparse.Namespace) -> None:
 
 
 def _prove(args: argparse.Namespace) -> None:
-    from kiln.inside import importproof
+    from kiln.inside import import_child
 
-    importproof.main(args.spec)
+    import_child.main(args.spec)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kiln.errors import BuildError, KilnError
 
-log = logging.getLogger("kiln.proc")
+log = logging.getLogger(__name__)
 
 TAIL_LINES = 25
 

@@ -17,7 +17,7 @@ from typing import cast
 from kiln.errors import BuildError, FailureRecord
 from kiln.orchestrate import fixcheck, github
 
-log = logging.getLogger("kiln.orchestrate")
+log = logging.getLogger(__name__)
 
 SHOWN_ERRORS = 5
 

@@ -25,7 +25,7 @@ from kiln.config.models import Profile
 from kiln.errors import KilnError
 from kiln.inside import proc
 
-log = logging.getLogger("kiln.orchestrate")
+log = logging.getLogger(__name__)
 
 TIMEOUT_S = 120.0
 

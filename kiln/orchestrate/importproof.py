@@ -11,7 +11,7 @@ there, before the release folder is written (on by default; ``--no-import-proof`
 3. Its ``Requires-Dist`` held against what the environment has (a runtime lock that
    pins another torch fails here, with the pin to change).
 4. Every extension module, top-level package and declared module imported by
-   ``python -m kiln.inside prove`` (:mod:`kiln.inside.importproof`: ``LD_BIND_NOW=1``,
+   ``python -m kiln.inside prove`` (:mod:`kiln.inside.import_child`: ``LD_BIND_NOW=1``,
    a time limit, a libcuda stub where no driver is).
 5. Every ``DT_NEEDED`` entry provided by someone (:func:`kiln.verify.imports.closure`).
 
@@ -58,7 +58,7 @@ from kiln.toolchain.consumerenv import ConsumerEnv
 from kiln.verify import imports, loadfacts
 from kiln.verify.binaries import linkage
 
-log = logging.getLogger("kiln.importproof")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from kiln.plan import schedule
 from kiln.release import manifest
 from kiln.release.manifest import LearnedVendor, Model
 
-log = logging.getLogger("kiln.orchestrate")
+log = logging.getLogger(__name__)
 
 SCHEMA_ID = "kiln.learned/1"
 FILE_NAME = "learned.json"

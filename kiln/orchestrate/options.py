@@ -3,7 +3,7 @@ declared once, on the field it fills (nox's ``_options.py`` is the model).
 
 Each field of :class:`Options` that the command line sets is declared with
 :func:`option`: its flag, help, group, type, choices, ``KILN_*`` variable and its default,
-written once (the field's default is the option's). ``kiln.commands.options`` reads the
+written once (the field's default is the option's). ``kiln.commands.flags`` reads the
 declarations back (:data:`FIELD_OPTIONS`) to make the parser, ``--help``, the values and
 ``docs/options.md``; options no build field takes (``--dry-run``, ``--to``) are declared
 there. Made once (by the CLI, a test, ``kiln verify``) and never changed afterwards;

@@ -68,7 +68,7 @@ from kiln.sources import bundles, checkout
 from kiln.timings import records
 from kiln.toolchain import compilercache
 
-log = logging.getLogger("kiln.orchestrate")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from rich.text import Text
 from kiln.inside import memwatch
 from kiln.orchestrate import github
 
-log = logging.getLogger("kiln")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pathlib import Path
 from kiln import fsutil
 from kiln.errors import Busy
 
-log = logging.getLogger("kiln.buildlock")
+log = logging.getLogger(__name__)
 
 LOCK_NAME = ".kiln.sources.lock"
 

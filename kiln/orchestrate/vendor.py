@@ -41,7 +41,7 @@ from kiln.runners.protocol import Runner
 from kiln.sources import checkout, licenses, patches
 from kiln.toolchain import compilercache, vendortools
 
-log = logging.getLogger("kiln.orchestrate")
+log = logging.getLogger(__name__)
 
 
 def runner_info(ctx: Context) -> RunnerInfo:

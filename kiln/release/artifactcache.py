@@ -30,7 +30,7 @@ from kiln import fsutil
 from kiln.fsutil import sha256_file
 from kiln.release.manifest import VendorEntry
 
-log = logging.getLogger("kiln.artifactcache")
+log = logging.getLogger(__name__)
 
 
 class ArtifactCache:

@@ -32,7 +32,7 @@ from kiln.runners.protocol import KILN_SRC, Command, parse_probe, probe_command,
 from kiln.toolchain.checks import Toolchain, check_cuda
 from kiln.toolchain.provision import Provision
 
-log = logging.getLogger("kiln.docker")
+log = logging.getLogger(__name__)
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BUILDER_REPO = "kiln-builder"

@@ -28,7 +28,7 @@ from typing import Any
 from kiln.errors import BuildError
 from kiln.inside import proc
 
-log = logging.getLogger("kiln.memlimit")
+log = logging.getLogger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Runs as the step's first process: join the cgroup, then become the command.

@@ -28,7 +28,7 @@ from kiln.errors import ConfigError, SourceError
 from kiln.fsutil import sha256_file
 from kiln.sources.git import git, git_out
 
-log = logging.getLogger("kiln.bundles")
+log = logging.getLogger(__name__)
 
 SPEC_FILE = "bundles.toml"
 MARKER = "kiln-bundle.sha256"

@@ -29,7 +29,7 @@ from kiln.inside import proc
 from kiln.sources import bundles
 from kiln.sources.git import commit_time, git, git_env, git_out
 
-log = logging.getLogger("kiln.sources")
+log = logging.getLogger(__name__)
 
 # A fetch that receives nothing for this long has stalled (a server that accepted the
 # connection and went silent): it is stopped and reported. Progress lines keep coming

@@ -21,7 +21,7 @@ from kiln.fsutil import sha256_file
 from kiln.inside.kit import patchapply
 from kiln.sources.git import git
 
-log = logging.getLogger("kiln.patches")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from kiln.errors import ToolchainError
 from kiln.inside import proc
 from kiln.toolchain import provision as prov
 
-log = logging.getLogger("kiln.buildenv")
+log = logging.getLogger(__name__)
 
 ENV_VAR = "KILN_BUILD_PYTHON"
 MARKER = ".kiln-complete"

@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from kiln.errors import ConfigError
 
-log = logging.getLogger("kiln.compilercache")
+log = logging.getLogger(__name__)
 
 BACKENDS = ("ccache", "sccache")
 # The stores each backend reaches (ccache's remote_storage; sccache's storage backends).

@@ -26,7 +26,7 @@ from kiln.inside import proc
 from kiln.toolchain import provision as prov
 from kiln.toolchain.buildenv import LAYOUT, make_venv
 
-log = logging.getLogger("kiln.cudapypi")
+log = logging.getLogger(__name__)
 MARKER = ".kiln-complete"
 
 

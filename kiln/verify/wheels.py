@@ -1,7 +1,7 @@
 """``kiln verify-wheel``: kiln's wheel verification on wheels built elsewhere.
 
 cibuildwheel's ``test-command`` (a wheel built the standard way, checked against the
-profile and a vendor's recipe). A release's wheels read again: ``kiln/verify/verify_wheel.py``.
+profile and a vendor's recipe). A release's wheels read again: ``kiln/verbs/wheel_check.py``.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def warm(tmp_path: Path, upstreams: Upstreams) -> tuple[GitCache, str]:
 
 
 def _check_repaired(cache: GitCache, commit: str, dest: Path, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="kiln.sources"):
+    with caplog.at_level(logging.WARNING, logger="kiln.sources.checkout"):
         co = checkout(cache, Source(url=PLAIN, commit=commit), dest, "plain")
     assert "is damaged" in caplog.text and "fetching it again" in caplog.text
     assert (dest / "setup.py").read_text() == SETUP_PY

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln import add as kiln_add
 from kiln.cli import main
 from kiln.sources.checkout import gitlinks
+from kiln.verbs import add as kiln_add
 from tests import public
 
 

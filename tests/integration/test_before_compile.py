@@ -23,7 +23,7 @@ import tomlkit
 
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError, ImportFailed
-from kiln.sources.lock import lock_runtime
+from kiln.verbs.runtime_lock import lock_runtime
 from tests import landing
 from tests.conftest import artifacts_files, compiled_units
 from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build, _record

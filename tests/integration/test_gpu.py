@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln.config import demo
 from kiln.orchestrate import pipeline
 from kiln.toolchain.checks import find_cuda_home, nvcc_version
+from kiln.verbs import demo_workspace as demo
 from tests.conftest import REPO, artifacts_files
 
 PROBE = (

@@ -186,8 +186,8 @@ def test_a_good_release_records_each_module_and_its_variants_carry_the_verified_
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.count("variant properties: nvidia :: cuda_version_lower_bound :: 13.0") == 2
     # a variant whose properties do not say what its SASS holds is refused
+    from kiln.verbs.wheel_check import variant_line
     from kiln.verify import binaries
-    from kiln.verify.verify_wheel import variant_line
 
     plain = release / good.path
     forged = variants.make_variant(plain, ["sm_100a"], [], "13.0", 0, tmp_path)

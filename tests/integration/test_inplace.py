@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from kiln.config import demo
 from kiln.config.workspace import Workspace
 from kiln.errors import ArchiveError, BuildError, VerifyError
 from kiln.orchestrate import pipeline
 from kiln.orchestrate.kinds.inplace import arch_family, pack_tree
 from kiln.release import archive, manifest
+from kiln.verbs import demo_workspace as demo
 from tests.conftest import REPO, run_kiln, shared_cache
 from tests.upstreams import Upstreams
 from tests.workspace import PROFILE, plain_vendor, write

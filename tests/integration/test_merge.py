@@ -16,7 +16,7 @@ import pytest
 
 from kiln.errors import VerifyError
 from kiln.release import manifest
-from kiln.release.merge import CONTENT_FIELDS, HEADER_FIELDS
+from kiln.verbs.merge import CONTENT_FIELDS, HEADER_FIELDS
 from tests import releases
 from tests.conftest import run_kiln
 from tests.upstreams import Upstreams

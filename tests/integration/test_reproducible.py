@@ -28,7 +28,7 @@ import pytest
 from kiln.config.models import Profile
 from kiln.orchestrate import pipeline
 from kiln.release.wheelfix import local_label
-from kiln.verify import rebuild
+from kiln.verbs import rebuild_check as rebuild
 from tests import upstreams as fixture_upstreams
 from tests.conftest import REPO, build_args, run_kiln
 from tests.upstreams import Upstreams

@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 
 from kiln import fsutil
-from kiln.inside import causes, importproof
+from kiln.inside import causes
+from kiln.inside import import_child as importproof
 from kiln.release import files
 from kiln.toolchain import consumerenv
 from kiln.verify import imports, loadfacts
@@ -134,8 +135,7 @@ def _environment(requirements: str, python: Path) -> consumerenv.ConsumerEnv:
 
 def _torch_of(python: Path) -> Path:
     code = (
-        "import importlib.util, os;"
-        "print(os.path.dirname(importlib.util.find_spec('torch').origin))"
+        "import importlib.util, os;print(os.path.dirname(importlib.util.find_spec('torch').origin))"
     )
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
@@ -211,7 +211,7 @@ def test_another_torch_is_fixed_by_pinning_the_profiles_torch(
     tmp_path: Path, build_python: Path
 ) -> None:
     """another-torch, applied (issue 41 (2)): a package that imports torch, imported by the
-    proof's own child (kiln.inside.importproof) in a consumer environment holding torch
+    proof's own child (kiln.inside.import_child) in a consumer environment holding torch
     2.13.0, while the wheels are compiled against the profile's 2.14.1+cu130: the row.
     Its fix applied as printed: torch==2.14.1 in runtime-requirements.txt, the
     environment made from it as the proof makes it, the same import passes the check."""

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln import add as kiln_add
-from kiln.add import pysetup, recipe, revision, spdx, stdcheck
-from kiln.add.scan import Backend, Findings
 from kiln.cli import main
 from kiln.config.models import Profile, SystemRequirement
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError, KilnError, SourceError
 from kiln.sources.git import git
 from kiln.sources.gitrepo import CommitSpec, make_repo
+from kiln.verbs import add as kiln_add
+from kiln.verbs.add import license_text, pysetup, recipe, revision, stdcheck
+from kiln.verbs.add.scan import Backend, Findings
 from tests import ownext, public
 from tests import upstreams as fixture_upstreams
 from tests.upstreams import BASE_URL
@@ -354,8 +354,8 @@ def test_license_clauses_tell_bsd_2_from_bsd_3_and_mit(tmp_path: Path) -> None:
     ]:
         (tmp_path / name).mkdir()
         (tmp_path / name / "COPYING").write_text(text)
-        assert spdx.find(tmp_path / name) == "COPYING"
-        assert spdx.identify(tmp_path / name, "COPYING").spdx == want, name
+        assert license_text.find(tmp_path / name) == "COPYING"
+        assert license_text.identify(tmp_path / name, "COPYING").spdx == want, name
 
 
 @pytest.mark.parametrize(
@@ -670,7 +670,7 @@ def test_what_setuptools_bundles_is_no_missing_import(tmp_path: Path) -> None:
     """setuptools >= 71 puts its bundled copies on sys.path once imported: a setup.py that
     imports ``packaging`` builds in a venv without the distribution (issue 40: add asked
     for a build_tools line the build never needed). What nobody provides is still named."""
-    from kiln.add import pysetup, scan
+    from kiln.verbs.add import pysetup, scan
 
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -710,7 +710,7 @@ ARCH_TABLE_FORMS = {
 def test_arch_tables_are_read_in_every_form_setup_py_writes_them(form: str, tmp_path: Path) -> None:
     """Issue 40: an arch table written as an if/elif chain went unseen (and the draft said
     no arch was spelt in setup.py's text); a dict, a chain, a loop and a list all read."""
-    from kiln.add import pysetup
+    from kiln.verbs.add import pysetup
 
     (tmp_path / "setup.py").write_text("import os\n" + ARCH_TABLE_FORMS[form])
     (tables,) = [t for t in pysetup.read(tmp_path, "setup.py").arch_tables]
@@ -723,9 +723,9 @@ def test_adds_checks_use_the_profiles_cuda_not_the_machines(tmp_path: Path) -> N
     """Issue 40: add checked -std with this machine's nvcc (13.0 here) for a profile of
     CUDA 13.2; it takes the profile's own toolkit (from PyPI, as a --toolchain pypi build),
     and this machine's where its nvcc is the profile's CUDA."""
-    from kiln.add import profile_cuda_home
     from kiln.config.models import Profile
     from kiln.inside.facts import nvcc_version
+    from kiln.verbs.add import profile_cuda_home
     from tests.conftest import shared_cache
     from tests.workspace import PROFILE
 
@@ -744,8 +744,8 @@ def test_what_the_wheel_requires_is_listed_for_install_sh_with_the_profiles_torc
     and the build was refused after 17 minutes of compiling. add reads it and lists what
     runtime-requirements.txt lacks (torch is left to the profile, which install.sh keeps
     where the file names none)."""
-    from kiln.add import pysetup, runtime_requirements, scan
     from kiln.release.files import requirements
+    from kiln.verbs.add import pysetup, runtime_requirements, scan
 
     tree = tmp_path / "tree"
     tree.mkdir()

@@ -14,7 +14,7 @@ import pytest
 
 from kiln.config.models import ImportProofSettings
 from kiln.inside import causes
-from kiln.inside import importproof as inside_proof
+from kiln.inside import import_child as inside_proof
 from kiln.verify import imports, loadfacts
 from tests.landing import MODULE_CPP, OPS_CPP, OPS_H
 

@@ -21,9 +21,9 @@ from kiln.release import manifest
 KILN = Path(__file__).resolve().parents[2] / "kiln"
 
 # Each stage and what it may import (besides itself, the standard library and the
-# third-party libraries it uses). A verb (a command's engine) lives in the package of its
-# stage but sits above every stage (it may use any of them): commands/ (a verb's command
-# line: the verbs and below), cli (wires the commands), and the leaves errors and fsutil.
+# third-party libraries it uses): a stage is a folder of kiln/ (or a leaf module), and it
+# imports only from the layers below its own. The verbs' engines are a folder of their
+# own (kiln/verbs/), above every stage; commands/ (each verb's command line) above them.
 LAYERS = [
     {"errors"},
     {"fsutil"},
@@ -38,25 +38,10 @@ LAYERS = [
     {"cli"},
     {"__main__"},
 ]
-# The verbs' modules, each in its stage's package (``add`` is a package of its own).
-VERBS = {
-    "kiln.add",
-    "kiln.sources.lock",
-    "kiln.verify.rebuild",
-    "kiln.verify.verify_wheel",
-    "kiln.verify.gpu_test",
-    "kiln.release.merge",
-    "kiln.release.publish",
-    "kiln.release.jitcache",
-    "kiln.orchestrate.rebuild_c",
-    "kiln.config.demo",
-}
 
 
 def _stage(module: str) -> str:
-    """``kiln.orchestrate.kinds.wheel`` -> ``orchestrate``; a verb's module -> ``verbs``."""
-    if any(module == v or module.startswith(v + ".") for v in VERBS):
-        return "verbs"
+    """``kiln.orchestrate.kinds.wheel`` -> ``orchestrate``."""
     return module.split(".")[1] if module.count(".") else ""
 
 
@@ -69,7 +54,7 @@ def _imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kiln"):
-            # ``from kiln.release import publish`` imports the module kiln.release.publish;
+            # ``from kiln.verbs import hub_publish`` imports the module kiln.verbs.hub_publish;
             # a name that is no module (kiln/__init__.py's __version__) is its package's
             folder = KILN.joinpath(*node.module.split(".")[1:])
             for a in node.names:
@@ -112,20 +97,21 @@ def test_imports_only_go_down_the_stages() -> None:
 
 
 def test_the_layer_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A module of config/ that imports orchestrate/, and a stage that imports a verb of
-    its own package: named."""
+    """A module of config/ that imports orchestrate/, and a stage that imports a verb's
+    engine: named."""
     fake = tmp_path / "kiln"
     (fake / "config").mkdir(parents=True)
     (fake / "orchestrate").mkdir()
     (fake / "release").mkdir()
     (fake / "config" / "bad.py").write_text("from kiln.orchestrate import pipeline\n")
     (fake / "orchestrate" / "pipeline.py").write_text("")
-    (fake / "release" / "files.py").write_text("from kiln.release import publish\n")
-    (fake / "release" / "publish.py").write_text("")
+    (fake / "verbs").mkdir()
+    (fake / "release" / "files.py").write_text("from kiln.verbs import hub_publish\n")
+    (fake / "verbs" / "hub_publish.py").write_text("")
     monkeypatch.setattr(sys.modules[__name__], "KILN", fake)
     assert layer_violations() == [
         "kiln.config.bad imports kiln.orchestrate.pipeline (config may not use orchestrate)",
-        "kiln.release.files imports kiln.release.publish (release may not use verbs)",
+        "kiln.release.files imports kiln.verbs.hub_publish (release may not use verbs)",
     ]
 
 
@@ -302,3 +288,57 @@ def test_the_alias_check_can_fail(tmp_path: Path) -> None:
     (tmp_path / "release" / "files.py").write_text("")
     (tmp_path / "merge.py").write_text("from kiln.release import files as release\n")
     assert aliased_as_other_modules(tmp_path) == ["merge.py:1: files as release"]
+
+
+def shared_file_names(root: Path) -> list[str]:
+    """File names two modules of ``root`` share (a package's ``__init__.py`` and
+    ``__main__.py`` aside): ``commands/lock.py`` beside ``sources/lock.py`` reads as one
+    module in a traceback, a search or an editor's tab."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(root)))
+    return [f"{name}: {', '.join(paths)}" for name, paths in seen.items() if len(paths) > 1]
+
+
+def named_like_tests(root: Path) -> list[str]:
+    """Modules whose names test runners and tools that skip tests take for tests."""
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name.startswith("test_") or p.stem.endswith("_test")
+    )
+
+
+def loggers_not_from_their_module(root: Path) -> list[str]:
+    """``logging.getLogger("kiln.x")`` outside cli.py (kiln's own root logger): a name
+    written by hand outlives a rename; ``__name__`` cannot."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "cli.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"^log\s*=\s*logging\.getLogger\((?!__name__\))", line):
+                found.append(f"{path.relative_to(root)}:{n}")
+    return found
+
+
+def test_no_two_modules_share_a_file_name_or_look_like_tests() -> None:
+    assert shared_file_names(KILN) == []
+    assert named_like_tests(KILN) == []
+    assert loggers_not_from_their_module(KILN) == []
+
+
+def test_the_name_checks_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "commands").mkdir()
+    (tmp_path / "sources").mkdir()
+    (tmp_path / "commands" / "lock.py").write_text("")
+    (tmp_path / "sources" / "lock.py").write_text(
+        'import logging\nlog = logging.getLogger("kiln.x")\n'
+    )
+    (tmp_path / "verify_test.py").write_text("")
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "sources" / "__init__.py").write_text("")
+    assert shared_file_names(tmp_path) == ["lock.py: commands/lock.py, sources/lock.py"]
+    assert named_like_tests(tmp_path) == ["verify_test.py"]
+    assert loggers_not_from_their_module(tmp_path) == ["sources/lock.py:2"]

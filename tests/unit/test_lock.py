@@ -9,7 +9,7 @@ from kiln.config.mirrors import Mirrors
 from kiln.config.workspace import Workspace
 from kiln.fsutil import sha256_file
 from kiln.sources.checkout import GitCache
-from kiln.sources.lock import lock, lock_runtime
+from kiln.verbs.runtime_lock import lock, lock_runtime
 from tests.conftest import run_kiln
 from tests.upstreams import BASE_URL, Upstreams
 from tests.workspace import write

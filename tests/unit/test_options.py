@@ -1,4 +1,4 @@
-"""Each option is declared once (kiln/commands/options.py): the parser, --help, the
+"""Each option is declared once (kiln/commands/flags.py): the parser, --help, the
 build's Options and docs/options.md all come from the declarations; every build option
 has a KILN_* variable; the command line wins over the variable, the variable over the
 default; the cache lies in the user's cache folder."""
@@ -13,7 +13,7 @@ import pytest
 
 from kiln import cli
 from kiln.commands import build, docs
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.errors import ConfigError
 from kiln.fsutil import user_cache_dir
 from kiln.orchestrate.options import Options
@@ -56,7 +56,7 @@ def test_each_build_default_is_written_once_on_its_field() -> None:
     args = parser.parse_args([])
     o.resolve(args, environ={})
     assert o.to_options(args) == Options()
-    source = (REPO / "kiln" / "commands" / "options.py").read_text()
+    source = (REPO / "kiln" / "commands" / "flags.py").read_text()
     for opt in o.BUILD:
         assert f'FIELD_OPTIONS["{opt.field}"]' in source  # declared on the field, not here
 

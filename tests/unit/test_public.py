@@ -16,7 +16,7 @@ import tomlkit
 from kiln.config.mirrors import Mirrors
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError
-from kiln.verify import rebuild
+from kiln.verbs import rebuild_check as rebuild
 from tests import public
 
 # What a recipe must not say: where CUDA pieces, stubs or torch's pip CUDA lie (kiln finds

@@ -62,7 +62,7 @@ def test_a_second_maker_waits_then_reuses_the_entry(
         entry.write_text("whole")
 
     result: list[bool] = []
-    with caplog.at_level(logging.WARNING, logger="kiln.fs"):
+    with caplog.at_level(logging.WARNING, logger="kiln.fsutil"):
         mine = threading.Thread(
             target=lambda: result.append(
                 fsutil.made_once(entry, entry.exists, make, "the test entry")
@@ -141,7 +141,7 @@ def test_two_fetches_of_one_commit_fetch_once(
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    with caplog.at_level(logging.INFO, logger="kiln.sources"):
+    with caplog.at_level(logging.INFO, logger="kiln.sources.checkout"):
         threads = [threading.Thread(target=resolve) for _ in range(4)]
         for t in threads:
             t.start()

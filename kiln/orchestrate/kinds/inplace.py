@@ -31,7 +31,7 @@ from kiln.release.manifest import Output
 from kiln.sources.patches import AppliedPatch
 from kiln.verify.binaries import SharedObject, check_archs, check_linkage, device_archs, linkage
 
-log = logging.getLogger("kiln.inplace")
+log = logging.getLogger(__name__)
 
 TREE_FILE = "tree.json"
 # Build leftovers that never go into the tarball (the kit's object cache does).

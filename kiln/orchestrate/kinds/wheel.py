@@ -21,7 +21,7 @@ from kiln.release import files, wheelfix
 from kiln.release.manifest import Output
 from kiln.verify import binaries
 
-log = logging.getLogger("kiln.orchestrate")
+log = logging.getLogger(__name__)
 
 
 class WheelKind:

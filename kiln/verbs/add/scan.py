@@ -1,6 +1,6 @@
 """Read a checked-out upstream and say what it is, each finding with its evidence.
 
-Nothing here decides a recipe key (:mod:`kiln.add.recipe` does); everything here is
+Nothing here decides a recipe key (:mod:`kiln.verbs.add.recipe` does); everything here is
 a fact with the file and line it was seen at: the build backend, what setup.py (and the
 tree's modules it imports) reads and passes, the sources it compiles, the headers they
 reach and who provides them, the licenses of the tree and of each submodule, and the C++
@@ -15,12 +15,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln.add import includes, pysetup, spdx
-from kiln.add.pysetup import Seen
 from kiln.inside.causes import header_packages
 from kiln.sources.checkout import Checkout
 from kiln.sources.licenses import SUBMODULE_CANDIDATES
 from kiln.toolchain.consumerenv import distributions
+from kiln.verbs.add import includes, license_text, pysetup
+from kiln.verbs.add.pysetup import Seen
 from kiln.verify import buildsystem
 
 # Folders whose sources a build does not compile (used only when setup.py names none).
@@ -48,7 +48,7 @@ class SubmoduleFinding:
     path: str
     url: str
     commit: str
-    license: spdx.LicenseFile | None
+    license: license_text.LicenseFile | None
     # Whether kiln's license collection would pick another file by default (then the
     # recipe names this one: sources/licenses.py SUBMODULE_CANDIDATES).
     license_named: bool = False
@@ -89,7 +89,7 @@ class Findings:
     system_headers: list[SystemHeader] = field(default_factory=list)
     pip_headers: list[PipHeader] = field(default_factory=list)
     torch_cxx: tuple[int, Seen] | None = None  # the standard torch's headers require
-    license: spdx.LicenseFile | None = None
+    license: license_text.LicenseFile | None = None
     submodules: list[SubmoduleFinding] = field(default_factory=list)
     title: str = ""
     extensions: list[str] = field(default_factory=list)
@@ -211,12 +211,12 @@ def scan(co: Checkout, env: Environment) -> Findings:
     found.requires = runtime_requires(tree, found.setup)
     if env.site_packages is not None:
         found.build_requires = buildsystem.problems(tree, distributions(env.site_packages))
-    lic = spdx.find(tree)
-    found.license = spdx.identify(tree, lic) if lic else None
+    lic = license_text.find(tree)
+    found.license = license_text.identify(tree, lic) if lic else None
     top = [s for s in co.submodules if "/" not in s.path or not _nested(s.path, co)]
     for sub in top:
-        name = spdx.find(tree / sub.path)
-        sub_license = spdx.identify(tree / sub.path, name) if name else None
+        name = license_text.find(tree / sub.path)
+        sub_license = license_text.identify(tree / sub.path, name) if name else None
         default = next((c for c in SUBMODULE_CANDIDATES if (tree / sub.path / c).is_file()), None)
         found.submodules.append(
             SubmoduleFinding(sub.path, sub.url, sub.commit, sub_license, default != name)

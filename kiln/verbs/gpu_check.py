@@ -38,7 +38,7 @@ from kiln.release.manifest import Manifest, VendorEntry
 from kiln.sources.checkout import GitCache
 from kiln.sources.git import git
 
-log = logging.getLogger("kiln.gputest")
+log = logging.getLogger(__name__)
 
 RESULTS_DIR = "gpu-tests"
 GPU_QUERY = "name,driver_version,memory.total,compute_cap"

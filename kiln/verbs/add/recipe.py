@@ -16,12 +16,12 @@ from typing import Any, Literal, TypedDict
 import tomlkit
 from tomlkit.items import Table
 
-from kiln.add import spdx
-from kiln.add.scan import Findings
 from kiln.config.fields import ARCH_RE
 from kiln.config.models import Profile
 from kiln.errors import ConfigError
 from kiln.inside.causes import MODULE_DISTRIBUTIONS
+from kiln.verbs.add import license_text
+from kiln.verbs.add.scan import Findings
 
 # What kiln sets for every build itself (plan/environment.py, the scheduler, the compiler
 # wrapper): a recipe never sets these.
@@ -156,7 +156,7 @@ def build(
 # --------------------------------------------------------------------------- source
 
 
-def _license_id(table: Any, lic: spdx.LicenseFile | None, what: str) -> str | None:
+def _license_id(table: Any, lic: license_text.LicenseFile | None, what: str) -> str | None:
     if lic is None or lic.spdx is None:
         how = lic.how if lic is not None else "no license file"
         _say(table, f'{how}: no license id; set by hand: license_id = "<SPDX id>" ({what})')

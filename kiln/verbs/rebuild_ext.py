@@ -21,7 +21,7 @@ from kiln.orchestrate.kit import KIT
 from kiln.toolchain import compilercache
 from kiln.verify.binaries import SharedObject, check_archs, device_archs
 
-log = logging.getLogger("kiln.rebuildc")
+log = logging.getLogger(__name__)
 
 
 def resolve_patch(ws: Workspace, vendor: str, patch: str | None) -> Path:

@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import Help, out, say_err, verbosity
 from kiln.errors import ManifestError
 
@@ -63,7 +63,7 @@ def schema(args: argparse.Namespace) -> int:
 
 
 def merge(args: argparse.Namespace) -> int:
-    from kiln.release import merge as merging
+    from kiln.verbs import merge as merging
 
     merged = merging.merge(args.partials, args.out, args.workspace, args.profile)
     out(f"merged {len(args.partials)} partial(s) into {merged}")

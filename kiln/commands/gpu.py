@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kiln.commands import options as o
+from kiln.commands import flags as o
 from kiln.commands.common import out
 from kiln.errors import GpuTestError
 
@@ -21,7 +21,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from kiln.config.mirrors import Mirrors
     from kiln.sources.checkout import GitCache
-    from kiln.verify import gpu_test as gputest
+    from kiln.verbs import gpu_check as gputest
 
     mirrors, offline = args.mirrors, args.offline
     if args.bundles is not None:

@@ -30,7 +30,7 @@ from kiln import fsutil
 from kiln.errors import PublishError
 from kiln.release import manifest
 
-log = logging.getLogger("kiln.release.publish")
+log = logging.getLogger(__name__)
 
 TOKEN_ENV = "HF_TOKEN"
 ENDPOINT_ENV = "HF_ENDPOINT"  # huggingface_hub's own variable: another Hub (or a stand-in)

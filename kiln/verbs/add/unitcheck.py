@@ -24,13 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln.add import includes
-from kiln.add.scan import Environment, Findings
 from kiln.errors import ConfigError, KilnError
 from kiln.inside import causes, diagnose, proc
 from kiln.inside.kit.archflags import target
+from kiln.verbs.add import includes
+from kiln.verbs.add.scan import Environment, Findings
 
-log = logging.getLogger("kiln.add")
+log = logging.getLogger(__name__)
 
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx")
 # What torch's BuildExtension gives every unit and upstreams rely on (nvcc's relaxed

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln.add.scan import Environment, Findings
 from kiln.errors import ConfigError, KilnError
 from kiln.inside import proc
+from kiln.verbs.add.scan import Environment, Findings
 
-log = logging.getLogger("kiln.add")
+log = logging.getLogger(__name__)
 
 KEYS = {"cxx_append_flags": "C++", "nvcc_append_flags": "CUDA"}
 

@@ -1,10 +1,10 @@
 """``kiln add URL[@REV]``: a vendor TOML written from reading an upstream's tree.
 
 Flow: resolve REV to a full commit through kiln's git cache and mirrors
-(:mod:`kiln.add.revision`), check it out with its submodules at their gitlinks
-(:func:`kiln.sources.checkout.checkout`), read it (:mod:`kiln.add.scan`: the build
+(:mod:`kiln.verbs.add.revision`), check it out with its submodules at their gitlinks
+(:func:`kiln.sources.checkout.checkout`), read it (:mod:`kiln.verbs.add.scan`: the build
 backend, setup.py, the headers its sources reach, licenses), decide every key against
-the workspace's profiles (:mod:`kiln.add.recipe`), check the result as the workspace
+the workspace's profiles (:mod:`kiln.verbs.add.recipe`), check the result as the workspace
 would load it under each, and write ``vendors/<name>.toml`` atomically; then the build's
 dry run for that vendor (:func:`dry_run`). docs/add.md says how each key is decided.
 """
@@ -23,7 +23,6 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from kiln.add import recipe, revision, scan, stdcheck, unitcheck
 from kiln.config.fields import NAME_RE, WORKSPACE_FILE
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Profile, Source
@@ -36,8 +35,9 @@ from kiln.orchestrate.options import Options
 from kiln.release.files import REQUIREMENTS
 from kiln.sources.checkout import GitCache, checkout
 from kiln.toolchain import buildenv, cudapypi
+from kiln.verbs.add import recipe, revision, scan, stdcheck, unitcheck
 
-log = logging.getLogger("kiln.add")
+log = logging.getLogger(__name__)
 
 _PATHS = (
     "import json, sysconfig; p = sysconfig.get_paths(); "
@@ -104,7 +104,7 @@ def add_recipe(
     check: bool = True,
 ) -> Added:
     """:func:`add`, returning the findings and the decided keys too. ``check``: compile
-    the draft's first units before writing it (:mod:`kiln.add.unitcheck`)."""
+    the draft's first units before writing it (:mod:`kiln.verbs.add.unitcheck`)."""
     profiles = read_profiles(workspace)
     if profile not in profiles:
         known = ", ".join(str(p) for p in profiles if p) or "none"
