@@ -42,9 +42,26 @@ def add(parser: argparse.ArgumentParser, *options: Option) -> None:
         group = groups.get(opt.group)
         if group is None:
             group = groups[opt.group] = parser.add_argument_group(opt.group)
-        opt.add_to(group)
+        add_argument(group, opt)
     taken = parser.get_default(DECLARED) or ()
     parser.set_defaults(**{DECLARED: (*taken, *options)})
+
+
+def add_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, opt: Option) -> None:
+    """One option as an argparse argument: its default is :data:`NOT_GIVEN` (so the
+    variable and the declared default are applied by :func:`resolve`, in that order)."""
+    kw: dict[str, Any] = {"dest": opt.name, "help": opt.help_text()}
+    if opt.kind == "flag":
+        kw.update(action="store_const", const=True, default=NOT_GIVEN)
+    else:
+        kw.update(type=opt.type, metavar=opt.metavar, choices=opt.choices)
+        if opt.kind == "list":
+            kw.update(action="append", default=None)
+        elif opt.kind == "words":
+            kw.update(nargs="+", default=NOT_GIVEN)
+        else:
+            kw.update(default=None if opt.required else NOT_GIVEN, required=opt.required)
+    parser.add_argument(opt.flag, **kw)
 
 
 def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> None:

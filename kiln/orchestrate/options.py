@@ -12,7 +12,6 @@ there. Made once (by the CLI, a test, ``kiln verify``) and never changed afterwa
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 from collections.abc import Callable
@@ -30,8 +29,8 @@ FALSE = ("0", "false", "no", "off")
 
 
 class _NotGiven:
-    """The argparse default of every option: tells "not on the command line" apart from
-    any value one could give."""
+    """The parser's default of every option (kiln.commands.flags): tells "not on the
+    command line" apart from any value one could give."""
 
     def __repr__(self) -> str:
         return "<not given>"
@@ -106,20 +105,6 @@ class Option:
                 "whole number" if self.type is int else "number" if self.type is float else "value"
             )
             raise ConfigError(f"{fix}: not a {kind} ({self.flag} {self.metavar or ''})") from None
-
-    def add_to(self, parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-        kw: dict[str, Any] = {"dest": self.name, "help": self.help_text()}
-        if self.kind == "flag":
-            kw.update(action="store_const", const=True, default=NOT_GIVEN)
-        else:
-            kw.update(type=self.type, metavar=self.metavar, choices=self.choices)
-            if self.kind == "list":
-                kw.update(action="append", default=None)
-            elif self.kind == "words":
-                kw.update(nargs="+", default=NOT_GIVEN)
-            else:
-                kw.update(default=None if self.required else NOT_GIVEN, required=self.required)
-        parser.add_argument(self.flag, **kw)
 
 
 def option(
