@@ -58,7 +58,7 @@ class Context:
     tc: checks.Toolchain
     logs: Path
     budget: schedule.Budget
-    peaks: schedule.PeakStore
+    peaks: schedule.PeakStore  # read by the steps; merged by the pipeline after them
     ccache: compilercache.CompilerCache
     acache: artifactcache.ArtifactCache | None
     gate: Path

@@ -115,7 +115,7 @@ def save(workspace: Path, store: schedule.PeakStore, vendors: list[Vendor]) -> P
     path = workspace / FILE_NAME
     records = read(path, "learned data") if path.is_file() else {}
     for vendor in vendors:
-        found = record(store, vendor)
+        found = record(store.entry(vendor))
         if found is not None:
             records[vendor.name] = found.data()
     whole = LearnedFile.model_validate({"schema": SCHEMA_ID, "vendors": records})
@@ -126,10 +126,10 @@ def save(workspace: Path, store: schedule.PeakStore, vendors: list[Vendor]) -> P
     return path
 
 
-def record(store: schedule.PeakStore, vendor: Vendor) -> LearnedVendor | None:
-    """The manifest's ``learned`` for ``vendor``: what ``store`` knows of its recipe (None:
-    nothing, or a cache file from another kiln that does not read as one)."""
-    entry = store.entry(vendor)
+def record(entry: dict[str, Any] | None) -> LearnedVendor | None:
+    """The manifest's ``learned`` for a vendor: the store's entry for its recipe, with
+    this run's figures taken in (None: nothing, or a cache file from another kiln that
+    does not read as one)."""
     try:
         return LearnedVendor.model_validate(entry) if entry is not None else None
     except ValidationError:

@@ -51,7 +51,7 @@ from kiln.orchestrate.context import Context
 from kiln.orchestrate.options import Options
 from kiln.orchestrate.preflight import preflight
 from kiln.orchestrate.runner import make_runner
-from kiln.orchestrate.vendor import build_vendor, describe_runner
+from kiln.orchestrate.vendor import StepFailed, VendorBuilt, build_vendor, describe_runner
 from kiln.plan import bound, jobs, schedule
 from kiln.release import artifactcache, files, manifest
 from kiln.release.manifest import (
@@ -326,9 +326,10 @@ def build_vendors(staged: Staged) -> Built:
     after = {v.name: [a for a in v.build.after if a in names] for v in selected}
     pending = list(selected)
     at_once = 0
-    running: dict[Future[VendorEntry], str] = {}
+    running: dict[Future[VendorBuilt], str] = {}
     results: dict[str, VendorEntry] = {}
     errors: dict[str, BaseException] = {}
+    measured: dict[str, schedule.Measured] = {}  # what each step's compiles measured
     with watch, ctx.display:
         pool = ThreadPoolExecutor(max_workers=max(len(pending), 1), thread_name_prefix="step")
         with pool:
@@ -350,13 +351,28 @@ def build_vendors(staged: Staged) -> Built:
                     for fut in done:
                         name = running.pop(fut)
                         try:
-                            results[name] = fut.result()
+                            built = fut.result()
+                        except StepFailed as failed:
+                            errors[name] = failed.error
+                            if failed.measured is not None:
+                                measured[name] = failed.measured
+                            ctx.display.update(
+                                name, "failed", _failed_detail(failed.error), error=failed.error
+                            )
                         except Exception as exc:
                             errors[name] = exc
                             ctx.display.update(name, "failed", _failed_detail(exc), error=exc)
+                        else:
+                            results[name] = built.entry
+                            if built.measured is not None:
+                                measured[name] = built.measured
             except BaseException:
                 ctx.runner.cancel()
                 raise
+    # the steps only read the store while they ran: what they measured is merged here
+    for v in selected:
+        if v.name in measured:
+            staged.prepared.inputs.planned.peaks.merge(v, measured[v.name])
     if pending and not errors:
         raise ConfigError(
             f"build.after of {', '.join(v.name for v in pending)} forms a cycle: "

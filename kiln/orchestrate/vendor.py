@@ -152,14 +152,11 @@ def _measure(
     timings: dict[str, float],
 ) -> tuple[Schedule, CompilerCacheInfo]:
     """What the step used (memory, compiles, its critical path: the manifest's schedule
-    fields) and its compiler cache's figures; the
-    learned per-job and per-unit figures for the next run (only from real compiles:
-    cache hits use little)."""
+    fields) and its compiler cache's figures."""
     stats = jobs.job_stats(logs.jobs)
     ran = {**schedule.summarize_jobs(stats), **bound.step_path(stats, timings).to_json()}
     mem = memwatch.read(logs.mem)
     cc = compilercache.read_stats(logs.ccache)
-    _learn(ctx, vendor, logs)
     peak_rss_gib = round(mem["peak_kib"] / 2**20, 3)
     used = Schedule.model_validate({**choice.to_json(), **ran, "peak_rss_gib": peak_rss_gib})
     tool = ctx.ccache.tool if ctx.ccache.enabled else None
@@ -169,10 +166,11 @@ def _measure(
     return used, compiler
 
 
-def _learn(ctx: Context, vendor: Vendor, logs: StepLogs) -> None:
+def _measured(ctx: Context, vendor: Vendor, logs: StepLogs) -> schedule.Measured | None:
     """What the step's compiles measured, for the next run's plan (only from real
     compiles: cache hits use little); also from a step that failed after compiling, so
-    the fix's build plans from what its units used, not from the recipe's guess."""
+    the fix's build plans from what its units used, not from the recipe's guess. The
+    pipeline merges it into the store once the steps are done."""
     stats = jobs.job_stats(logs.jobs)
     ran = schedule.summarize_jobs(stats)
     cc = compilercache.read_stats(logs.ccache)
@@ -181,10 +179,32 @@ def _learn(ctx: Context, vendor: Vendor, logs: StepLogs) -> None:
     # sccache's client's, nothing to learn a unit's memory or CPU from.
     learns = ctx.ccache.tool != "sccache" or not ctx.ccache.enabled
     if learns and ran["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
+        if ran["peak_job_gib"] <= 0:
+            return None
         units = schedule.learned_units(stats) if not cc["hits"] else {}
-        ctx.peaks.remember(vendor, ran["peak_job_gib"], units, tail)
-    elif learns and tail:
-        ctx.peaks.remember_tail(vendor, tail)
+        return schedule.Measured(ran["peak_job_gib"], units, tail)
+    if learns and tail:
+        return schedule.Measured(None, None, tail)
+    return None
+
+
+@dataclass(frozen=True)
+class VendorBuilt:
+    """A vendor's step done: its manifest entry and what its compiles measured (None
+    for an entry reused from the artifact cache, or nothing learned)."""
+
+    entry: VendorEntry
+    measured: schedule.Measured | None = None
+
+
+class StepFailed(Exception):
+    """A step that failed after its compiles ran: its error as raised, untouched, and
+    what the compiles measured, which the pipeline learns as from a step that built."""
+
+    def __init__(self, error: KilnError, measured: schedule.Measured | None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.measured = measured
 
 
 def _license_outputs(
@@ -315,7 +335,7 @@ def _environment(
     return StepSetup(env, recorded, fixes, logs)
 
 
-def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
+def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorBuilt:
     """The vendor's entry: reused from the artifact cache, else built and kept there.
     A miss holds the key's lock until the entry is stored, so a build from another
     checkout sharing the cache that needs the same key waits, then reuses it."""
@@ -326,12 +346,16 @@ def build_vendor(ctx: Context, vendor: Vendor, stage: Path) -> VendorEntry:
     with timed(timings, "fetch"):
         key, material = cache_key(ctx, vendor)
         reused = _reused(ctx, vendor, key, stage)
-    if reused is not None or ctx.acache is None:
-        return reused or _build(ctx, vendor, stage, key, material, timings)
+    if reused is not None:
+        return VendorBuilt(reused)
+    if ctx.acache is None:
+        return _build(ctx, vendor, stage, key, material, timings)
     with ctx.acache.making(key, vendor.name):
         with timed(timings, "fetch"):
             reused = _reused(ctx, vendor, key, stage)  # made while this one waited?
-        return reused or _build(ctx, vendor, stage, key, material, timings)
+        if reused is not None:
+            return VendorBuilt(reused)
+        return _build(ctx, vendor, stage, key, material, timings)
 
 
 def _reused(ctx: Context, vendor: Vendor, key: str, stage: Path) -> VendorEntry | None:
@@ -354,7 +378,7 @@ def _build(
     key: str,
     material: dict[str, Any],
     timings: dict[str, float],
-) -> VendorEntry:
+) -> VendorBuilt:
     what = vendor.name
     kind = KINDS[vendor.build.kind]
     tree = ctx.opts.work / ctx.ws.release.name / vendor.name
@@ -403,58 +427,61 @@ def _build(
         choice.estimate_source,
         step.log_file,
     )
-    # licenses first: a missing one fails in seconds, not after the compile
-    license_outputs, submodules = _license_outputs(vendor, tree, stage, co)
     try:
+        # licenses first: a missing one fails in seconds, not after the compile
+        license_outputs, submodules = _license_outputs(vendor, tree, stage, co)
         outputs = kind.outputs(Job(ctx, vendor, step, stage, co, applied, setup.recorded, timings))
-    except KilnError:
-        _learn(ctx, vendor, setup.logs)  # what compiled before the failure still counts
-        raise
-    outputs += license_outputs
-    outputs.extend(_patch_outputs(ctx, applied, stage))
-    used, compiler = _measure(ctx, vendor, setup.logs, choice, timings)
-    entry = VendorEntry(
-        source=SourceInfo(
-            url=co.url,
-            requested=vendor.source.commit,
-            commit=co.commit,
-            commit_time=co.commit_time,
-            license=vendor.source.license,
-            license_id=vendor.source.license_id,
-            submodules=submodules,
-        ),
-        patches=[
-            PatchInfo(
-                file=p.file,
-                sha256=p.sha256,
-                locked_sha256=p.locked_sha256,
-                status=p.status,
-            )
-            for p in applied
-        ],
-        patch_tag=ctx.ws.series.tags.get(vendor.name),
-        recipe=vendor.build.model_dump(mode="json"),
-        environment=setup.recorded,
-        toolchain_fixes=setup.fixes,
-        runner=runner_info(ctx),
-        outputs=outputs,
-        timings=dict(timings),
-        schedule=used,
-        caches=Caches(
-            artifact=ArtifactCacheInfo(status="miss" if ctx.acache else "off", key=key),
-            compiler=compiler,
-        ),
-        learned=learned.record(ctx.peaks, vendor),
-    )
-    if ctx.acache is not None:
-        # kept before its proof: a proof that fails (the runtime requirements, the proof's
-        # settings) never costs the compile again; the next build proves the kept entry
-        ctx.acache.store(key, material, entry, stage)
-    with timed(timings, "verify"):
-        entry = _proven(ctx, vendor, entry, stage)
-    entry = entry.model_copy(update={"timings": dict(timings)})
-    if ctx.acache is not None:
-        ctx.acache.update_entry(key, entry)
+        outputs += license_outputs
+        outputs.extend(_patch_outputs(ctx, applied, stage))
+        used, compiler = _measure(ctx, vendor, setup.logs, choice, timings)
+        measured = _measured(ctx, vendor, setup.logs)
+        entry = VendorEntry(
+            source=SourceInfo(
+                url=co.url,
+                requested=vendor.source.commit,
+                commit=co.commit,
+                commit_time=co.commit_time,
+                license=vendor.source.license,
+                license_id=vendor.source.license_id,
+                submodules=submodules,
+            ),
+            patches=[
+                PatchInfo(
+                    file=p.file,
+                    sha256=p.sha256,
+                    locked_sha256=p.locked_sha256,
+                    status=p.status,
+                )
+                for p in applied
+            ],
+            patch_tag=ctx.ws.series.tags.get(vendor.name),
+            recipe=vendor.build.model_dump(mode="json"),
+            environment=setup.recorded,
+            toolchain_fixes=setup.fixes,
+            runner=runner_info(ctx),
+            outputs=outputs,
+            timings=dict(timings),
+            schedule=used,
+            caches=Caches(
+                artifact=ArtifactCacheInfo(status="miss" if ctx.acache else "off", key=key),
+                compiler=compiler,
+            ),
+            learned=learned.record(
+                ctx.peaks.merged(vendor, measured) if measured else ctx.peaks.entry(vendor)
+            ),
+        )
+        if ctx.acache is not None:
+            # kept before its proof: a proof that fails (the runtime requirements, the proof's
+            # settings) never costs the compile again; the next build proves the kept entry
+            ctx.acache.store(key, material, entry, stage)
+        with timed(timings, "verify"):
+            entry = _proven(ctx, vendor, entry, stage)
+        entry = entry.model_copy(update={"timings": dict(timings)})
+        if ctx.acache is not None:
+            ctx.acache.update_entry(key, entry)
+    except KilnError as exc:
+        # what compiled before the failure still counts (a proof that failed, too)
+        raise StepFailed(exc, _measured(ctx, vendor, setup.logs)) from exc
     proven = importproof.summary([o.import_proof for o in entry.outputs if o.import_proof])
     ctx.display.update(
         what,
@@ -462,4 +489,4 @@ def _build(
         f"{detail}, peak {used.peak_rss_gib:g} GiB" + (f"; {proven}" if proven else ""),
         cache="miss, kept" if ctx.acache is not None else "off",
     )
-    return entry
+    return VendorBuilt(entry, measured)

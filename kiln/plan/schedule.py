@@ -92,6 +92,17 @@ def recipe_fingerprint(vendor: Vendor) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What one step's compiles measured, for the next run's plan: the peak per compile
+    job (None: no real compile, only the links' time), each unit's figures, and the
+    CPU seconds of its non-compiles."""
+
+    peak_job_gib: float | None
+    units: dict[str, dict[str, float]] | None = None
+    tail_cpu_s: float | None = None
+
+
 class PeakStore:
     """Measured peak RSS per compile job, per vendor and recipe (``peaks.json`` in
     kiln's cache), so the next run plans from what the last one used; and per
@@ -152,6 +163,37 @@ class PeakStore:
         tail = entry.get("tail_cpu_s") if entry is not None else None
         return float(tail) if isinstance(tail, int | float) else 0.0
 
+    def merged(self, vendor: Vendor, measured: Measured) -> dict[str, Any] | None:
+        """The entry ``vendor`` would have with ``measured`` taken in (the store itself
+        unchanged): what a step reports in its manifest before the pipeline merges it."""
+        entry = self.entry(vendor)
+        if measured.peak_job_gib is None or measured.peak_job_gib <= 0:
+            if entry is None or measured.tail_cpu_s is None:
+                return entry
+            return {**entry, "tail_cpu_s": round(measured.tail_cpu_s, 1)}
+        # The larger of this and the last peak of the same recipe: one run may have
+        # compiled only the light files (the rest were cache hits).
+        peak_job_gib = max(measured.peak_job_gib, self.learned(vendor) or 0.0)
+        known = {**self.units(vendor), **(measured.units or {})}
+        tail = self.tail(vendor) if measured.tail_cpu_s is None else measured.tail_cpu_s
+        return {
+            "recipe": recipe_fingerprint(vendor),
+            "archs": list(vendor.build.archs),
+            "peak_job_gib": round(peak_job_gib, 3),
+            "tail_cpu_s": round(tail, 1),
+            "units": dict(sorted(known.items())),
+        }
+
+    def merge(self, vendor: Vendor, measured: Measured) -> None:
+        """Take in what one step measured. Called by the pipeline alone, once the steps
+        are done (the steps read the store while they run; none writes it)."""
+        after = self.merged(vendor, measured)
+        if after is None or after == self.data.get(vendor.name):
+            return
+        self.data[vendor.name] = after
+        self.changed = True
+        self.touched.add(vendor.name)
+
     def remember(
         self,
         vendor: Vendor,
@@ -159,33 +201,13 @@ class PeakStore:
         units: dict[str, dict[str, float]] | None = None,
         tail_cpu_s: float | None = None,
     ) -> None:
-        if peak_job_gib <= 0:
-            return
-        # The larger of this and the last peak of the same recipe: one run may have
-        # compiled only the light files (the rest were cache hits).
-        peak_job_gib = max(peak_job_gib, self.learned(vendor) or 0.0)
-        known = {**self.units(vendor), **(units or {})}
-        tail = self.tail(vendor) if tail_cpu_s is None else tail_cpu_s
-        self.data[vendor.name] = {
-            "recipe": recipe_fingerprint(vendor),
-            "archs": list(vendor.build.archs),
-            "peak_job_gib": round(peak_job_gib, 3),
-            "tail_cpu_s": round(tail, 1),
-            "units": dict(sorted(known.items())),
-        }
-        self.changed = True
-        self.touched.add(vendor.name)
+        if peak_job_gib > 0:
+            self.merge(vendor, Measured(peak_job_gib, units, tail_cpu_s))
 
     def remember_tail(self, vendor: Vendor, tail_cpu_s: float) -> None:
         """A run whose compiles were all cache hits still ran its links: their time is
         learned from it too (where this recipe has an entry)."""
-        entry = self.entry(vendor)
-        if entry is None:
-            return
-        if entry.get("tail_cpu_s") != round(tail_cpu_s, 1):
-            entry["tail_cpu_s"] = round(tail_cpu_s, 1)
-            self.changed = True
-            self.touched.add(vendor.name)
+        self.merge(vendor, Measured(None, None, tail_cpu_s))
 
     def save(self) -> None:
         """Write what this run learned, merged into the file as it is now: builds from

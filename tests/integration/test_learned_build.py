@@ -105,3 +105,22 @@ def test_a_build_from_another_builds_learned_data_starts_like_its_next(
     assert b.bound_by in ("critical path", "CPU floor") and b.wall_over_bound >= 1.0
     (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("bound: critical path")]
     assert "fix: src/big.c" in line and "CPU floor" in line and " x the " in line  # one line
+
+
+def test_a_step_that_fails_after_its_compiles_is_learned_from_by_the_pipeline(
+    tmp_path: Path, options, ninjafix: tuple[Path, str], build_python: Path
+) -> None:
+    """The steps only read the learned store; what a step measured comes back to the
+    pipeline with its result, or with its error when it failed after compiling (here: an
+    output the recipe names and the build never makes), and the pipeline merges it: the
+    fix's build plans from the units' own figures. The error is the step's own."""
+    mirrors, commit = ninjafix
+    vendor = ninjafix_tree.vendor(f"{BASE_URL}ninjafix.git", commit, "libnever.so", 6.0)
+    ws = write(tmp_path / "ws", {"fix": vendor})
+    opts = options(ws, mirrors=mirrors, jobs=1, mem_budget_gib=8.0, no_compiler_cache=True)
+    with pytest.raises(Exception) as raised:
+        pipeline.build(opts)
+    assert "libnever.so" in str(raised.value), raised.value
+    assert type(raised.value).__name__ != "StepFailed"
+    learned = json.loads((opts.cache / "peaks.json").read_text())["fix"]
+    assert set(learned["units"]) == {f"src/{n}.c" for n in ("a", "b", "c", "big")}
