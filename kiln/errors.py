@@ -30,7 +30,7 @@ containers raises these too.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 
 class ErrorEntry(TypedDict, total=False):
@@ -72,12 +72,18 @@ class FailureRecord(TypedDict, total=False):
 
 
 class KilnError(Exception):
-    """Any other error kiln reports (the base of all the rest)."""
+    """Any other error kiln reports (the base of all the rest). Complete when made:
+    nothing changes an error once it is raised (:func:`with_message` makes a new one)."""
 
     exit_code = 1
-    output = ""  # a failed command's whole output (kiln.inside.proc sets it)
-    # a failed step's failure record (<vendor>.failure.json), read by the summary table
-    record: FailureRecord | None = None
+
+    def __init__(
+        self, *args: object, output: str = "", record: FailureRecord | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.output = output  # a failed command's whole output (read: inside.diagnose)
+        # a failed step's failure record (<vendor>.failure.json), read by the summary table
+        self.record = record
 
 
 class ConfigError(KilnError):
@@ -118,7 +124,16 @@ class BuildError(KilnError):
     """A build command failed."""
 
     exit_code = 6
-    oom = False  # the kernel killed it for memory (the runners set it)
+
+    def __init__(
+        self,
+        *args: object,
+        output: str = "",
+        record: FailureRecord | None = None,
+        oom: bool = False,
+    ) -> None:
+        super().__init__(*args, output=output, record=record)
+        self.oom = oom  # the kernel killed it for memory (the runners say so)
 
 
 class VerifyError(KilnError):
@@ -226,3 +241,16 @@ def _all(cls: type[KilnError]) -> list[type[KilnError]]:
     for sub in cls.__subclasses__():
         out += _all(sub)
     return out
+
+
+E = TypeVar("E", bound=KilnError)
+
+
+def with_message(err: E, message: str) -> E:
+    """A copy of ``err`` (its class, exit code, output, record) that says ``message``:
+    what the pipeline raises for a step's error with the other steps' added, the step's
+    own error left as it was raised."""
+    new = type(err).__new__(type(err))
+    new.__dict__.update(err.__dict__)
+    new.args = (message,)
+    return new

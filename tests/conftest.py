@@ -7,8 +7,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -27,7 +29,35 @@ TESTS = REPO / "tests"
 # the rest of CI's 90 minutes. Tight for unit tests, generous where whole builds run (the
 # slowest seen there take a few minutes on 2 cores; the public upstreams' builds mark
 # their own).
+# A limit covers the test's own function (pyproject: timeout_func_only): what a session
+# fixture provisions once (torch, a CUDA toolchain, the tests' image) is not charged to
+# whichever test happens to need it first; each such fixture has a limit of its own
+# (:func:`provisioned`).
 TIME_LIMITS_S = {"unit": 120, "integration": 900, "faults": 900}
+PROVISION_LIMIT_S = 1800  # torch from PyPI: 5.7 GB, a few minutes where the network is slow
+
+T = TypeVar("T")
+
+
+def provisioned(what: str, make: Callable[[], T], limit_s: float = PROVISION_LIMIT_S) -> T:
+    """``make()`` within ``limit_s``: a session fixture's own time limit (a hang fails the
+    tests that need it, with what hung, instead of spending CI's 90 minutes)."""
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["value"] = make()
+        except BaseException as exc:  # handed to the fixture's caller below
+            done["error"] = exc
+
+    worker = threading.Thread(target=run, name=f"provision {what}", daemon=True)
+    worker.start()
+    worker.join(limit_s)
+    if worker.is_alive():
+        pytest.fail(f"provisioning {what} took over {limit_s:g} s", pytrace=False)
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -48,7 +78,10 @@ os.environ["KILN_CACHE_DIR"] = str(CACHE)
 def build_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Python with the test profile's torch (provisioned once into kiln's cache)."""
     profile = Profile.model_validate(PROFILE)
-    return buildenv.build_python(profile, CACHE, None, tmp_path_factory.mktemp("provision"))
+    where = tmp_path_factory.mktemp("provision")
+    return provisioned(
+        "the tests' torch", lambda: buildenv.build_python(profile, CACHE, None, where)
+    )
 
 
 @pytest.fixture(scope="session")
@@ -57,18 +90,23 @@ def public_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from kiln.config.workspace import Workspace
 
     profile = Workspace(REPO / "examples" / "public").profile
-    return buildenv.build_python(profile, CACHE, None, tmp_path_factory.mktemp("provision"))
+    where = tmp_path_factory.mktemp("provision")
+    return provisioned(
+        "examples/public's torch", lambda: buildenv.build_python(profile, CACHE, None, where)
+    )
 
 
 @pytest.fixture(scope="session")
 def pypi_cuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The CUDA home of the tests' CUDA 13.2 (hash-pinned PyPI wheels, made once)."""
-    return cudapypi.provision(PROFILE["cuda"], CACHE, tmp_path_factory.mktemp("cuda"))
+    where = tmp_path_factory.mktemp("cuda")
+    return provisioned("CUDA from PyPI", lambda: cudapypi.provision(PROFILE["cuda"], CACHE, where))
 
 
 @pytest.fixture(scope="session")
 def upstreams(tmp_path_factory: pytest.TempPathFactory) -> fixture_upstreams.Upstreams:
-    return fixture_upstreams.make(tmp_path_factory.mktemp("upstreams"))
+    where = tmp_path_factory.mktemp("upstreams")
+    return provisioned("the upstreams' bare repositories", lambda: fixture_upstreams.make(where))
 
 
 def shared_cache(cache: Path) -> Path:
@@ -227,7 +265,7 @@ def test_image(client) -> str:
     """The tests' builder-like image (tests/dockerimage.py), made once."""
     from tests import dockerimage
 
-    return dockerimage.ensure(client)
+    return provisioned("the tests' image", lambda: dockerimage.ensure(client))
 
 
 @pytest.fixture

@@ -207,9 +207,7 @@ def run(
     finally:
         out.close()
     if check and rc != 0:
-        failed = error(out.failure(what or line, rc, log_file))
-        failed.output = out.output  # read: inside.diagnose
-        raise failed
+        raise error(out.failure(what or line, rc, log_file), output=out.output)
     return Result(rc, out.output)
 
 

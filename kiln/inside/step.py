@@ -160,9 +160,9 @@ def _materialize(spec: StepSpec, env: Mapping[str, str] | None) -> None:
             # read by the diagnosis like any compile's, not a traceback of this call
             failed = BuildError(
                 f"compiling kiln's libcuda stub ({exc.cmd[0]}) failed with exit code "
-                f"{exc.returncode}"
+                f"{exc.returncode}",
+                output=f"{exc.stdout or ''}{exc.stderr or ''}",
             )
-            failed.output = f"{exc.stdout or ''}{exc.stderr or ''}"
             print(failed.output, end="", flush=True)
             raise failed from None
 

@@ -103,9 +103,7 @@ def explain(
                 cause["edit"] = edit
     _write(path, record, log_file)
     message = render(record, log_file, _exit_line(exc))
-    explained = BuildError(message)
-    explained.output = exc.output
-    explained.record = record  # the summary table reads it
+    explained = BuildError(message, output=exc.output, record=record)
     _annotate(vendor, record)
     return explained
 

@@ -325,9 +325,7 @@ def _fail(
     )
     path = failure_record.record_path(ctx.logs, vendor)
     fsutil.write_atomic(path, json.dumps(record, indent=1, sort_keys=True))
-    error = ImportFailed("\n".join(lines))
-    error.record = record  # the summary table reads it
-    return error
+    return ImportFailed("\n".join(lines), record=record)  # the summary table reads it
 
 
 def _check_requirements(

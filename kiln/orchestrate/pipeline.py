@@ -42,7 +42,7 @@ from kiln.config import inputs
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import ConfigError, Interrupted, KilnError
+from kiln.errors import ConfigError, Interrupted, KilnError, with_message
 from kiln.inside import memwatch
 from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
@@ -120,6 +120,7 @@ class Built:
 class Release:
     built: Built
     manifest: Manifest
+    bound_line: str  # what bounded the build, for the summary
 
 
 def load(opts: Options) -> Loaded:
@@ -307,7 +308,6 @@ def stage_release(prepared: Prepared, stack: contextlib.ExitStack) -> Staged:
     loaded = prepared.inputs.planned.loaded
     stack.enter_context(runlock.hold([loaded.opts.work], wait=loaded.opts.wait))
     stage = stack.enter_context(fsutil.staged_dir(loaded.release_dir))
-    stack.callback(_summarize, prepared.ctx.display)
     return Staged(prepared, stage)
 
 
@@ -413,7 +413,7 @@ def _first_error(
             "them again"
         )
     if extra and isinstance(first, KilnError):
-        first.args = (f"{first}\n" + "\n".join(extra),)
+        return with_message(first, f"{first}\n" + "\n".join(extra))
     return first
 
 
@@ -477,7 +477,6 @@ def write_release(built: Built, started: float, steps_started: float) -> Release
         wall_s,
         steps_started - started,
     )
-    ctx.display.bound_line = bound.describe(limit, paths)
     m = prepared.header.model_copy(
         update={
             "warnings": warnings,
@@ -501,7 +500,7 @@ def write_release(built: Built, started: float, steps_started: float) -> Release
     manifest.write(stage / manifest.FILE_NAME, m)
     if loaded.opts.save_learned:
         learned.save(loaded.ws.root, given.planned.peaks, list(loaded.selected))
-    return Release(built, m)
+    return Release(built, m, bound.describe(limit, paths))
 
 
 def swap_in(release: Release) -> Path:
@@ -520,6 +519,7 @@ def build(opts: Options) -> Path:
     opts = opts.resolved()
     started = time.monotonic()
     reached: Prepared | None = None  # how far the build got (the timings report's input)
+    written: Release | None = None  # the release, once written (its summary's bound line)
     untouched = _absent_before(opts.artifacts)
     with contextlib.ExitStack() as stack:
         try:
@@ -531,10 +531,14 @@ def build(opts: Options) -> Path:
             stack.callback(lambda: _undo(untouched, planned) if reached is None else None)
             reached = prepare(take_inputs(planned), stack)
             staged = stage_release(reached, stack)
+            display = reached.ctx.display
+            # the summary, whatever happens from here: with the bound once it is known
+            stack.callback(lambda: _summarize(display, written.bound_line if written else ""))
             steps_started = time.monotonic()
             _record_provision(reached.ctx.logs, steps_started - started)
             built = build_vendors(staged)
-            release_dir = swap_in(write_release(built, started, steps_started))
+            written = write_release(built, started, steps_started)
+            release_dir = swap_in(written)
         except KilnError as exc:
             if opts.timings and reached is not None and not isinstance(exc, Interrupted):
                 _timings(reached, None)
@@ -601,6 +605,6 @@ def _timings(prepared: Prepared, done: tuple[Path, list[str]] | None) -> None:
         log.warning("timings: no report: %s", exc)
 
 
-def _summarize(display: progress.Display) -> None:
+def _summarize(display: progress.Display, bound_line: str) -> None:
     if any(s.state != "queued" for s in display.steps.values()):
-        display.print_summary()
+        display.print_summary(bound_line)

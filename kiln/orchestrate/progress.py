@@ -70,7 +70,6 @@ class Display:
         self.steps = {n: StepView(n) for n in names}
         self._lock = threading.Lock()
         self._live: Live | None = None
-        self.bound_line = ""  # what bounds the build (set once the vendors are built)
 
     def __enter__(self) -> Display:
         if self.live:
@@ -89,6 +88,11 @@ class Display:
         if self._live is not None:
             self._live.__exit__(None, None, None)
             self._live = None
+
+    def refresh(self) -> None:
+        """Draw the live table now (it also redraws itself twice a second)."""
+        if self._live is not None:
+            self._live.refresh()
 
     def update(self, name: str, state: str, detail: str = "", **fields: Any) -> None:
         with self._lock:
@@ -146,15 +150,17 @@ class Display:
             table.add_row(*(Text(cell) for cell in row))  # text, not rich markup
         return table
 
-    def print_summary(self) -> None:
+    def print_summary(self, bound_line: str = "") -> None:
+        """The summary table, and below it ``bound_line`` (what bounded the build: a
+        build that released has one)."""
         console = self.console if self.live else Console(file=sys.stderr, width=100)
         console.print(self.summary())
-        if self.bound_line:
-            console.print(Text(self.bound_line), soft_wrap=True)  # one line, for grep
+        if bound_line:
+            console.print(Text(bound_line), soft_wrap=True)  # one line, for grep
         github.write_step_summary(
             "kiln build summary",
             self.SUMMARY_COLUMNS,
             self.summary_rows(),
             self.failures(),
-            self.bound_line,
+            bound_line,
         )

@@ -44,12 +44,11 @@ def oom_error(what: str, mem_gib: float | None, log_file: Path | None) -> BuildE
     """The one message for a step the kernel killed for memory (both runners)."""
     where = f"; full log: {log_file}" if log_file else ""
     limit = f"limit {mem_gib:g} GiB" if mem_gib else "no kiln limit: the machine's memory"
-    err = BuildError(
+    return BuildError(
         f"{what}: killed: out of memory ({limit}): lower --jobs or raise the limit "
-        f"(build.mem_per_job_gib or --mem-limit){where}"
+        f"(build.mem_per_job_gib or --mem-limit){where}",
+        oom=True,
     )
-    err.oom = True
-    return err
 
 
 def _own_cgroups() -> dict[str, str]:

@@ -140,3 +140,18 @@ def test_the_return_check_can_fail(tmp_path: Path) -> None:
     bad = tmp_path / "verb.py"
     bad.write_text("def execute(args) -> int:\n    if args:\n        return 1\n    return 0\n")
     assert _returns(bad) == ["verb.py:3: return 1"]
+
+
+def test_an_error_is_complete_when_made_and_never_changed_once_raised() -> None:
+    """Issue 42 (3): an error's output, failure record and OOM flag are given when it is
+    made; the pipeline's message with the other steps' failures added is a new error of
+    the same class, the step's own left as it was raised."""
+    record: errors.FailureRecord = {"vendor": "v", "log": "v-build.log"}
+    err = errors.BuildError("v: compile failed", output="nvcc said", record=record, oom=True)
+    longer = errors.with_message(err, "v: compile failed\nw: not built: v failed")
+    assert str(err) == "v: compile failed"
+    assert type(longer) is errors.BuildError and longer.exit_code == 6
+    assert str(longer).endswith("w: not built: v failed")
+    assert (longer.output, longer.record, longer.oom) == ("nvcc said", record, True)
+    fetch = errors.FetchFailed("no such commit", refused_sha=True)
+    assert errors.with_message(fetch, "no such commit; tried refs").refused_sha

@@ -5,11 +5,13 @@ and the learned compile figures of two builds are merged, not overwritten."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,26 +84,57 @@ def test_a_second_maker_waits_then_reuses_the_entry(
     assert any("waiting for another kiln making the test entry" in m for m in said), said
 
 
-def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
-    """Each call opens the lock file anew: two threads (two vendors' steps) cannot both
-    make one entry."""
+def _three_threads_make_one_entry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> list[int]:
+    """Three threads (three vendors' steps) make one entry; the first to make it goes on
+    only once the two others have said they wait on its lock (or have made it too: no
+    lock; or after 10 s): the threads surely overlap, whatever the machine's speed.
+    Returns the makes."""
     entry = tmp_path / "entry"
     made: list[int] = []
 
+    def waiting() -> int:
+        return sum("waiting for another kiln making x" in r.getMessage() for r in caplog.records)
+
     def make() -> None:
         made.append(1)
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        # (three makes at once: the lock held nothing, no thread will wait)
+        while waiting() < 2 and len(made) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
         entry.write_text("x")
 
-    threads = [
-        threading.Thread(target=fsutil.made_once, args=(entry, entry.exists, make, "x"))
-        for _ in range(3)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert made == [1]
+    with caplog.at_level(logging.WARNING, logger="kiln.fsutil"):
+        threads = [
+            threading.Thread(target=fsutil.made_once, args=(entry, entry.exists, make, "x"))
+            for _ in range(3)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    return made
+
+
+def test_threads_of_one_process_exclude_each_other(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each call opens the lock file anew: two threads (two vendors' steps) cannot both
+    make one entry."""
+    assert _three_threads_make_one_entry(tmp_path, caplog) == [1]
+
+
+def test_the_exclusion_check_can_fail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the lock broken (a ``making`` that holds nothing), the threads overlap and
+    each makes the entry: the check above sees it."""
+
+    @contextlib.contextmanager
+    def no_lock(entry: Path, what: str) -> Iterator[None]:
+        yield
+
+    monkeypatch.setattr(fsutil, "making", no_lock)
+    assert _three_threads_make_one_entry(tmp_path, caplog) == [1, 1, 1]
 
 
 def test_a_failed_maker_leaves_the_entry_to_the_next(tmp_path: Path) -> None:
