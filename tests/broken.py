@@ -1,5 +1,5 @@
 """Fixture upstreams that fail to build, one way each: real torch extensions (ninja, nvcc,
-g++, ld) whose first error is a row of kiln's cause table (kiln/inside/causes.py).
+g++, ld) whose first error is a row of kiln's cause table (kiln/inside/causes/).
 
 ``broken.git`` holds one commit per fault; each vendor of the test workspace pins one.
 Every fault fails at its first compile or link, so a build of all of them takes seconds

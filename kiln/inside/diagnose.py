@@ -1,9 +1,9 @@
 """A failed build step's output, read for its first errors: the unit whose compile or link
 failed (ninja's ``FAILED:`` target, nvcc's or g++'s include chain), the first error lines
-(``file:line: message``, deduplicated, a handful at most) and, from :mod:`causes`, what
-most likely caused them and the fix. Standard library only: it runs inside the step,
-where the build ran (the builder container for the Docker runner), so the headers and
-libraries it names are the ones that build saw.
+(``file:line: message``, deduplicated, a handful at most) and, from the cause table
+(:mod:`kiln.inside.causes`), what most likely caused them and the fix. Standard library
+only: it runs inside the step, where the build ran (the builder container for the Docker
+runner), so the headers and libraries it names are the ones that build saw.
 
 The step writes the result as JSON (``KILN_STEP_FAILURE``) beside the logs; the host
 shows it on the first screen (:mod:`kiln.orchestrate.failure`). A build backend's Python
@@ -17,53 +17,15 @@ import os
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import cast
 
-from kiln.errors import FailureRecord
-from kiln.inside import causes
+from kiln.inside.causes import table
+from kiln.inside.causes.cause import Diagnosis, ErrorLine
+from kiln.inside.causes.link import link_output
 from kiln.inside.kit import archflags, compileflags
 
 MAX_ERRORS = 5
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c", ".C", ".c++")
-
-
-@dataclass(frozen=True)
-class ErrorLine:
-    """One error as a compiler or linker printed it (``file`` relative to the tree)."""
-
-    message: str
-    file: str | None = None
-    line: int | None = None
-    tool: str = ""  # gcc, nvcc, ptxas, ld, python, ...
-    # the template instantiations that lead from the upstream's own code to the error
-    # (g++'s "required from", nvcc's "detected during"), cut to the screen
-    chain: tuple[str, ...] = ()
-
-    def render(self) -> str:
-        where = f"{self.file}:{self.line}: " if self.file and self.line else ""
-        where = where or (f"{self.file}: " if self.file else "")
-        return f"{where}{self.message}"
-
-    def shown(self) -> str:
-        """The error and, under it, its instantiation chain (what the screen shows)."""
-        return self.render() + "".join(f"\n      {c}" for c in self.chain)
-
-
-@dataclass
-class Diagnosis:
-    """What a failed step's output says: the unit, its first errors, the cause and fix."""
-
-    unit: str | None = None
-    errors: list[ErrorLine] = field(default_factory=list)
-    command: str | None = None  # the failed unit's command line, when ninja printed it
-    cause: causes.Cause | None = None
-
-    def to_json(self) -> FailureRecord:
-        data = asdict(self)
-        data["errors"] = [asdict(e) | {"text": e.shown()} for e in self.errors]
-        return cast(FailureRecord, data)
 
 
 # g++/gcc/clang: "file:12:3: fatal error: x.h: No such file or directory", "file:4: error: ..."
@@ -273,7 +235,7 @@ def first_errors(output: str, tree: Path | None = None) -> Diagnosis:
             continue
         err, _ = found
         if err.tool == "ld" and d.unit is None and link is not None:
-            target = causes.link_output(link)
+            target = link_output(link)
             d.unit = f"the link of {_relative(target, tree)}" if target else "the link"
             d.command = d.command or link
         if err.file:
@@ -307,7 +269,7 @@ def first_errors(output: str, tree: Path | None = None) -> Diagnosis:
 def diagnose(output: str, tree: Path, env: Mapping[str, str], vendor: str) -> Diagnosis:
     """:func:`first_errors`, then the cause table's first row that knows them."""
     d = first_errors(output, tree)
-    d.cause = causes.explain(d, output, env, tree, vendor)
+    d.cause = table.explain(d, output, env, tree, vendor)
     return d
 
 

@@ -2,7 +2,7 @@
 they are, as ``cargo fix`` and ``ruff --fix`` do (issue 41).
 
 A cause row whose fix is mechanical carries it as an edit (``Cause.edit``, kept in the
-step's failure record: ``kiln/inside/causes.py``): one key of a vendor's TOML set, or
+step's failure record: ``kiln/inside/causes/``): one key of a vendor's TOML set, or
 values appended to a list there; or lines appended to ``runtime-requirements.txt``.
 Fixes that need judgement (a patch, a reason to skip a module, a version to choose) stay
 text. Each edit is applied with tomlkit (comments and layout kept), shown as a unified

@@ -46,7 +46,8 @@ from kiln.errors import (
     ImportFailed,
     ToolchainError,
 )
-from kiln.inside import causes
+from kiln.inside.causes import table
+from kiln.inside.causes.cause import Cause, LoadFailure
 from kiln.orchestrate import failure as failure_record
 from kiln.orchestrate.context import Context
 from kiln.plan import jobs
@@ -307,7 +308,7 @@ def _fail(
     ctx: Context,
     vendor: str,
     headline: str,
-    cause: causes.Cause,
+    cause: Cause,
     details: list[str],
     log_file: Path,
     unit: str | None = None,
@@ -388,7 +389,7 @@ def requirements_refused(
         ctx,
         vendor,
         headline,
-        causes.Cause(
+        Cause(
             "requirements-unmet",
             f"install.sh installs {source} and then the wheels with --no-deps: the wheel's "
             f"requirements are not met there, so it would load against something else"
@@ -502,7 +503,7 @@ def _explain(
         compiled,
         ctx.ws.profile.torch_pin,
     )
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     shown = [read.last_line]
     if facts.demangled and facts.demangled != facts.symbol:
         shown.append(f"the symbol: {facts.demangled} (undefined in {so})")
@@ -538,7 +539,7 @@ def _closure(
     )
     if result.missing:
         so, name = result.missing[0]
-        facts = causes.LoadFailure(
+        facts = LoadFailure(
             vendor=vendor.name,
             module=so,
             shared_object=so,
@@ -549,7 +550,7 @@ def _closure(
             ctx,
             vendor.name,
             f"{so} needs {name}, and nothing provides it where the release lands:",
-            causes.explain_load(facts),
+            table.explain_load(facts),
             [f"{s}: NEEDED {n}" for s, n in result.missing],
             log_file,
             unit=so,

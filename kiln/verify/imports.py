@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from kiln.config.models import ImportProofSettings
-from kiln.inside import causes
+from kiln.inside.causes.cause import Cause
 
 _EXTENSION = re.compile(r"^(?P<stem>[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_-]+)?\.so$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -367,7 +367,7 @@ def pinned_torch_problem(text: str, source: str, torch: str | None) -> str | Non
     return None
 
 
-def another_torch(version: str, where: str, want: str | None, site: str) -> causes.Cause | None:
+def another_torch(version: str, where: str, want: str | None, site: str) -> Cause | None:
     """The torch an import loaded (its ``version`` and ``where``, its ``__init__.py``)
     against the profile's (``want``) and the consumer environment's ``site``; None when
     it is that one, or no torch was loaded."""
@@ -379,7 +379,7 @@ def another_torch(version: str, where: str, want: str | None, site: str) -> caus
         public = Version(want).public
     except InvalidVersion:
         public = want
-    return causes.Cause(
+    return Cause(
         "another-torch",
         f"it loaded torch {version} from {where}; the wheels are compiled against torch "
         f"{want} and the consumer environment's is under {site}",

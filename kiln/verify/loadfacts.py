@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from kiln.inside import proc
-from kiln.inside.causes import LoadFailure
+from kiln.inside.causes.cause import LoadFailure
 from kiln.inside.libraries import defined_symbols, runpath_to
 from kiln.verify.imports import TORCH_LIBRARY, ImportFailure
 

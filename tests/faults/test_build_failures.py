@@ -1,5 +1,5 @@
 """Failed builds explain themselves on the first screen (issue 21): every row of kiln's
-cause table (kiln/inside/causes.py) produced for real through ``kiln build``, from
+cause table (kiln/inside/causes/) produced for real through ``kiln build``, from
 fixture upstreams that fail one way each (tests/broken.py), and the public DeepEP built
 without its ``[[build.system]]`` entry where ``infiniband/mlx5dv.h`` is absent."""
 

@@ -17,8 +17,9 @@ import subprocess
 from pathlib import Path
 
 from kiln import fsutil
-from kiln.inside import causes
 from kiln.inside import import_child as importproof
+from kiln.inside.causes import table
+from kiln.inside.causes.cause import Cause
 from kiln.release import files
 from kiln.toolchain import consumerenv
 from kiln.verify import imports, loadfacts
@@ -85,7 +86,7 @@ def test_a_package_loading_its_torch_extension_first_imports_with_torch_imported
     read = imports.read_failure("pkg", res.stderr, False, [site])
     assert read.library == "libc10.so"
     facts = loadfacts.gather("v", read, f"pkg/_C{suffix}", [], {}, {}, {}, None, set(), None)
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     assert cause.row == "imports-before-torch"
     assert cause.fix.startswith("import torch first in the package's __init__.py"), cause.fix
     # applied as printed: torch imported first in the package's __init__.py
@@ -196,7 +197,7 @@ def test_abi_mismatch_is_fixed_by_building_against_the_torch_the_release_install
         set(),
         "torch==2.14.1",
     )
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     assert cause.row == "abi-mismatch", cause
     assert "c10::utils::unset_env(char const*)" in cause.cause
     assert "the environment holds torch 2.13.0+cpu" in cause.cause, cause.cause
@@ -220,7 +221,7 @@ def test_another_torch_is_fixed_by_pinning_the_profiles_torch(
     (site / "pkg" / "__init__.py").write_text("import torch\n")
     profile_torch = PROFILE["torch"]
 
-    def judge(env: consumerenv.ConsumerEnv, name: str) -> causes.Cause | None:
+    def judge(env: consumerenv.ConsumerEnv, name: str) -> Cause | None:
         # where the proof imports: a venv of its own holding the package, that sees the
         # environment's packages after its own (importproof._overlay's layout)
         root = tmp_path / name

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from kiln.config.models import ImportProofSettings
-from kiln.inside import causes
 from kiln.inside import import_child as inside_proof
+from kiln.inside.causes import table
+from kiln.inside.causes.cause import LoadFailure
 from kiln.verify import imports, loadfacts
 from tests.landing import MODULE_CPP, OPS_CPP, OPS_H
 
@@ -222,7 +223,7 @@ def test_a_module_calling_a_function_no_source_defines_fails_with_the_source_lef
     assert facts.demangled == "kiln_scale(int)"
     assert facts.declared_at == ("csrc/ops.h:2",)
     assert facts.defined_uncompiled == ("csrc/extra.cpp:2",)
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     assert cause.row == "declared-never-compiled"
     assert "defined at csrc/extra.cpp:2, which the build never compiled" in cause.cause
     assert cause.fix.startswith("add csrc/extra.cpp to the extension's sources in setup.py")
@@ -231,7 +232,7 @@ def test_a_module_calling_a_function_no_source_defines_fails_with_the_source_lef
         "mylib", read, None, [], {}, {}, {}, tree, {"csrc/module.cpp", "csrc/extra.cpp"}, None
     )
     assert compiled.defined_uncompiled == ()
-    assert "is defined by no source the build compiled" in causes.explain_load(compiled).cause
+    assert "is defined by no source the build compiled" in table.explain_load(compiled).cause
 
 
 def test_a_symbol_defined_in_a_library_the_extension_does_not_link(tmp_path: Path) -> None:
@@ -255,13 +256,13 @@ def test_a_symbol_defined_in_a_library_the_extension_does_not_link(tmp_path: Pat
         None,
     )
     assert facts.definers == ("libkilnops.so.1 (kilnops 1.0)",) and not facts.linked
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     assert cause.row == "library-left-off-link"
     assert "add 'kilnops' to the extension's libraries in setup.py (-lkilnops" in cause.fix
     linked = loadfacts.gather(
         "mylib", read, None, ["libkilnops.so.1"], env, {}, {}, None, set(), None
     )
-    assert linked.linked and causes.explain_load(linked).row != "library-left-off-link"
+    assert linked.linked and table.explain_load(linked).row != "library-left-off-link"
 
 
 def test_a_left_off_link_to_a_site_packages_library_is_fixed_with_its_load_in_one_round(
@@ -285,7 +286,7 @@ def test_a_left_off_link_to_a_site_packages_library_is_fixed_with_its_load_in_on
         "mylib", read, rel, ["libc.so.6"], env, {"kilnops": "1.0"}, {}, None, set(), None
     )
     assert facts.definer_runpath == "$ORIGIN/../kilnops/lib"
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     assert cause.row == "library-left-off-link"
     assert cause.fix.startswith(
         "link it and let the loader find it where it lands, in one patch (patches/): add "
@@ -308,7 +309,7 @@ def test_a_left_off_link_to_a_site_packages_library_is_fixed_with_its_load_in_on
         "mylib", read, rel, [], torch_env, {"torch": "2.14.1"}, {}, None, set(), None
     )
     assert torch_facts.definer_runpath is None
-    assert causes.explain_load(torch_facts).fix.startswith("link it: add 'kilnops'")
+    assert table.explain_load(torch_facts).fix.startswith("link it: add 'kilnops'")
 
 
 def test_a_linked_library_the_loader_cannot_find_gets_its_runpath_applied_as_printed(
@@ -333,7 +334,7 @@ def test_a_linked_library_the_loader_cannot_find_gets_its_runpath_applied_as_pri
     facts = loadfacts.gather(
         "mylib", read, rel, ["libkilnops.so.1"], env, {"kilnops": "1.0"}, {}, None, set(), None
     )
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     assert cause.row == "library-not-found"
     assert "which the consumer environment has (kilnops 1.0)" in cause.cause
     assert cause.fix.startswith(
@@ -347,7 +348,7 @@ def test_a_linked_library_the_loader_cannot_find_gets_its_runpath_applied_as_pri
     unknown = loadfacts.gather(
         "mylib", read, None, ["libkilnops.so.1"], env, {"kilnops": "1.0"}, {}, None, set(), None
     )
-    assert causes.explain_load(unknown).fix.startswith("give the extension a RUNPATH to it")
+    assert table.explain_load(unknown).fix.startswith("give the extension a RUNPATH to it")
 
 
 def test_the_same_name_with_another_signature_is_another_torch(tmp_path: Path) -> None:
@@ -373,7 +374,7 @@ def test_the_same_name_with_another_signature_is_another_torch(tmp_path: Path) -
     assert facts.demangled == "c10::kiln_check(int)"
     assert facts.same_name == ("libc10.so (torch 2.13.0): c10::kiln_check(long)",)
     assert facts.dependency == "torch"
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     assert cause.row == "abi-mismatch"
     assert "(compiled against torch==2.14.1; the environment holds torch 2.13.0)" in cause.cause
 
@@ -395,7 +396,7 @@ def test_a_library_nobody_ships_names_the_wheel_or_the_runtime_library_entry(
     read = imports.read_failure("pkg._C", res.stderr, False)
     assert read.library == "libkilnabsent.so.1"
     facts = loadfacts.gather("mylib", read, None, [], {}, {}, {}, None, set(), None)
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     assert cause.row == "library-nobody-ships"
     # a TOML table that pastes as it is (issue 35): a key a line
     assert cause.fix.endswith(
@@ -406,10 +407,10 @@ def test_a_library_nobody_ships_names_the_wheel_or_the_runtime_library_entry(
 
     pasted = "\n".join(ln.strip() for ln in cause.fix.split(":\n", 1)[1].splitlines())
     assert tomllib.loads(pasted)["build"]["runtime_libraries"][0]["soname"] == "libkilnabsent.so.1"
-    cudart = causes.explain_load(causes.LoadFailure("v", "m", None, "x", library="libcudart.so.13"))
+    cudart = table.explain_load(LoadFailure("v", "m", None, "x", library="libcudart.so.13"))
     assert cudart.fix.startswith("add nvidia-cuda-runtime to runtime-requirements.txt")
-    torch_first = causes.explain_load(
-        causes.LoadFailure("v", "pkg", None, "x", library="libc10.so", library_is_torch=True)
+    torch_first = table.explain_load(
+        LoadFailure("v", "pkg", None, "x", library="libc10.so", library_is_torch=True)
     )
     assert torch_first.row == "imports-before-torch"
 
@@ -437,7 +438,7 @@ def test_a_library_nobody_ships_names_the_wheel_or_the_runtime_library_entry(
 def test_python_level_failures_have_their_rows(output: str, row: str) -> None:
     read = imports.read_failure("pkg", output, False)
     facts = loadfacts.gather("mylib", read, None, [], {}, {}, {}, None, set(), None)
-    cause = causes.explain_load(facts)
+    cause = table.explain_load(facts)
     assert cause.row == row
     if row == "raises-at-import":
         assert (
@@ -446,7 +447,7 @@ def test_python_level_failures_have_their_rows(output: str, row: str) -> None:
         )
     timed_out = imports.read_failure("pkg", output, True)
     assert (
-        causes.explain_load(
+        table.explain_load(
             loadfacts.gather("mylib", timed_out, None, [], {}, {}, {}, None, set(), None)
         ).row
         == "import-timeout"

@@ -94,7 +94,7 @@ _KEY = re.compile(r"(\w+)=(\[[^\]]*\]|\"[^\"]*\"|'[^']*'|[^,]*)")
 
 # How a refusal names the unit's own arch flags, as its command spelt them (a two-token
 # ``-gencode arch=...`` as two words): the cause table reads them back to name the flags
-# to drop where the build does not print its commands (kiln.inside.causes.arch_refused).
+# to drop where the build does not print its commands (kiln.inside.causes.archs.arch_refused).
 FLAGS_SAID = "; its arch flags: "
 
 

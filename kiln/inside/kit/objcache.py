@@ -591,7 +591,7 @@ def _output_gone(call: Call) -> int:
     """The compiler succeeded and its object is gone: another compile of the same build
     wrote the same object file at once (two extensions, or two targets, compiling one
     source into one path) and removed or replaced it. Said in one line the diagnosis reads
-    (kiln/inside/causes.py), not a traceback of this wrapper."""
+    (kiln/inside/causes/compile.py), not a traceback of this wrapper."""
     out = _tree_relative(call.out) if call.out else "its object"
     sys.stderr.write(
         f"{compileflags.WRAPPER_PREFIX}{out}: the compile of {_tree_relative(call.source)} "

@@ -19,7 +19,7 @@ from tomlkit.items import Table
 from kiln.config.fields import ARCH_RE
 from kiln.config.models import Profile
 from kiln.errors import ConfigError
-from kiln.inside.causes import MODULE_DISTRIBUTIONS
+from kiln.inside.causes.buildsetup import MODULE_DISTRIBUTIONS
 from kiln.verbs.add import license_text
 from kiln.verbs.add.scan import Findings
 

@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln.inside.causes import header_packages
+from kiln.inside.causes.places import header_packages
 from kiln.sources.checkout import Checkout
 from kiln.sources.licenses import SUBMODULE_CANDIDATES
 from kiln.toolchain.consumerenv import distributions

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.errors import ConfigError, KilnError
-from kiln.inside import causes, diagnose, proc
+from kiln.inside import diagnose, proc
+from kiln.inside.causes import table
 from kiln.inside.kit.archflags import target
 from kiln.verbs.add import includes
 from kiln.verbs.add.scan import Environment, Findings
@@ -162,7 +163,7 @@ def check(
             continue
         d = diagnose.first_errors(res.output, tree)
         d.unit = d.unit or unit  # ptxas names only nvcc's own temporary PTX
-        d.cause = causes.explain(d, res.output, {"KILN_BUILD_ARCHS": built}, tree, name)
+        d.cause = table.explain(d, res.output, {"KILN_BUILD_ARCHS": built}, tree, name)
         missing = _missing_header(res.output)
         if missing:
             done.append(Compiled(unit, kind, cmd, seconds, missing))

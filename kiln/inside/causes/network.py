@@ -1,0 +1,87 @@
+"""The row of a build step that reached for the network (hermetic steps cannot)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kiln.inside.causes.cause import Cause, Failure, toml_edit
+
+_NET_ERROR = re.compile(
+    r"urlopen error|Name or service not known|Temporary failure in name resolution|"
+    r"Could not resolve host|Network is unreachable|No route to host|Connection refused|"
+    r"getaddrinfo failed|Failed to establish a new connection"
+)
+_URL = re.compile(r"https?://[^\s'\"<>)\]]+")
+_SWITCH = re.compile(
+    r"os\.(?:getenv|environ\.get)\(\s*[\"'](?P<var>\w+)[\"']\s*(?:,\s*[\"'](?P<default>[^\"']*)"
+    r"[\"']\s*)?\)\s*(?P<op>==|!=)\s*[\"'](?P<value>[^\"']*)[\"']"
+)
+
+
+def _download_switch(f: Failure) -> str | None:
+    found = _download_switch_edit(f)
+    return found[0] if found else None
+
+
+def _download_switch_edit(f: Failure) -> tuple[str, dict[str, Any]] | None:
+    """The setup.py switch that builds from source instead of downloading: a variable
+    compared with a constant (``os.getenv("X_FORCE_BUILD", "FALSE") == "TRUE"``), and
+    what the recipe sets it to now."""
+    try:
+        text = (f.tree / "setup.py").read_text(errors="replace")
+    except OSError:
+        return None
+    found = list(_SWITCH.finditer(text))
+    preferred = [m for m in found if re.search(r"FORCE|BUILD|SOURCE|DOWNLOAD|SKIP", m["var"])]
+    for m in preferred or found:
+        line = text.count("\n", 0, m.start()) + 1
+        have = f.env.get(m["var"])
+        want = m["value"]
+        if have == want:
+            continue  # set as compared: not what let the download happen
+        now = (
+            f'vendors/{f.vendor}.toml sets {m["var"]} = "{have}", but setup.py:{line} compares '
+            f'it with {m["op"]} "{want}"'
+            if have is not None
+            else f'setup.py:{line} reads {m["var"]} (compared with {m["op"]} "{want}")'
+        )
+        said = f'{now}: set {m["var"]} = "{want}" in [build.env] of vendors/{f.vendor}.toml'
+        return said, toml_edit(f.vendor, ["build", "env", m["var"]], set_to=want)
+    return None
+
+
+def _download_in_setup(f: Failure) -> str | None:
+    """The URL setup.py downloads, with its line (a traceback of setup.py run by
+    setuptools shows no source lines, so the output may not have it)."""
+    try:
+        lines = (f.tree / "setup.py").read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for i, line in enumerate(lines, 1):
+        found = _URL.search(line)
+        if found and re.search(r"urlopen|urlretrieve|download|wget|curl|requests\.get", line):
+            return f"{found.group(0)} (setup.py:{i})"
+    return None
+
+
+def network_download(f: Failure) -> Cause | None:
+    """The upstream's build reached for the network (a prebuilt wheel, a submodule
+    fetched at build time): builds are offline."""
+    m = _NET_ERROR.search(f.output)
+    if not m:
+        return None
+    urls = _URL.findall(f.output[: m.end() + 400])
+    url = urls[-1] if urls else _download_in_setup(f) or "something from the network"
+    switch = _download_switch_edit(f)
+    return Cause(
+        "network-download",
+        f"the upstream's build tried to download {url}, and builds are offline (kiln fetches "
+        "sources first; a build step never reaches the network)",
+        switch[0]
+        if switch
+        else "set the upstream's switch that builds from source instead of downloading (read "
+        "its setup.py), in [build.env] of the vendor TOML; or put what it downloads in the tree "
+        "(a submodule, a patch)",
+        edit=switch[1] if switch else None,
+    )

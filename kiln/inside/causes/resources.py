@@ -1,0 +1,75 @@
+"""The rows of what the machine ran out of: memory (killed), disk, a writable
+temporary folder."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from kiln.inside.causes.cause import Cause, Failure
+
+
+def killed(f: Failure) -> Cause | None:
+    text = f.output
+    if re.search(r"died due to signal 9|signal 9 \(Kill|\bKilled\b", text):
+        return Cause(
+            "killed",
+            "a compiler was killed (signal 9): most likely out of memory",
+            "lower --jobs or raise build.mem_per_job_gib / --mem-limit",
+        )
+    return None
+
+
+_CANNOT_WRITE = re.compile(
+    r"(?:when writing output to|cannot open output file|can't open output file|can't create|"
+    r"error writing to|could not write to|cannot write)\s+(?P<path>/\S+?):?\s*:\s*"
+    r"(?P<why>[^\n]+)"
+)
+
+
+def _free_at(path: Path) -> str:
+    """``N MiB free of M`` on the file system that holds ``path`` (its nearest folder
+    that exists)."""
+    where = path
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        usage = shutil.disk_usage(where)
+    except OSError:
+        return "its free space could not be read"
+    return f"{usage.free // 2**20} MiB free of {usage.total // 2**20} MiB"
+
+
+def cannot_write(f: Failure) -> Cause | None:
+    """A compiler that could not write its output or its temporary files (the disk filled
+    during a long build, a temporary folder gone or not writable): the compiler's own
+    fatal error, with the free space where it wrote."""
+    m = _CANNOT_WRITE.search(f.output)
+    if not m:
+        return None
+    path = Path(m["path"])
+    temporary = path.suffix in (".ii", ".i", ".s", ".ptx", ".cubin", ".fatbin", ".c") or str(
+        path
+    ).startswith(("/tmp/", os.environ.get("TMPDIR", "/tmp/")))
+    where = "its temporary files (under $TMPDIR)" if temporary else "its output"
+    return Cause(
+        "compiler-cannot-write",
+        f"the compiler could not write {where}: {path} ({m['why'].strip()}); the file "
+        f"system there has {_free_at(path)}",
+        "free space there, or point TMPDIR (the compilers' temporary files) or --work at "
+        "a disk with room, and rerun: what compiled is kept by the compiler cache",
+    )
+
+
+def disk_full(f: Failure) -> Cause | None:
+    if "No space left on device" not in f.output:
+        return None
+    usage = shutil.disk_usage(f.tree)
+    return Cause(
+        "disk-full",
+        f"the disk filled while building: the file system of {f.tree} has "
+        f"{usage.free // 2**20} MiB free",
+        "free space there (or point --work/--cache at a larger disk) and rerun",
+    )
