@@ -37,7 +37,7 @@ from speed_public import PublicBench  # noqa: E402
 SERVERS = (0, 2, 4, 8, 16, 32)
 
 
-def start_redis(folder: Path) -> tuple[subprocess.Popen, str]:
+def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     binary = shutil.which("redis-server")
     if not binary:
         sys.exit("redis-server not found: apt-get install redis-server")
@@ -113,8 +113,8 @@ def makespan(work: list[dict[str, Any]], local: int, remote: int) -> tuple[float
 
 def on_paper(
     work: list[dict[str, Any]], links: dict[str, float], fixed: float, local: int
-) -> list[dict]:
-    rows = []
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     largest = max(work, key=lambda u: u["s"])
     bound = largest["s"] + links.get(largest["vendor"], 0.0)
     for n in SERVERS:

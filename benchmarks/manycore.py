@@ -104,7 +104,8 @@ def python_facts(python: str) -> dict[str, str]:
         "'site': sysconfig.get_paths()['purelib']}))"
     )
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    facts: dict[str, str] = json.loads(out.stdout)
+    return facts
 
 
 def workspace_copy(dest: Path, workload: str, vendors: list[str], facts: dict[str, str]) -> Path:

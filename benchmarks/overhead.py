@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -80,7 +81,7 @@ def kit(dest: Path, rev: str | None) -> Path:
     return dest / "objcache.py"
 
 
-def fixes_env(manifest: dict, vendor: str) -> dict[str, str]:
+def fixes_env(manifest: dict[str, Any], vendor: str) -> dict[str, str]:
     """The manifest's recorded pip-CUDA fixes, with this machine's paths put back."""
     tc = manifest["toolchain"]
     fixes = manifest["vendors"][vendor].get("toolchain_fixes", {}).get("env", {})
@@ -123,14 +124,14 @@ def deepep_unit(work: Path, source: str) -> tuple[Path, list[str]]:
 
 def measure_unit(
     name: str, cwd: Path, cmd: list[str], env: dict[str, str], before: str, rounds: int, tmp: Path
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     roots = {
         "KILN_OBJCACHE_ROOTS": f"TREE={cwd if name != 'deepep' else cwd.parent.parent};"
         f"SITE={env['SITE']};CUDA=/usr/local/cuda",
         "KILN_OBJCACHE_PYTHON": sys.executable,
     }
     base = {k: v for k, v in env.items() if k != "SITE"}
-    rows = []
+    rows: list[dict[str, Any]] = []
     configs = [
         ("direct", None, {}),
         (f"kiln wrapper before ({before})", kit(tmp / "before", before), {"OBJ": "1"}),
@@ -175,7 +176,7 @@ def measure_unit(
     return rows
 
 
-def fixed_cost(tmp: Path, rounds: int) -> list[dict]:
+def fixed_cost(tmp: Path, rounds: int) -> list[dict[str, Any]]:
     """What the wrapper adds to any compile, apart from the compiler's own work: an empty
     C file (gcc) and an empty kernel (nvcc, through the shim CUDA home), many times."""
     tree = tmp / "fixed"
@@ -213,7 +214,7 @@ def fixed_cost(tmp: Path, rounds: int) -> list[dict]:
     return rows
 
 
-def extra_passes(cwd: Path, cmd: list[str], env: dict[str, str], rounds: int) -> dict:
+def extra_passes(cwd: Path, cmd: list[str], env: dict[str, str], rounds: int) -> dict[str, Any]:
     """The second preprocessor runs a wrapper can add to a compile: ``-M`` (how kiln's
     object cache learned dependencies before) and ``-E`` (what ccache's preprocessor
     mode runs on a miss)."""

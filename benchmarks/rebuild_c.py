@@ -29,9 +29,10 @@ import tomlkit
 from kiln.config.models import Profile
 from kiln.config.workspace import Workspace
 from kiln.orchestrate import pipeline
+from kiln.orchestrate.options import Options
 from kiln.release import archive
 from kiln.toolchain import buildenv, cudapypi
-from kiln.verbs import demo_workspace as demo
+from kiln.verbs import demo_workspace
 from kiln.verbs.rebuild_ext import rebuild_c
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,12 +69,12 @@ def main() -> int:
         ws = workspace(root, args.variants)
         profile: Profile = Workspace(ws).profile
         python = buildenv.build_python(profile, cache, None, root / "logs")
-        mirrors = demo.prepare(DEMO, root / "upstreams")
+        mirrors = demo_workspace.prepare(DEMO, root / "upstreams")
         # the demo profile's CUDA 13.2, from NVIDIA's hash-pinned PyPI wheels
         cuda_home = str(cudapypi.provision(profile.cuda, cache, root / "logs"))
         full, rebuild = [], []
         for run in range(args.runs):
-            opts = pipeline.Options(
+            opts = Options(
                 workspace=ws,
                 artifacts=root / f"a{run}",
                 cache=root / "git-cache",

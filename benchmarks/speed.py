@@ -164,7 +164,7 @@ def make_fixture(root: Path, kernels: int) -> tuple[Path, Path]:
     return ws, mirrors
 
 
-def measured(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> dict:
+def measured(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> dict[str, Any]:
     """Run ``cmd``: wall seconds, CPU seconds of its whole tree, peak RSS of the tree."""
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -222,7 +222,7 @@ class Bench:
 
 
 def _median(runs: list[dict[str, Any]]) -> float:
-    return statistics.median(r["wall_s"] for r in runs)
+    return float(statistics.median(r["wall_s"] for r in runs))
 
 
 def _statuses(run: dict[str, Any]) -> dict[str, str]:

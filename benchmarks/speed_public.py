@@ -52,7 +52,7 @@ def patch_text(variant: int, first_line: str) -> str:
     )
 
 
-def measured(cmd: list[str], cwd: Path = REPO, env: dict[str, str] | None = None) -> dict:
+def measured(cmd: list[str], cwd: Path = REPO, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Wall seconds, CPU seconds of the command's whole tree, peak RSS of the tree."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
@@ -201,11 +201,11 @@ class PublicBench:
 
 
 def _median(runs: list[dict[str, Any]], key: str = "wall_s") -> float:
-    return statistics.median(r[key] for r in runs)
+    return float(statistics.median(r[key] for r in runs))
 
 
 def _compile_cpu(run: dict[str, Any]) -> float:
-    return sum(v["schedule"]["compile_cpu_s"] for v in run["manifest"]["vendors"].values())
+    return float(sum(v["schedule"]["compile_cpu_s"] for v in run["manifest"]["vendors"].values()))
 
 
 def main(args: Any) -> None:

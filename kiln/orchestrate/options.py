@@ -17,12 +17,17 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, get_args, overload
 
 from kiln.errors import ConfigError
 from kiln.fsutil import user_cache_dir
 
 Kind = Literal["value", "flag", "list", "words"]
+# The choices of the options that take one: each a Literal, its values written once (the
+# field's type, the parser's choices and --help all read it).
+RunnerChoice = Literal["auto", "local", "docker"]
+ToolchainChoice = Literal["system", "pypi"]
+CacheBackend = Literal["ccache", "sccache"]
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
@@ -107,6 +112,17 @@ class Option:
             raise ConfigError(f"{fix}: not a {kind} ({self.flag} {self.metavar or ''})") from None
 
 
+T = TypeVar("T")
+
+
+@overload
+def option(flag: str, help: str, *, default: T, **declared: Any) -> T: ...
+
+
+@overload
+def option(flag: str, help: str, *, default_factory: Callable[[], T], **declared: Any) -> T: ...
+
+
 def option(
     flag: str,
     help: str,
@@ -115,7 +131,8 @@ def option(
     default_factory: Callable[[], Any] | None = None,
     **declared: Any,
 ) -> Any:
-    """A field of :class:`Options` that an option sets: its default is the option's."""
+    """A field of :class:`Options` that an option sets: its default is the option's, and
+    its type is the field's own (the annotation, checked against the default)."""
     decl = Option(flag, help, default=default, default_factory=default_factory, **declared)
     if default_factory is not None:
         return field(default_factory=default_factory, metadata={"option": decl})
@@ -220,13 +237,13 @@ class Options:
         metavar="DIR",
         default=None,
     )
-    runner: str = option(
+    runner: RunnerChoice = option(
         "--runner",
         "where builds run; auto: docker when the profile names an image and a daemon answers, "
         "else local",
         group="where builds run",
         default="auto",
-        choices=("auto", "local", "docker"),
+        choices=get_args(RunnerChoice),
         env="KILN_RUNNER",
     )
     image: str | None = option(
@@ -275,12 +292,12 @@ class Options:
         metavar="GIB",
         default=None,
     )
-    toolchain: str = option(
+    toolchain: ToolchainChoice = option(
         "--toolchain",
         "pypi: the profile's CUDA from NVIDIA's hash-pinned PyPI wheels, local runner only",
         group="toolchain",
         default="system",
-        choices=("system", "pypi"),
+        choices=get_args(ToolchainChoice),
         env="KILN_TOOLCHAIN",
     )
     jobs: int | None = option(
@@ -322,11 +339,11 @@ class Options:
         default=False,
     )
     # "ccache", or "sccache" (implied by --distribute and S3/GHA stores): compilercache.py
-    cache_backend: str | None = option(
+    cache_backend: CacheBackend | None = option(
         "--compiler-cache-backend",
         "ccache, or sccache (implied by --distribute and s3:// or gha:// stores)",
         group="speed and caches",
-        choices=("ccache", "sccache"),
+        choices=get_args(CacheBackend),
         default_text="ccache",
         env="KILN_COMPILER_CACHE_BACKEND",
         default=None,

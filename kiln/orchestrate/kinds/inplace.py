@@ -19,12 +19,12 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from kiln.config.models import Profile, Vendor
 from kiln.errors import ConfigError, VerifyError
 from kiln.orchestrate.context import run_step, timed
-from kiln.orchestrate.kinds import Job
+from kiln.orchestrate.kinds.buildkind import Job
 from kiln.orchestrate.kit import KIT
 from kiln.release import archive, files
 from kiln.release.manifest import Output
@@ -126,7 +126,7 @@ def pack_tree(tree: Path, dest: Path, vendor: Vendor, mtime: int) -> Path:
 
 
 class InplaceKind:
-    name = "inplace"
+    name: Final = "inplace"
 
     def out_dir(self, stage: Path, vendor: Vendor, tree: Path) -> Path:
         return tree

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
+from typing import Final
 
 from kiln.config.models import Vendor
 from kiln.errors import BuildError, VerifyError
 from kiln.orchestrate import beforecompile
 from kiln.orchestrate.context import run_step, timed
-from kiln.orchestrate.kinds import Job
+from kiln.orchestrate.kinds.buildkind import Job
 from kiln.release import files, wheelfix
 from kiln.release.manifest import Output
 from kiln.verify import binaries
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 class WheelKind:
-    name = "wheel"
+    name: Final = "wheel"
 
     def out_dir(self, stage: Path, vendor: Vendor, tree: Path) -> Path:
         return stage / f".out-{vendor.name}"

@@ -31,7 +31,7 @@ from kiln.errors import ConfigError, KilnError, ToolchainError
 from kiln.inside import proc
 from kiln.inside.facts import find_cuda_home, nvcc_version
 from kiln.orchestrate import dryrun
-from kiln.orchestrate.options import Options
+from kiln.orchestrate.options import Options, ToolchainChoice
 from kiln.release.files import REQUIREMENTS
 from kiln.sources.checkout import GitCache, checkout
 from kiln.toolchain import buildenv, cudapypi
@@ -280,7 +280,7 @@ def dry_run(
     profile: str | None = None,
     python: str | None = None,
     cuda_home: str | None = None,
-    toolchain: str = "system",
+    toolchain: ToolchainChoice = "system",
 ) -> dryrun.DryRun:
     """``kiln build --dry-run`` of the one vendor (the plan as data)."""
     opts = Options(
