@@ -45,10 +45,10 @@ def execute(args: argparse.Namespace) -> int:
 
     opts = o.to_options(args)
     if opts.bundles is not None:  # the upstream is read now: unbundle, as the build would
-        from kiln.sources.bundles import mirrors_from_bundles
+        from kiln.orchestrate.pipeline import decide_origins
 
-        mirrors = mirrors_from_bundles(opts.workspace, opts.bundles, opts.bundle_mirrors_dir)
-        opts = replace(opts, mirrors=mirrors, offline=True, bundles=None)
+        made = decide_origins(opts)
+        opts = replace(opts, mirrors=made.mirrors_file, offline=made.offline, bundles=None)
     url, rev = revision.split(args.url)
     added = add_recipe(
         opts.workspace, url, rev, args.name, opts.cache, opts.mirrors, opts.offline, args.force,

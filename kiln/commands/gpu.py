@@ -19,17 +19,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.config.mirrors import Mirrors
-    from kiln.sources.checkout import GitCache
+    from kiln.sources import origins
     from kiln.verbs import gpu_check as gputest
 
-    mirrors, offline = args.mirrors, args.offline
-    if args.bundles is not None:
-        from kiln.sources.bundles import mirrors_from_bundles
-
-        mirrors = mirrors_from_bundles(args.workspace, args.bundles, args.work / "gpu-test-mirrors")
-        offline = True
-    cache = GitCache(args.cache, Mirrors.load(mirrors), offline)
+    cache = origins.decide(
+        args.workspace,
+        mirrors=args.mirrors,
+        offline=args.offline,
+        bundles_dir=args.bundles,
+        bundle_mirrors=args.work / "gpu-test-mirrors",
+    ).git_cache(args.cache)
     results = gputest.gpu_test(args.release, args.vendor or None, args.python, cache)
     for r in results:
         verdict = "passed" if r["passed"] else f"FAILED (exit {r['returncode']})"

@@ -15,13 +15,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.config.mirrors import Mirrors
     from kiln.config.workspace import Workspace
-    from kiln.sources.checkout import GitCache
+    from kiln.sources import origins
     from kiln.verbs import runtime_lock
 
     ws = Workspace(args.workspace)
-    cache = GitCache(args.cache, Mirrors.load(args.mirrors), args.offline)
+    cache = origins.decide(ws.root, mirrors=args.mirrors, offline=args.offline).git_cache(
+        args.cache
+    )
     for line in runtime_lock.lock(ws, cache):
         out(line)
     return 0

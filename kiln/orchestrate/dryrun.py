@@ -27,11 +27,11 @@ from typing import Any, Literal
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import ConfigError, KilnError
+from kiln.errors import KilnError
 from kiln.inside.kit.compileflags import SOURCE_SUFFIXES
 from kiln.orchestrate import pipeline, preflight, runlock
 from kiln.orchestrate.options import Options
-from kiln.orchestrate.runner import make_runner
+from kiln.orchestrate.runner import runner_or_problem
 from kiln.orchestrate.vendor import describe_runner, key_of
 from kiln.plan import cachekey, schedule
 from kiln.release.artifactcache import ArtifactCache
@@ -197,17 +197,12 @@ def _git_cache(
 ) -> tuple[checkout.GitCache, dict[str, Path]]:
     """The git cache as the build reaches it: with ``--bundles``, each upstream mapped to
     its bundle file itself (read, never unbundled); else the mirrors file."""
-    found: dict[str, Path] = {}
-    mirrors = Mirrors()
     try:
-        if opts.bundles is not None:
-            found = bundles.bundle_files(ws.root, opts.bundles)
-            mirrors = Mirrors({url: str(b) for url, b in found.items()})
-        else:
-            mirrors = Mirrors.load(opts.mirrors)
+        found = pipeline.decide_origins(opts, dry=True)
     except KilnError as exc:
         refusals.append(_refusal("inputs", exc))
-    return checkout.GitCache(opts.cache, mirrors, opts.offline), found
+        return checkout.GitCache(opts.cache, Mirrors(), opts.offline), {}
+    return found.git_cache(opts.cache), found.bundle_files
 
 
 def _bundle_mirrors(opts: Options, bundle_files: dict[str, Path]) -> list[Provision]:
@@ -233,16 +228,9 @@ def _preflight(
     """The runner (made for a dry run) and preflight's checks, as the build runs them."""
     # Where a build keeps its logs; a dry run's runner provisions nothing, so writes none.
     logs = opts.artifacts / "logs" / ws.release.name
-    runner: Runner | None = None
-    problem = None
     try:
-        runner = make_runner(ws, opts, logs, dry=True)
-    except ConfigError as exc:
-        if opts.runner != "auto":
-            refusals.append(_refusal("runner", exc))
-            return None, preflight.Report()
-        problem = str(exc)
-    except KilnError as exc:  # no Docker daemon for --runner docker
+        runner, problem = runner_or_problem(ws, opts, logs, dry=True)
+    except KilnError as exc:  # a runner named that cannot be made (no Docker daemon)
         refusals.append(_refusal("runner", exc))
         return None, preflight.Report()
     try:

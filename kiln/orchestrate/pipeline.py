@@ -39,7 +39,6 @@ from typing import Any
 
 from kiln import __version__, fsutil, source_commit
 from kiln.config import inputs
-from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError, Interrupted, KilnError, with_message
@@ -50,7 +49,7 @@ from kiln.orchestrate import failure, learned, progress, runlock
 from kiln.orchestrate.context import Context
 from kiln.orchestrate.options import Options
 from kiln.orchestrate.preflight import preflight
-from kiln.orchestrate.runner import make_runner
+from kiln.orchestrate.runner import runner_or_problem
 from kiln.orchestrate.vendor import StepFailed, VendorBuilt, build_vendor, describe_runner
 from kiln.plan import bound, jobs, schedule
 from kiln.release import artifactcache, files, manifest
@@ -63,8 +62,8 @@ from kiln.release.manifest import (
     ToolchainInfo,
     VendorEntry,
 )
-from kiln.runners.protocol import Runner
-from kiln.sources import bundles, checkout
+from kiln.sources import checkout, origins
+from kiln.sources.origins import Origins
 from kiln.timings import records
 from kiln.toolchain import compilercache
 
@@ -158,19 +157,25 @@ def take_inputs(planned: Planned) -> Inputs:
     """The bundles made mirrors (``--bundles``: then offline), then a snapshot of patches
     and TOMLs."""
     opts, ws = planned.loaded.opts, planned.loaded.ws
-    mirrors, offline = opts.mirrors, opts.offline
-    if opts.bundles is not None:
-        mirrors = bundles.mirrors_from_bundles(
-            opts.workspace, opts.bundles, opts.bundle_mirrors_dir
-        )
-        offline = True
+    origins = decide_origins(opts)
     logs = opts.artifacts / "logs" / ws.release.name
     logs.mkdir(parents=True, exist_ok=True)
     snapshot = inputs.Snapshot(
         ws, logs / ".inputs" / "patches", [v.name for v in planned.loaded.selected]
     )
-    git = checkout.GitCache(opts.cache, Mirrors.load(mirrors), offline)
-    return Inputs(planned, git, logs, snapshot)
+    return Inputs(planned, origins.git_cache(opts.cache), logs, snapshot)
+
+
+def decide_origins(opts: Options, dry: bool = False) -> Origins:
+    """Where this build's sources come from (kiln/sources/origins.py: every verb's)."""
+    return origins.decide(
+        opts.workspace,
+        mirrors=opts.mirrors,
+        offline=opts.offline,
+        bundles_dir=opts.bundles,
+        bundle_mirrors=opts.bundle_mirrors_dir,
+        dry=dry,
+    )
 
 
 def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
@@ -179,13 +184,7 @@ def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
     planned, logs = given.planned, given.logs
     loaded, budget = planned.loaded, planned.budget
     opts, ws = loaded.opts, loaded.ws
-    try:
-        runner: Runner | None = make_runner(ws, opts, logs)
-        problem = None
-    except ConfigError as exc:
-        if opts.runner != "auto":
-            raise
-        runner, problem = None, str(exc)
+    runner, problem = runner_or_problem(ws, opts, logs)
     tc, warnings = preflight(ws, list(loaded.selected), runner, given.git, problem)
     assert runner is not None  # preflight raised the problem otherwise
     for w in warnings:

@@ -49,3 +49,17 @@ def make_runner(ws: Workspace, opts: Options, logs: Path, dry: bool = False) -> 
         keep_failed=opts.keep_container,
         dry=dry,
     )
+
+
+def runner_or_problem(
+    ws: Workspace, opts: Options, logs: Path, dry: bool = False
+) -> tuple[Runner | None, str | None]:
+    """The build's runner; or, where ``--runner auto`` could make none, None and why
+    (preflight lists it with every other problem at once). A runner asked for by name
+    that cannot be made raises (the build's refusal, and the dry run's)."""
+    try:
+        return make_runner(ws, opts, logs, dry=dry), None
+    except ConfigError as exc:
+        if opts.runner != "auto":
+            raise
+        return None, str(exc)

@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 
 from kiln import fsutil
-from kiln.config.mirrors import Mirrors
 from kiln.config.workspace import read_toml
 from kiln.errors import ConfigError, SourceError
 from kiln.fsutil import sha256_file
@@ -112,12 +111,6 @@ def mirrors_from_bundles(workspace: Path, bundles_dir: Path, dest: Path) -> Path
     fsutil.write_atomic(mirrors, "\n".join(lines) + "\n")
     log.info("upstreams from %s as mirrors: %s", bundles_dir, mirrors)
     return mirrors
-
-
-def bundle_mirrors(workspace: Path, bundles_dir: Path) -> Mirrors:
-    """The workspace's upstreams mapped to their bundle files themselves, made nowhere:
-    what a dry run reads (git lists a bundle's heads without unbundling it)."""
-    return Mirrors({url: str(b) for url, b in bundle_files(workspace, bundles_dir).items()})
 
 
 def is_bundle(path: Path) -> bool:

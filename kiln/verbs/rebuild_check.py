@@ -34,7 +34,6 @@ from kiln.orchestrate import pipeline
 from kiln.orchestrate.options import Options
 from kiln.release import manifest
 from kiln.release.manifest import Manifest
-from kiln.sources import bundles
 from kiln.toolchain.checks import cuobjdump
 
 SKIPPED_KINDS = {"jit-cache"}  # packed from a GPU run, not built: nothing to rebuild
@@ -183,11 +182,8 @@ def rebuild(manifest_file: Path, opts: Options) -> Path:
     the same options, but the manifest's workspace, its toolchain and runner, no caches
     (cached outputs or objects would prove nothing)."""
     m = manifest.read(manifest_file)
-    mirrors = opts.mirrors
-    if opts.bundles is not None:  # the given workspace's bundles.toml names them
-        mirrors = bundles.mirrors_from_bundles(
-            opts.workspace, opts.bundles, opts.bundle_mirrors_dir
-        )
+    # the given workspace's bundles.toml names the bundles
+    mirrors = pipeline.decide_origins(opts).mirrors_file
     workspace = workspace_from_manifest(m, manifest_file.parent, opts.work / "verify-workspace")
     runner = m.runner
     image, unpinned = opts.image, opts.allow_unpinned_image

@@ -24,7 +24,6 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from kiln.config.fields import NAME_RE, WORKSPACE_FILE
-from kiln.config.mirrors import Mirrors
 from kiln.config.models import Profile, Source
 from kiln.config.workspace import Workspace, read_profiles
 from kiln.errors import ConfigError, KilnError, ToolchainError
@@ -33,7 +32,8 @@ from kiln.inside.facts import find_cuda_home, nvcc_version
 from kiln.orchestrate import dryrun
 from kiln.orchestrate.options import Options, ToolchainChoice
 from kiln.release.files import REQUIREMENTS
-from kiln.sources.checkout import GitCache, checkout
+from kiln.sources import origins
+from kiln.sources.checkout import checkout
 from kiln.toolchain import buildenv, cudapypi
 from kiln.verbs.add import recipe, revision, scan, stdcheck, unitcheck
 
@@ -121,7 +121,7 @@ def add_recipe(
         raise ConfigError(
             f"{target}: already exists; pass --force to overwrite it (or --name for another)"
         )
-    git = GitCache(cache, Mirrors.load(mirrors), offline)
+    git = origins.decide(workspace, mirrors=mirrors, offline=offline).git_cache(cache)
     commit, how = revision.resolve(git, url, rev, name)
     log.info("%s: %s resolved to %s (%s)", name, rev or "HEAD", commit, how)
     env = _environment(profiles[profile], cache, python, cuda_home)
