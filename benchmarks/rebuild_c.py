@@ -28,7 +28,7 @@ import tomlkit
 
 from kiln.config.models import Profile
 from kiln.config.workspace import Workspace
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from kiln.orchestrate.options import Options
 from kiln.release import archive
 from kiln.toolchain import buildenv, cudapypi
@@ -88,7 +88,7 @@ def main() -> int:
                 artifact_cache=False,
             )
             start = time.monotonic()
-            release = pipeline.build(opts)
+            release = stages.build(opts)
             full_wall = time.monotonic() - start
             data = json.loads((release / "manifest.json").read_text())
             build_s = data["vendors"]["tinyinfer"]["timings"]["build"]

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from kiln.orchestrate.pipeline import Options
 from kiln.release import manifest
 from tests.conftest import shared_cache
@@ -53,7 +53,7 @@ def build(
     vendors: list[str] | None = None,
 ) -> Path:
     opts = options(ws, root, upstreams, build_python, artifacts)
-    return pipeline.build(replace(opts, vendors=tuple(vendors) if vendors else None))
+    return stages.build(replace(opts, vendors=tuple(vendors) if vendors else None))
 
 
 def copy(release: Path, dest: Path) -> Path:

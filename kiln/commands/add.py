@@ -40,7 +40,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.orchestrate import dryrun
+    from kiln.orchestrate import dryrun, stages
     from kiln.verbs.add import add_recipe, revision
 
     opts = o.to_options(args)
@@ -58,6 +58,6 @@ def execute(args: argparse.Namespace) -> int:
     out(added.path)
     if args.no_dry_run:
         return 0
-    plan = dryrun.plan(replace(opts, vendors=(added.name,)))
+    plan = stages.dry_run(replace(opts, vendors=(added.name,)))
     out(dryrun.render(plan))
     return dryrun.exit_code(plan)

@@ -28,7 +28,7 @@ def options(args: argparse.Namespace, **fields: Any) -> Options:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.orchestrate import pipeline
+    from kiln.orchestrate import stages
 
     if args.json and not args.dry_run:
         raise KilnError("build --json: only with --dry-run (a build prints its release folder)")
@@ -36,15 +36,15 @@ def execute(args: argparse.Namespace) -> int:
     if args.dry_run:
         from kiln.orchestrate import dryrun
 
-        plan = dryrun.plan(options(args, vendors=vendors))
+        plan = stages.dry_run(options(args, vendors=vendors))
         out(dryrun.as_json(plan) if args.json else dryrun.render(plan))
         return dryrun.exit_code(plan)
     opts = options(args, vendors=vendors)
     if not args.fix:
-        out(pipeline.build(opts))
+        out(stages.build(opts))
         return 0
     try:
-        out(pipeline.build(opts))
+        out(stages.build(opts))
         return 0
     except KilnError as exc:
         edits = _fixes(opts)
@@ -58,7 +58,7 @@ def execute(args: argparse.Namespace) -> int:
         say_err(f"kiln build --fix: {edit.vendor} ({edit.row}):\n{diff or '(already so)'}")
     many = "es" if len(edits) != 1 else ""
     say_err(f"kiln build --fix: {len(edits)} fix{many} applied; building again")
-    out(pipeline.build(opts))
+    out(stages.build(opts))
     return 0
 
 

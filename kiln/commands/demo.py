@@ -25,10 +25,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln.orchestrate import pipeline
+    from kiln.orchestrate import stages
     from kiln.verbs import demo_workspace
 
     opts = build.options(args)
     mirrors = demo_workspace.prepare(args.workspace, opts.work / "demo-upstreams")
-    out(pipeline.build(replace(opts, mirrors=mirrors, offline=True, bundles=None)))
+    out(stages.build(replace(opts, mirrors=mirrors, offline=True, bundles=None)))
     return 0

@@ -2,10 +2,11 @@
 would make, in its own words and with its exit code.
 
 Dry means nothing is provisioned, fetched, cloned or written: not the cache, not the work
-folder, not ``artifacts/``, not the bundles' mirrors. It runs the build's own stages up to
-its plan (``pipeline.load``, ``pipeline.plan``, ``pipeline.check_plan`` themselves), then
-preflight's checks with a runner made for a dry run, and asks the caches instead of
-building: whether the git cache holds the pinned commits (else what would be fetched, from
+folder, not ``artifacts/``, not the bundles' mirrors. Each stage of the build
+(:data:`kiln.orchestrate.stages.STAGES`) says what it would do: load and plan are the
+build's own (``pipeline.load``, ``pipeline.plan``, ``pipeline.check_plan``), prepare runs
+preflight's checks with a runner made for a dry run, and the vendors ask the caches instead
+of building: whether the git cache holds the pinned commits (else what would be fetched, from
 where, into which bare clone), whether the artifact cache holds the vendor's key, and the
 schedule it would get. What a build provisions first (the build venv, the pip CUDA, the
 builder image) is listed with its place and about its size; the checks that can only run
@@ -20,7 +21,8 @@ of the build's stages.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -135,49 +137,113 @@ class DryRun:
         }
 
 
-def plan(opts: Options) -> DryRun:
-    """What the build would do. Raises what the build raises before anything can be
-    planned (an unreadable workspace: the same error, the same code)."""
-    opts = opts.resolved()
-    refusals: list[Refusal] = []
-    # the build's own stages up to its plan; then asked, not done
-    planned = pipeline.plan(pipeline.load(opts))
+@dataclass(frozen=True)
+class Said:
+    """What a dry run has said so far, stage by stage (kiln/orchestrate/stages.py walks
+    the build's stages; each one's ``says`` returns a new value)."""
+
+    opts: Options
+    loaded: pipeline.Loaded | None = None
+    planned: pipeline.Planned | None = None
+    refusals: tuple[Refusal, ...] = ()
+    git: checkout.GitCache | None = None
+    bundle_files: Mapping[str, Path] = field(default_factory=dict)
+    runner: Runner | None = None
+    report: preflight.Report = field(default_factory=preflight.Report)
+    vendors: tuple[VendorPlan, ...] = ()
+
+    def refused(self, *more: Refusal) -> Said:
+        return replace(self, refusals=(*self.refusals, *more))
+
+
+def says_load(said: Said) -> Said:
+    """The build's own load: an unreadable workspace raises here as in the build."""
+    return replace(said, loaded=pipeline.load(said.opts))
+
+
+def says_plan(said: Said) -> Said:
+    """The build's own plan; a step that cannot fit is the budget's refusal."""
+    assert said.loaded is not None
+    planned = pipeline.plan(said.loaded)
+    said = replace(said, planned=planned)
     try:
         pipeline.check_plan(planned)
     except KilnError as exc:
-        refusals.append(_refusal("budget", exc))
-    ws, budget, peaks = planned.loaded.ws, planned.budget, planned.peaks
-    selected = list(planned.loaded.selected)
-    if not opts.wait:
-        refusals += _busy("lock", opts.artifacts)
-    git, bundle_files = _git_cache(opts, ws, refusals)
-    runner, report = _preflight(opts, ws, selected, git, refusals)
-    if not opts.wait:
-        refusals += _busy("stage", opts.work)
-    runner_data: dict[str, Any] = describe_runner(runner).data() if runner else {}
+        return said.refused(_refusal("budget", exc))
+    return said
+
+
+def says_lock(said: Said) -> Said:
+    """Another build holding the artifacts folder now (without --wait)."""
+    return said if said.opts.wait else said.refused(*_busy("lock", said.opts.artifacts))
+
+
+def says_inputs(said: Said) -> Said:
+    """The git cache as the build reaches it (bundles read in place, never unbundled)."""
+    assert said.loaded is not None
+    refusals: list[Refusal] = []
+    git, bundle_files = _git_cache(said.opts, said.loaded.ws, refusals)
+    return replace(said, git=git, bundle_files=bundle_files).refused(*refusals)
+
+
+def says_prepare(said: Said) -> Said:
+    """The runner (made for a dry run) and preflight's checks."""
+    assert said.loaded is not None and said.git is not None
+    refusals: list[Refusal] = []
+    loaded = said.loaded
+    runner, report = _preflight(said.opts, loaded.ws, list(loaded.selected), said.git, refusals)
+    return replace(said, runner=runner, report=report).refused(*refusals)
+
+
+def says_stage(said: Said) -> Said:
+    """Another build holding the work folder now (without --wait)."""
+    return said if said.opts.wait else said.refused(*_busy("stage", said.opts.work))
+
+
+def says_vendors(said: Said) -> Said:
+    """Each vendor: what it would fetch, the artifact cache's answer, its schedule."""
+    assert said.planned is not None and said.git is not None
+    opts, planned, git, report = said.opts, said.planned, said.git, said.report
+    ws = planned.loaded.ws
+    runner_data = describe_runner(said.runner).data() if said.runner else {}
     toolchain = report.tc.to_json() if report.tc else None
-    made = [*_bundle_mirrors(opts, bundle_files), *report.provision]
     acache = ArtifactCache(opts.artifact_cache_root) if opts.artifact_cache_root else None
+    files = dict(said.bundle_files)
+    plans = tuple(
+        VendorPlan(
+            v.name,
+            _sources(git, v, files),
+            _cache(git, ws, toolchain, runner_data, acache, v, report),
+            *_schedule(v, opts.work / ws.release.name / v.name, planned.peaks, planned.budget, git),
+        )
+        for v in planned.loaded.selected
+    )
+    return replace(said, vendors=plans)
+
+
+def says_nothing(said: Said) -> Said:
+    """A stage a dry run never reaches the work of (the release, its swap)."""
+    return said
+
+
+def dry_run_of(said: Said) -> DryRun:
+    """The plan, from what every stage said."""
+    assert said.planned is not None
+    opts, planned, report = said.opts, said.planned, said.report
+    ws = planned.loaded.ws
+    made = [*_bundle_mirrors(opts, dict(said.bundle_files)), *report.provision]
     return DryRun(
         release=ws.release.name,
         profile=opts.profile or "default",
         archs=tuple(ws.profile.archs),
-        runner=runner_data,
-        budget=budget,
+        runner=describe_runner(said.runner).data() if said.runner else {},
+        budget=planned.budget,
         provision=tuple(p for p in made if not p.made),
         reused=tuple(p for p in made if p.made),
         unchecked=tuple(report.unchecked),
         problems=tuple(report.problems),
-        refusals=tuple(refusals),
-        vendors=tuple(
-            VendorPlan(
-                v.name,
-                _sources(git, v, bundle_files),
-                _cache(git, ws, toolchain, runner_data, acache, v, report),
-                *_schedule(v, opts.work / ws.release.name / v.name, peaks, budget, git),
-            )
-            for v in selected
-        ),
+        refusals=said.refusals,
+        vendors=said.vendors,
     )
 
 

@@ -1,27 +1,9 @@
-"""A build as a chain of stages (nox's ``workflow.py`` is the model): each stage takes
-the value the one before it returned (frozen, typed) and returns the next; the locks, the
-staging folder and the memory sampler are held on the build's exit stack, so whatever a
-stage raises, every one of them is released and nothing half-written reaches
-``artifacts/``. The options are fixed once (``Options.resolved``) and read by every stage;
-what a stage learns goes into its value, never back into the options.
-
-    load       Options -> Loaded: the workspace and the vendors asked for, their
-               ``build.after`` checked
-    plan       Loaded -> Planned: the memory budget and CPU slots; one job of every step
-               must fit (``kiln build --dry-run`` stops here, then asks instead of doing)
-    lock       one build per artifacts/ folder (a second refuses, or waits)
-    inputs     Planned -> Inputs: where sources come from (--bundles made mirrors, then
-               offline), the logs folder, a snapshot of the patches and TOMLs (edits
-               mid-run never mix in)
-    prepare    Inputs -> Prepared: where the steps run, preflight (every problem at once),
-               the compile gate, caches, display; the manifest's header
-    stage      Prepared -> Staged: the work folder locked, the staging folder made
-    vendors    Staged -> Built: every vendor at once (``build.after`` orders them), each
-               in a thread
-    release    Built -> Release: the previous release's unchanged vendors, the manifest
-               and release files, in the staging folder
-    swap_in    Release -> Path: the staging folder swapped in for the release folder
-"""
+"""What each stage of a build does (the list of stages, in order: kiln/orchestrate/stages.py):
+each takes the value the one before it returned (frozen, typed) and the build's exit
+stack, on which it holds what it opens (the locks, the staging folder, the memory
+sampler, the gate), and returns the next. The options are fixed once (the load stage:
+``Options.resolved``) and read by every stage; what a stage learns goes into its value,
+never back into the options."""
 
 from __future__ import annotations
 
@@ -41,7 +23,7 @@ from kiln import __version__, fsutil, source_commit
 from kiln.config import inputs
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import ConfigError, Interrupted, KilnError, with_message
+from kiln.errors import ConfigError, KilnError, with_message
 from kiln.inside import memwatch
 from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
@@ -76,6 +58,7 @@ class Loaded:
     ws: Workspace
     selected: tuple[Vendor, ...]
     release_dir: Path
+    started: float  # when the build began (time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -86,8 +69,17 @@ class Planned:
 
 
 @dataclass(frozen=True)
+class Locked:
+    planned: Planned
+    # undoes what the build made in artifacts/ until its first step can start: prepare
+    # empties it once preflight passed (a refusal before leaves the folder as it was)
+    undo: contextlib.ExitStack
+
+
+@dataclass(frozen=True)
 class Inputs:
     planned: Planned
+    undo: contextlib.ExitStack
     git: checkout.GitCache  # the mirrors this run fetches from, offline or not
     logs: Path
     snapshot: inputs.Snapshot
@@ -113,6 +105,7 @@ class Built:
     entries: dict[str, VendorEntry]
     steps_at_once: int  # the most steps that ran at the same time (manifest)
     peak_kib: int  # kiln's whole process tree, sampled while the vendors built
+    steps_started: float  # when the first step started (provisioning before it)
 
 
 @dataclass(frozen=True)
@@ -122,7 +115,10 @@ class Release:
     bound_line: str  # what bounded the build, for the summary
 
 
-def load(opts: Options) -> Loaded:
+def load(opts: Options, stack: contextlib.ExitStack | None = None) -> Loaded:
+    """The workspace and the vendors asked for (the options fixed once)."""
+    started = time.monotonic()
+    opts = opts.resolved()
     ws = Workspace(opts.workspace, opts.profile)
     for v in ws.vendors.values():
         for name in v.build.after:
@@ -132,7 +128,7 @@ def load(opts: Options) -> Loaded:
                     f"(known: {', '.join(ws.vendors)})"
                 )
     selected = ws.select(list(opts.vendors) if opts.vendors else None)
-    return Loaded(opts, ws, tuple(selected), opts.artifacts / ws.release.name)
+    return Loaded(opts, ws, tuple(selected), opts.artifacts / ws.release.name, started)
 
 
 def plan(loaded: Loaded) -> Planned:
@@ -148,14 +144,31 @@ def check_plan(planned: Planned) -> None:
     schedule.check_fits(list(planned.loaded.selected), planned.peaks, planned.budget)
 
 
-def lock(opts: Options, stack: contextlib.ExitStack) -> None:
+def plan_stage(loaded: Loaded, stack: contextlib.ExitStack) -> Planned:
+    """The plan, refused where one job of a step cannot fit; what the build learns is
+    saved when it ends, however it ends."""
+    planned = plan(loaded)
+    check_plan(planned)
+    stack.callback(planned.peaks.save)
+    return planned
+
+
+def lock(planned: Planned, stack: contextlib.ExitStack) -> Locked:
+    """One build per artifacts folder; what the build makes there before its first step
+    is undone if it is refused before (``Locked.undo``)."""
+    opts = planned.loaded.opts
+    untouched = _absent_before(opts.artifacts)
     (opts.artifacts / "logs").mkdir(parents=True, exist_ok=True)
     stack.enter_context(runlock.hold([opts.artifacts], wait=opts.wait))
+    undo = stack.enter_context(contextlib.ExitStack())
+    undo.callback(_undo, untouched, planned)
+    return Locked(planned, undo)
 
 
-def take_inputs(planned: Planned) -> Inputs:
+def take_inputs(locked: Locked, stack: contextlib.ExitStack | None = None) -> Inputs:
     """The bundles made mirrors (``--bundles``: then offline), then a snapshot of patches
     and TOMLs."""
+    planned = locked.planned
     opts, ws = planned.loaded.opts, planned.loaded.ws
     origins = decide_origins(opts)
     logs = opts.artifacts / "logs" / ws.release.name
@@ -163,7 +176,7 @@ def take_inputs(planned: Planned) -> Inputs:
     snapshot = inputs.Snapshot(
         ws, logs / ".inputs" / "patches", [v.name for v in planned.loaded.selected]
     )
-    return Inputs(planned, origins.git_cache(opts.cache), logs, snapshot)
+    return Inputs(planned, locked.undo, origins.git_cache(opts.cache), logs, snapshot)
 
 
 def decide_origins(opts: Options, dry: bool = False) -> Origins:
@@ -222,7 +235,9 @@ def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
             and logging.getLogger("kiln").isEnabledFor(logging.DEBUG)
         ),
     )
-    return Prepared(given, ctx, tuple(warnings), header(ctx, planned))
+    prepared = Prepared(given, ctx, tuple(warnings), header(ctx, planned))
+    given.undo.pop_all()  # preflight passed: the build goes on, nothing to undo
+    return prepared
 
 
 def compiler_cache(opts: Options, ccache: str | None) -> compilercache.CompilerCache:
@@ -310,14 +325,17 @@ def stage_release(prepared: Prepared, stack: contextlib.ExitStack) -> Staged:
     return Staged(prepared, stage)
 
 
-def build_vendors(staged: Staged) -> Built:
+def build_vendors(staged: Staged, stack: contextlib.ExitStack | None = None) -> Built:
     """Every vendor, each as soon as the ones it comes ``after`` are done, all others at
     once (the compile gate shares the machine between them). A failed vendor does not
     stop the others: every vendor that does not come after it still builds, is verified
     and kept in the artifact cache, so the rerun after the fix rebuilds only the failed
     one. Then the first error is raised, naming the others and what was kept."""
     ctx, stage = staged.prepared.ctx, staged.stage
-    selected = staged.prepared.inputs.planned.loaded.selected
+    loaded = staged.prepared.inputs.planned.loaded
+    selected = loaded.selected
+    steps_started = time.monotonic()
+    _record_provision(ctx.logs, steps_started - loaded.started)
     series = ctx.logs / records.MEMORY_SERIES  # kiln/timings/ draws it
     series.unlink(missing_ok=True)
     watch = memwatch.Watcher(os.getpid(), interval=2.0, series=series)
@@ -379,7 +397,7 @@ def build_vendors(staged: Staged) -> Built:
         )
     if errors:
         raise _first_error(errors, results, ctx)
-    return Built(staged, results, at_once, watch.peak_kib)
+    return Built(staged, results, at_once, watch.peak_kib, steps_started)
 
 
 class _Skipped(Exception):
@@ -450,12 +468,13 @@ def _carry_over(previous: Path, stage: Path, head: Manifest, rebuilt: set[str]) 
     return kept
 
 
-def write_release(built: Built, started: float, steps_started: float) -> Release:
-    """The manifest and the release files, in the staging folder. ``started``: when the
-    build began; ``steps_started``: when its first step did (provisioning in between)."""
+def write_release(built: Built, stack: contextlib.ExitStack | None = None) -> Release:
+    """The manifest and the release files, in the staging folder (the wall and the bound
+    from when the build began and when its first step did: provisioning in between)."""
     prepared = built.staged.prepared
     ctx, stage, given = prepared.ctx, built.staged.stage, prepared.inputs
     loaded, budget = given.planned.loaded, given.planned.budget
+    started, steps_started = loaded.started, built.steps_started
     warnings = list(prepared.warnings)
     for w in given.snapshot.warnings():
         log.warning("%s", w)
@@ -502,49 +521,13 @@ def write_release(built: Built, started: float, steps_started: float) -> Release
     return Release(built, m, bound.describe(limit, paths))
 
 
-def swap_in(release: Release) -> Path:
+def swap_in(release: Release, stack: contextlib.ExitStack | None = None) -> Path:
     """The staging folder becomes the release folder, at once."""
     staged = release.built.staged
     release_dir = staged.prepared.inputs.planned.loaded.release_dir
     fsutil.swap_in(staged.stage, release_dir)
     log.info("release ready: %s", release_dir)
     return release_dir
-
-
-def build(opts: Options) -> Path:
-    """Build the selected vendors of ``opts.workspace``; return the release folder. With
-    ``--timings``, the timings report is written into the logs folder at the end, also
-    when a step failed (from what the steps recorded)."""
-    opts = opts.resolved()
-    started = time.monotonic()
-    reached: Prepared | None = None  # how far the build got (the timings report's input)
-    written: Release | None = None  # the release, once written (its summary's bound line)
-    untouched = _absent_before(opts.artifacts)
-    with contextlib.ExitStack() as stack:
-        try:
-            planned = plan(load(opts))
-            check_plan(planned)
-            stack.callback(planned.peaks.save)
-            lock(opts, stack)
-            # a refusal before any step (preflight) leaves the artifacts folder as it was
-            stack.callback(lambda: _undo(untouched, planned) if reached is None else None)
-            reached = prepare(take_inputs(planned), stack)
-            staged = stage_release(reached, stack)
-            display = reached.ctx.display
-            # the summary, whatever happens from here: with the bound once it is known
-            stack.callback(lambda: _summarize(display, written.bound_line if written else ""))
-            steps_started = time.monotonic()
-            _record_provision(reached.ctx.logs, steps_started - started)
-            built = build_vendors(staged)
-            written = write_release(built, started, steps_started)
-            release_dir = swap_in(written)
-        except KilnError as exc:
-            if opts.timings and reached is not None and not isinstance(exc, Interrupted):
-                _timings(reached, None)
-            raise
-        if opts.timings:
-            _timings(reached, (release_dir, sorted(built.entries)))
-        return release_dir
 
 
 def _record_provision(logs: Path, seconds: float) -> None:
@@ -579,7 +562,7 @@ def _undo(absent: list[Path], planned: Planned) -> None:
                 made.rmdir()
 
 
-def _timings(prepared: Prepared, done: tuple[Path, list[str]] | None) -> None:
+def timings_report(prepared: Prepared, done: tuple[Path, list[str]] | None) -> None:
     """``timings.html`` and ``timings.trace.json`` in the logs folder: the vendors this
     run built (``done``: the release folder and their names), with the manifest just
     written, or, where the build failed, with its budget. A report that cannot be made is
@@ -604,6 +587,7 @@ def _timings(prepared: Prepared, done: tuple[Path, list[str]] | None) -> None:
         log.warning("timings: no report: %s", exc)
 
 
-def _summarize(display: progress.Display, bound_line: str) -> None:
+def summarize(display: progress.Display, bound_line: str) -> None:
+    """The summary table, where any step started (with what bounded the build, once known)."""
     if any(s.state != "queued" for s in display.steps.values()):
         display.print_summary(bound_line)

@@ -30,7 +30,7 @@ from kiln.config.fields import SERIES_FILE, WORKSPACE_FILE
 from kiln.errors import ManifestError, ToolchainError
 from kiln.fsutil import sha256_file
 from kiln.inside import proc
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import pipeline, stages
 from kiln.orchestrate.options import Options
 from kiln.release import manifest
 from kiln.release.manifest import Manifest
@@ -206,4 +206,4 @@ def rebuild(manifest_file: Path, opts: Options) -> Path:
         image=image,
         allow_unpinned_image=unpinned,
     )
-    return pipeline.build(again)
+    return stages.build(again)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from kiln.inside.kit import objcache
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
@@ -28,7 +28,7 @@ def test_corrupt_ccache_entries_are_recompiled_not_used(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[1], archs=["sm_100a"])})
     ccache = tmp_path / "ccache"
-    first = pipeline.build(options(ws, compiler_cache=ccache, artifact_cache=False))
+    first = stages.build(options(ws, compiler_cache=ccache, artifact_cache=False))
     wheel = _wheel(first)
     damaged = 0
     for path in ccache.rglob("*"):
@@ -39,7 +39,7 @@ def test_corrupt_ccache_entries_are_recompiled_not_used(
             path.write_bytes(bytes(data))
             damaged += 1
     assert damaged
-    again = pipeline.build(
+    again = stages.build(
         options(
             ws,
             work=tmp_path / "work-2",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kiln.errors import ConfigError
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from tests import fleet
 from tests.fleet import builder, compiler_info, wheels
 from tests.upstreams import Upstreams
@@ -48,9 +48,9 @@ def test_an_unreachable_store_costs_one_warning_and_the_build_goes_on(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
     nobody = f"redis://127.0.0.1:{fleet.free_port()}"  # nothing listens there
-    local = pipeline.build(builder(options, ws, tmp_path, "local", cache_backend=backend))
+    local = stages.build(builder(options, ws, tmp_path, "local", cache_backend=backend))
     with caplog.at_level("WARNING", logger="kiln"):
-        release = pipeline.build(
+        release = stages.build(
             builder(options, ws, tmp_path, "b", cache_backend=backend, cache_store=nobody)
         )
     info = compiler_info(release)
@@ -67,10 +67,10 @@ def test_a_store_killed_during_the_build_is_a_warning_not_a_failure(
     """ccache's remote storage: the first compile reaches Redis, the next finds it gone."""
     ws = _slow_plain(tmp_path, upstreams)
     marker = tmp_path / "compiling"
-    local = pipeline.build(builder(options, ws, tmp_path, "local"))
+    local = stages.build(builder(options, ws, tmp_path, "local"))
     _kill_when(marker, redis_server.kill)
     monkeypatch.setenv("PLAIN_STARTED_MARKER", str(marker))
-    release = pipeline.build(builder(options, ws, tmp_path, "b", cache_store=redis_server.url))
+    release = stages.build(builder(options, ws, tmp_path, "b", cache_store=redis_server.url))
     info = compiler_info(release)
     fleet.report("ccache, Redis killed mid-build", info)
     assert info["store"] == "reachable" and info["errors"] >= 1, info
@@ -84,7 +84,7 @@ def test_a_damaged_remote_entry_is_never_used(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
     shared = {"cache_backend": backend, "cache_store": redis_server.url}
-    a = pipeline.build(builder(options, ws, tmp_path, "a", **shared))
+    a = stages.build(builder(options, ws, tmp_path, "a", **shared))
     keys = [k for k in redis_server.cli("--scan").split() if k]
     assert keys
     for key in keys:  # every entry damaged at its start and in its middle
@@ -94,7 +94,7 @@ def test_a_damaged_remote_entry_is_never_used(
     where = {"work": tmp_path / "a" / "work"} if backend == "sccache" else {}
     if where:
         shutil.rmtree(tmp_path / "a" / "work")
-    b = pipeline.build(builder(options, ws, tmp_path, "b", **shared, **where))
+    b = stages.build(builder(options, ws, tmp_path, "b", **shared, **where))
     info = compiler_info(b)
     fleet.report(f"{backend}, every remote entry damaged", info)
     assert info["remote_hits"] == 0, info  # nothing damaged was used: everything compiled
@@ -130,7 +130,7 @@ def test_a_build_server_killed_mid_compile_leaves_the_compile_to_this_machine(
     job start and never saw it complete), not before any was sent: the build falls back
     to this machine and makes the same wheel."""
     ws = _slow_plain(tmp_path, upstreams)
-    local = pipeline.build(builder(options, ws, tmp_path, "local", cache_backend="sccache"))
+    local = stages.build(builder(options, ws, tmp_path, "local", cache_backend="sccache"))
     monkeypatch.setenv("KILN_DIST_TOKEN", dist_servers.token)
 
     def kill_servers() -> None:
@@ -139,7 +139,7 @@ def test_a_build_server_killed_mid_compile_leaves_the_compile_to_this_machine(
 
     scheduler_log = dist_servers.logs[0]
     watcher, started = _kill_at_a_started_job(scheduler_log, kill_servers)
-    release = pipeline.build(builder(options, ws, tmp_path, "remote", distribute=dist_servers.url))
+    release = stages.build(builder(options, ws, tmp_path, "remote", distribute=dist_servers.url))
     watcher.join(timeout=5)
     info = compiler_info(release)
     fleet.report("build servers killed mid-compile", info)
@@ -168,7 +168,7 @@ def test_credentials_stay_out_of_everything_kiln_writes(
         distribute=f"http://127.0.0.1:{fleet.free_port()}",  # no scheduler: a warning
     )
     try:
-        release = pipeline.build(opts)
+        release = stages.build(opts)
     finally:
         redis_server.kill()
     # The password was used (Redis refuses a client without it) and written down nowhere.
@@ -180,6 +180,6 @@ def test_credentials_stay_out_of_everything_kiln_writes(
         assert secret.encode() not in data and token.encode() not in data, path
 
     with pytest.raises(ConfigError, match="credentials do not go in the URL"):
-        pipeline.build(
+        stages.build(
             builder(options, ws, tmp_path, "c", cache_store=f"redis://:{secret}@127.0.0.1:1")
         )

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kiln.errors import BuildError
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests.upstreams import HOST_C, INIT_PY, MIT, SETUP_PY
 from tests.workspace import write
@@ -67,7 +67,7 @@ def test_hard_coded_archs_are_rewritten_to_the_profiles_and_a_foreign_unit_is_re
     )
 
     with pytest.raises(BuildError) as info:
-        pipeline.build(options(ws, mirrors=mirrors))
+        stages.build(options(ws, mirrors=mirrors))
     msg = str(info.value)
     for line in (
         "in csrc/kernels.cu:",
@@ -88,7 +88,7 @@ def test_hard_coded_archs_are_rewritten_to_the_profiles_and_a_foreign_unit_is_re
     assert "kept, verified, in the artifact cache: wide" in msg, msg
 
     # the wide upstream was verified in that run; its release now comes from the cache
-    release = pipeline.build(options(ws, mirrors=mirrors, vendors=("wide",)))
+    release = stages.build(options(ws, mirrors=mirrors, vendors=("wide",)))
     entry = json.loads((release / "manifest.json").read_text())["vendors"]["wide"]
     assert entry["environment"]["KILN_NVCC_ARCHS"] == "sm_100a sm_103a"
     (wheel,) = [o for o in entry["outputs"] if o["kind"] == "wheel"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from kiln.orchestrate.runlock import Busy
 from kiln.release import manifest
 from tests import require
@@ -40,12 +40,12 @@ def test_unchanged_inputs_reuse_outputs_and_one_change_rebuilds_one(
     beta = plain_vendor(upstreams.plain[0], archs=[], env={"PLAIN_DIST_NAME": "plainbeta"})
     vendors = {"alpha": plain_vendor(upstreams.plain[0], archs=[]), "beta": beta}
     ws = write(tmp_path / "ws", vendors)
-    release = pipeline.build(options(ws))
+    release = stages.build(options(ws))
     first, first_files = _read(release), _files(release)
     assert _statuses(first) == {"alpha": "miss", "beta": "miss"}
 
     with caplog.at_level(logging.INFO, logger="kiln"):
-        pipeline.build(options(ws))
+        stages.build(options(ws))
     second = _read(release)
     assert _statuses(second) == {"alpha": "hit", "beta": "hit"}
     assert _files(release) == first_files
@@ -55,7 +55,7 @@ def test_unchanged_inputs_reuse_outputs_and_one_change_rebuilds_one(
     # One input of one vendor changes (its recipe's environment): only it rebuilds.
     beta["build"]["env"]["EXTRA_SETTING"] = "1"
     write(tmp_path / "ws", {**vendors, "beta": beta})
-    third = _read(pipeline.build(options(ws)))
+    third = _read(stages.build(options(ws)))
     assert _statuses(third) == {"alpha": "hit", "beta": "miss"}
 
 
@@ -63,12 +63,12 @@ def test_tampered_artifact_cache_entry_is_discarded_and_rebuilt(
     tmp_path: Path, upstreams: Upstreams, options, caplog: pytest.LogCaptureFixture
 ) -> None:
     ws = write(tmp_path / "ws", {"alpha": plain_vendor(upstreams.plain[0], archs=[])})
-    release = pipeline.build(options(ws))
+    release = stages.build(options(ws))
     wheel_before = _files(release)
     (cached,) = (tmp_path / "cache" / "artifacts").glob("*/files/wheels/*.whl")
     cached.write_bytes(cached.read_bytes() + b"tampered")
     with caplog.at_level(logging.WARNING, logger="kiln"):
-        again = _read(pipeline.build(options(ws)))
+        again = _read(stages.build(options(ws)))
     assert "artifact cache entry" in caplog.text and "is damaged" in caplog.text
     assert _statuses(again) == {"alpha": "miss"}  # rebuilt, not reused
     assert _files(release) == wheel_before
@@ -81,13 +81,11 @@ def test_compiler_cache_hits_from_another_work_tree_path(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
     ccache = tmp_path / "ccache"
-    a = pipeline.build(
-        options(ws, work=tmp_path / "a", compiler_cache=ccache, artifact_cache=False)
-    )
+    a = stages.build(options(ws, work=tmp_path / "a", compiler_cache=ccache, artifact_cache=False))
     first = _read(a)["vendors"]["plain"]["caches"]["compiler"]
     wheel = _files(a)
     assert first["tool"] == "ccache" and first["misses"] >= 1 and first["hits"] == 0
-    b = pipeline.build(
+    b = stages.build(
         options(
             ws,
             work=tmp_path / "elsewhere" / "b",

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from kiln.errors import BuildError, ConfigError
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import pipeline, stages
 from kiln.runners.docker import KEPT_PREFIX
 from kiln.toolchain.checks import cuobjdump
 from tests import dockerimage
@@ -110,7 +110,7 @@ def test_docker_build_has_both_archs_and_matches_local(
     profile = {**NO_TORCH, "cuda": PROFILE["cuda"]}
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])}, profile=profile)
     toolkit = str(pypi_cuda.parent)  # its links point into the venv beside it: mount both
-    release = pipeline.build(
+    release = stages.build(
         docker_options(ws, docker_mounts=[f"{toolkit}:{toolkit}"], cuda_home=str(pypi_cuda))
     )
     data = json.loads((release / "manifest.json").read_text())
@@ -124,7 +124,7 @@ def test_docker_build_has_both_archs_and_matches_local(
 
     # Built again on the host, from scratch (no compiler or artifact cache shared with the
     # Docker build), in other folders.
-    local = pipeline.build(
+    local = stages.build(
         options(
             ws,
             artifacts=tmp_path / "local-artifacts",
@@ -161,7 +161,7 @@ def test_compiler_cache_is_a_volume_shared_by_docker_builds(
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
     counts = []
     for name in ("a", "b"):
-        release = pipeline.build(
+        release = stages.build(
             docker_options(
                 ws,
                 artifacts=tmp_path / f"artifacts-{name}",
@@ -198,7 +198,7 @@ def test_docker_builds_share_a_redis_store_through_the_host_network(
     for name in ("a", "b"):
         work = tmp_path / "work-a" if backend == "sccache" else tmp_path / f"work-{name}"
         shutil.rmtree(work, ignore_errors=True)  # sccache: B builds where A did (test_fleet)
-        release = pipeline.build(
+        release = stages.build(
             docker_options(
                 ws,
                 artifacts=tmp_path / f"artifacts-{name}",
@@ -222,7 +222,7 @@ def _failing_build(tmp_path: Path, upstreams: Upstreams, docker_options, script:
     vendor["build"].update(kind="inplace", command=["sh", "-c", script], outputs=["*.so"])
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
     with pytest.raises(BuildError) as info:
-        pipeline.build(docker_options(ws, **o))
+        stages.build(docker_options(ws, **o))
     return info.value
 
 
@@ -268,7 +268,7 @@ def test_out_of_memory_is_reported_as_such(
     )
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
     with pytest.raises(BuildError) as info:
-        pipeline.build(docker_options(ws, mem_limit_gib=0.25))
+        stages.build(docker_options(ws, mem_limit_gib=0.25))
     assert "killed: out of memory (limit 0.25 GiB): lower --jobs or raise the limit" in str(
         info.value
     )
@@ -289,7 +289,7 @@ def test_network_is_off_in_build_containers(
     vendor["build"].update(kind="inplace", outputs=["*.so"], command=["python3", "-c", probe])
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
     with pytest.raises(BuildError) as info:
-        pipeline.build(docker_options(ws))
+        stages.build(docker_options(ws))
     msg = str(info.value)
     # the container's own words are in the step's log (the screen keeps the diagnosis)
     log = (tmp_path / "artifacts" / "logs" / "test-release" / "plain-build.log").read_text()
@@ -314,7 +314,7 @@ def test_a_step_that_downloads_is_refused_with_the_url_in_the_container(
     vendor["build"].update(kind="inplace", outputs=["*.so"], command=["python3", "-c", fetch])
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
     with pytest.raises(BuildError) as info:
-        pipeline.build(docker_options(ws, offline=offline))
+        stages.build(docker_options(ws, offline=offline))
     msg = str(info.value)
     assert f"the upstream's build tried to download {server}" in msg, msg
     assert "and builds are offline" in msg
@@ -328,7 +328,7 @@ def test_unpinned_image_is_refused_without_the_flag(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])}, profile=NO_TORCH)
     with pytest.raises(ConfigError, match=f"image {test_image} is not pinned by digest"):
-        pipeline.build(docker_options(ws, allow_unpinned_image=False))
+        stages.build(docker_options(ws, allow_unpinned_image=False))
 
 
 def test_daemon_unreachable_is_one_clear_line(tmp_path: Path, upstreams: Upstreams) -> None:
@@ -490,5 +490,5 @@ def test_the_missing_headers_apt_get_applied_to_the_image_builds(
     assert m, msg
     assert m[1] == "libhwloc-dev"
     image = dockerimage.with_packages(client, [m[1]])
-    pipeline.build(docker_options(tmp_path / "ws", image=image))
+    stages.build(docker_options(tmp_path / "ws", image=image))
     assert (tmp_path / "artifacts" / "test-release" / "manifest.json").is_file()

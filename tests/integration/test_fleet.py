@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from tests import fleet
 from tests.fleet import builder as _builder
 from tests.fleet import compiler_info as _compiler
@@ -25,7 +25,7 @@ def test_a_second_builder_takes_the_first_builders_compiles_from_redis(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
     shared = {"cache_store": redis_server.url, "cache_backend": backend}
-    a = pipeline.build(_builder(options, ws, tmp_path, "a", **shared))
+    a = stages.build(_builder(options, ws, tmp_path, "a", **shared))
     first = _compiler(a)
     assert first["tool"] == backend and first["store"] == "reachable"
     assert first["misses"] >= 2 and first["hits"] == 0, first
@@ -38,7 +38,7 @@ def test_a_second_builder_takes_the_first_builders_compiles_from_redis(
     if backend == "sccache":
         shutil.rmtree(tmp_path / "a" / "work")
         where = {"work": tmp_path / "a" / "work"}
-    b = pipeline.build(_builder(options, ws, tmp_path, "b", **shared, **where))
+    b = stages.build(_builder(options, ws, tmp_path, "b", **shared, **where))
     second = _compiler(b)
     assert second["local_hits"] == 0  # B's own folder was empty
     rate = second["remote_hits"] / (second["hits"] + second["misses"])
@@ -48,7 +48,7 @@ def test_a_second_builder_takes_the_first_builders_compiles_from_redis(
     assert _wheels(b) == _wheels(a)
 
     # And the bytes a build without any compiler cache makes (kiln verify's way).
-    plain = pipeline.build(_builder(options, ws, tmp_path, "c", no_compiler_cache=True))
+    plain = stages.build(_builder(options, ws, tmp_path, "c", no_compiler_cache=True))
     assert _compiler(plain)["tool"] is None
     assert _wheels(plain) == _wheels(a)
 
@@ -57,9 +57,9 @@ def test_a_distributed_build_gives_the_bytes_of_a_local_one(
     tmp_path: Path, upstreams: Upstreams, options, dist_servers: fleet.Dist, monkeypatch
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
-    local = pipeline.build(_builder(options, ws, tmp_path, "local", cache_backend="sccache"))
+    local = stages.build(_builder(options, ws, tmp_path, "local", cache_backend="sccache"))
     monkeypatch.setenv("KILN_DIST_TOKEN", dist_servers.token)
-    remote = pipeline.build(_builder(options, ws, tmp_path, "remote", distribute=dist_servers.url))
+    remote = stages.build(_builder(options, ws, tmp_path, "remote", distribute=dist_servers.url))
     data = json.loads((remote / "manifest.json").read_text())
     assert data["scheduler"]["remote_slots"] >= 2
     step = data["vendors"]["plain"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import pipeline, stages
 from kiln.toolchain.checks import find_cuda_home, nvcc_version
 from kiln.verbs import demo_workspace as demo
 from tests.conftest import REPO, artifacts_files
@@ -73,7 +73,7 @@ def test_demo_extension_computes_on_the_gpu(tmp_path: Path) -> None:
     (ws / "vendors/vecadd.toml").write_text(tomlkit.dumps(vendor))
 
     mirrors = demo.prepare(ws, tmp_path / "upstreams")
-    release = pipeline.build(
+    release = stages.build(
         pipeline.Options(
             workspace=ws,
             artifacts=tmp_path / "artifacts",
@@ -157,7 +157,7 @@ def test_flashmla_from_its_bundle_passes_its_own_gpu_test(tmp_path: Path) -> Non
     )
     (ws / "kiln.toml").write_text(tomlkit.dumps(meta))
     mirrors = public.mirrors(tmp_path / "mirrors", ws)
-    release = pipeline.build(
+    release = stages.build(
         pipeline.Options(
             workspace=ws,
             artifacts=tmp_path / "artifacts",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import pipeline, stages
 from tests.conftest import run_kiln, shared_cache
 from tests.releases import edit_manifest
 from tests.upstreams import Upstreams
@@ -50,7 +50,7 @@ def release(tmp_path_factory: pytest.TempPathFactory, upstreams: Upstreams, buil
         python=str(build_python),
         toolchain="pypi",
     )
-    return pipeline.build(opts), root, upstreams.mirrors
+    return stages.build(opts), root, upstreams.mirrors
 
 
 def _gpu_test(release: Path, root: Path, mirrors: Path, *args: str, env=None):

@@ -23,7 +23,7 @@ import zstandard
 
 from kiln.config.workspace import Workspace
 from kiln.errors import ArchiveError, BuildError, VerifyError
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import pipeline, stages
 from kiln.orchestrate.kinds.inplace import arch_family, pack_tree
 from kiln.release import archive, manifest
 from kiln.verbs import demo_workspace as demo
@@ -114,7 +114,7 @@ def tiny(
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PIP_FIND_LINKS", str(wheelhouse))
         env.setenv("PIP_NO_INDEX", "1")
-        release = pipeline.build(opts)
+        release = stages.build(opts)
     return {
         "root": root,
         "ws": ws,
@@ -599,7 +599,7 @@ def test_upstream_without_a_license_fails(tmp_path: Path, upstreams: Upstreams, 
     vendor["source"]["license"] = "COPYING"
     ws = write(tmp_path / "ws", {"plain": vendor})
     with pytest.raises(VerifyError, match="plain: no license file at COPYING in its source"):
-        pipeline.build(options(ws))
+        stages.build(options(ws))
 
 
 def test_submodule_without_a_license_fails_naming_it_before_the_compile(
@@ -609,7 +609,7 @@ def test_submodule_without_a_license_fails_naming_it_before_the_compile(
     vendor["source"]["submodules"] = [{"path": "third_party/hdr", "license": "NOTICE"}]
     ws = write(tmp_path / "ws", {"plain": vendor})
     with pytest.raises(VerifyError) as info:
-        pipeline.build(options(ws))
+        stages.build(options(ws))
     msg = str(info.value)
     assert msg.startswith(
         "plain: submodule third_party/hdr has no license file (looked for NOTICE)"
@@ -625,7 +625,7 @@ def test_submodule_license_that_does_not_match_its_id_fails(
     vendor["source"]["submodules"] = [{"path": "third_party/hdr", "license_id": "BSD-3-Clause"}]
     ws = write(tmp_path / "ws", {"plain": vendor})
     with pytest.raises(VerifyError, match="submodule third_party/hdr: LICENSE does not read like"):
-        pipeline.build(options(ws))
+        stages.build(options(ws))
 
 
 def test_license_that_does_not_match_its_id_fails(
@@ -635,7 +635,7 @@ def test_license_that_does_not_match_its_id_fails(
     vendor["source"]["license_id"] = "Apache-2.0"
     ws = write(tmp_path / "ws", {"plain": vendor})
     with pytest.raises(VerifyError, match="does not read like Apache-2.0"):
-        pipeline.build(options(ws))
+        stages.build(options(ws))
 
 
 def test_failing_build_script_reports_log_tail_and_path(
@@ -645,7 +645,7 @@ def test_failing_build_script_reports_log_tail_and_path(
     vendor["build"]["env"]["TINYINFER_ACCELERATOR"] = "ascend"
     ws = write(tmp_path / "ws", {"tinyinfer": vendor})
     with pytest.raises(BuildError) as info:
-        pipeline.build(options(ws, mirrors=tiny["mirrors"]))
+        stages.build(options(ws, mirrors=tiny["mirrors"]))
     msg = str(info.value)
     assert "building tinyinfer failed" in msg
     assert "./build.sh failed with exit code 2" in msg

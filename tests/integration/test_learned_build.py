@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kiln.errors import ConfigError
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from kiln.plan import jobs, schedule
 from kiln.release import manifest
 from kiln.sources.gitrepo import CommitSpec, make_repo
@@ -56,7 +56,7 @@ def test_a_build_from_another_builds_learned_data_starts_like_its_next(
     first = options(
         ws, mirrors=mirrors, jobs=1, mem_budget_gib=8.0, no_compiler_cache=True, save_learned=True
     )
-    release = pipeline.build(first)
+    release = stages.build(first)
     # Nothing learned: the estimate from the code, which src/a.c's long comment misleads
     # (the check below can fail): it reads the most, so it goes first.
     assert _compiled_in_order(first.artifacts) == ["src/a.c", "src/big.c", "src/b.c", "src/c.c"]
@@ -119,7 +119,7 @@ def test_a_step_that_fails_after_its_compiles_is_learned_from_by_the_pipeline(
     ws = write(tmp_path / "ws", {"fix": vendor})
     opts = options(ws, mirrors=mirrors, jobs=1, mem_budget_gib=8.0, no_compiler_cache=True)
     with pytest.raises(Exception) as raised:
-        pipeline.build(opts)
+        stages.build(opts)
     assert "libnever.so" in str(raised.value), raised.value
     assert type(raised.value).__name__ != "StepFailed"
     learned = json.loads((opts.cache / "peaks.json").read_text())["fix"]

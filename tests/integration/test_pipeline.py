@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kiln.errors import BuildError, PreflightError, VerifyError
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from kiln.release import manifest
 from kiln.runners import isolation
 from tests.conftest import artifacts_files, build_args, run_kiln, start_kiln_until
@@ -29,7 +29,7 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
         patches={"greeting.patch": PATCH},
         series=[{"file": "greeting.patch", "target": "plain"}],
     )
-    release = pipeline.build(options(ws))
+    release = stages.build(options(ws))
 
     data = json.loads((release / "manifest.json").read_text())
     entry = data["vendors"]["plain"]
@@ -96,7 +96,7 @@ def test_wheel_over_its_size_budget_fails_naming_its_largest_members(
     vendor = plain_vendor(upstreams.plain[0], archs=[], max_wheel_mib=0.001)
     ws = write(tmp_path / "ws", {"plain": vendor})
     with pytest.raises(BuildError) as info:
-        pipeline.build(options(ws))
+        stages.build(options(ws))
     msg = str(info.value)
     assert "over vendors/plain.toml's build.max_wheel_mib = 0.001" in msg
     assert "largest members (compressed): plainext/_host" in msg, msg
@@ -109,7 +109,7 @@ def test_wheel_missing_an_arch_fails_and_leaves_nothing(
     """plain@1 compiles sm_100a only; the recipe asks for sm_100a and sm_103a."""
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[1])})
     with pytest.raises(VerifyError) as info:
-        pipeline.build(options(ws))
+        stages.build(options(ws))
     msg = str(info.value)
     assert "plainext/_kernels" in msg and "missing sm_103a" in msg
     assert artifacts_files(tmp_path / "artifacts") == []
@@ -124,7 +124,7 @@ def test_host_only_wheel_passes_when_recipe_builds_no_device_code(
     tmp_path: Path, upstreams: Upstreams, options
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[0], archs=[])})
-    release = pipeline.build(options(ws))
+    release = stages.build(options(ws))
     outputs = json.loads((release / "manifest.json").read_text())["vendors"]["plain"]["outputs"]
     (out,) = [o for o in outputs if o["kind"] == "wheel"]
     assert [o["sass"] for o in out["shared_objects"]] == [[]]
@@ -135,7 +135,7 @@ def test_device_code_where_recipe_says_none_fails(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2], archs=[])})
     with pytest.raises(VerifyError, match="holds device code .* the recipe builds none"):
-        pipeline.build(options(ws))
+        stages.build(options(ws))
     assert artifacts_files(tmp_path / "artifacts") == []
 
 
@@ -148,7 +148,7 @@ def test_absent_patch_stops_before_any_work(tmp_path: Path, upstreams: Upstreams
     with pytest.raises(
         PreflightError, match=r"missing.patch \(for plain\) is listed .* absent"
     ) as info:
-        pipeline.build(options(ws))
+        stages.build(options(ws))
     # Where it belongs: the workspace's patches/, not the build's snapshot of it.
     assert f"put it at {ws.resolve()}/patches/missing.patch (" in str(info.value)
     # nothing fetched or built: the cache holds only what the tests link in (shared_cache)
@@ -159,7 +159,7 @@ def test_absent_patch_stops_before_any_work(tmp_path: Path, upstreams: Upstreams
 def test_nvcc_missing(tmp_path: Path, upstreams: Upstreams, options) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
     with pytest.raises(PreflightError, match=r"nvcc not found at /nonexistent/bin/nvcc"):
-        pipeline.build(options(ws, cuda_home="/nonexistent", toolchain="system"))
+        stages.build(options(ws, cuda_home="/nonexistent", toolchain="system"))
 
 
 def test_nvcc_of_another_cuda_major(tmp_path: Path, upstreams: Upstreams, options) -> None:
@@ -173,7 +173,7 @@ def test_nvcc_of_another_cuda_major(tmp_path: Path, upstreams: Upstreams, option
         match=r"is CUDA 13\.0\.\d+ \(another major version\), "
         r"the profile asks for CUDA 12\.8",
     ):
-        pipeline.build(options(ws, toolchain="system"))
+        stages.build(options(ws, toolchain="system"))
 
 
 def test_torch_of_another_version_is_refused(tmp_path: Path, upstreams: Upstreams, options) -> None:
@@ -187,7 +187,7 @@ def test_torch_of_another_version_is_refused(tmp_path: Path, upstreams: Upstream
         match=r"torch in .* is 2\.14\.1\+cu130, the profile "
         r"pins 2\.13\.0\+cu130",
     ):
-        pipeline.build(options(ws))
+        stages.build(options(ws))
 
 
 def test_rebuilding_one_vendor_keeps_the_others(
@@ -195,9 +195,9 @@ def test_rebuilding_one_vendor_keeps_the_others(
 ) -> None:
     beta = plain_vendor(upstreams.plain[0], archs=[], env={"PLAIN_DIST_NAME": "plainbeta"})
     ws = write(tmp_path / "ws", {"alpha": plain_vendor(upstreams.plain[0], archs=[]), "beta": beta})
-    release = pipeline.build(options(ws))
+    release = stages.build(options(ws))
     first = json.loads((release / "manifest.json").read_text())
-    pipeline.build(options(ws, vendors=["alpha"]))
+    stages.build(options(ws, vendors=["alpha"]))
     second = json.loads((release / "manifest.json").read_text())
     assert set(second["vendors"]) == {"alpha", "beta"}
     assert second["vendors"]["beta"] == first["vendors"]["beta"]
@@ -218,7 +218,7 @@ def test_two_vendors_making_one_wheel_name_is_an_error(
         BuildError,
         match=r"alpha and beta both made plainext-1\.2\.0\+cu132\.torch2\.14\.g\w{7}-.*whl",
     ):
-        pipeline.build(options(ws))
+        stages.build(options(ws))
     assert artifacts_files(tmp_path / "artifacts") == []
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from kiln.config.models import Profile
-from kiln.orchestrate import pipeline
+from kiln.orchestrate import stages
 from kiln.release.wheelfix import local_label
 from kiln.verbs import rebuild_check as rebuild
 from tests import upstreams as fixture_upstreams
@@ -45,7 +45,7 @@ def build_twice(
     try:
         for run in ("first", "second"):
             ws = write(tmp_path / f"ws-{run}", {"plain": vendor})
-            release = pipeline.build(
+            release = stages.build(
                 options(
                     ws,
                     artifacts=tmp_path / f"{run}/artifacts",
@@ -138,7 +138,7 @@ def test_version_label_is_consistent_everywhere(
     tmp_path: Path, upstreams: Upstreams, options
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[0], archs=[])})
-    release = pipeline.build(options(ws))
+    release = stages.build(options(ws))
     (wheel,) = (release / "wheels").glob("*.whl")
     label = local_label(Profile.model_validate(PROFILE), upstreams.plain[0], [])
     assert label == f"cu132.torch2.14.g{upstreams.plain[0][:7]}"
@@ -168,7 +168,7 @@ def test_verify_names_the_arch_whose_sass_differs(
     for index in (1, 2):
         vendor = plain_vendor(upstreams.plain[index], archs=["sm_100a"] if index == 1 else None)
         ws = write(tmp_path / f"ws{index}", {"plain": vendor})
-        release = pipeline.build(options(ws, artifacts=tmp_path / f"a{index}"))
+        release = stages.build(options(ws, artifacts=tmp_path / f"a{index}"))
         wheels.append(next((release / "wheels").glob("*.whl")))
     lines = rebuild.explain(wheels[0], wheels[1])
     text = "\n".join(lines)

@@ -29,7 +29,7 @@ from kiln.config.workspace import Workspace, read_profiles
 from kiln.errors import ConfigError, KilnError, ToolchainError
 from kiln.inside import proc
 from kiln.inside.facts import find_cuda_home, nvcc_version
-from kiln.orchestrate import dryrun
+from kiln.orchestrate import dryrun, stages
 from kiln.orchestrate.options import Options, ToolchainChoice
 from kiln.release.files import REQUIREMENTS
 from kiln.sources import origins
@@ -294,7 +294,7 @@ def dry_run(
         cuda_home=cuda_home,
         toolchain=toolchain,
     )
-    return dryrun.plan(opts)
+    return stages.dry_run(opts)
 
 
 __all__ = ["Added", "add", "add_recipe", "default_name", "dry_run"]

@@ -1,0 +1,104 @@
+"""A build as one list of stages (nox's ``workflow.execute`` over one tuple of tasks is
+the model): each stage *does* its part of a build (:mod:`kiln.orchestrate.pipeline`:
+the value the stage before it returned, and the build's exit stack for what it opens,
+to the next value) and *says* what it would do in a dry run
+(:mod:`kiln.orchestrate.dryrun`: what it would make or fetch, the refusal it would
+raise). :func:`build` and :func:`dry_run` walk the same :data:`STAGES`, so a new stage
+is one line here, in its place.
+
+    load       Options -> Loaded: the workspace and the vendors asked for, their
+               ``build.after`` checked
+    plan       Loaded -> Planned: the memory budget and CPU slots; one job of every step
+               must fit
+    lock       Planned -> Locked: one build per artifacts/ folder (a second refuses, or
+               waits); what the build makes there is undone if it is refused before its
+               first step
+    inputs     Locked -> Inputs: where sources come from (kiln/sources/origins.py), the
+               logs folder, a snapshot of the patches and TOMLs (edits mid-run never mix
+               in)
+    prepare    Inputs -> Prepared: where the steps run, preflight (every problem at once),
+               the compile gate, caches, display; the manifest's header
+    stage      Prepared -> Staged: the work folder locked, the staging folder made
+    vendors    Staged -> Built: every vendor at once (``build.after`` orders them), each
+               in a thread
+    release    Built -> Release: the previous release's unchanged vendors, the manifest
+               and release files, in the staging folder
+    swap_in    Release -> Path: the staging folder swapped in for the release folder
+
+Whatever a stage raises, the exit stack releases every lock, the staging folder and the
+gate, so nothing half-written reaches ``artifacts/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from kiln.errors import Interrupted, KilnError
+from kiln.orchestrate import dryrun, pipeline
+from kiln.orchestrate.options import Options
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    # the build: the value before -> the next (its resources on the build's exit stack)
+    does: Callable[[Any, contextlib.ExitStack], Any]
+    # the dry run: what it would do, and its refusals, added to what was said before
+    says: Callable[[dryrun.Said], dryrun.Said]
+
+
+STAGES: Final[tuple[Stage, ...]] = (
+    Stage("load", pipeline.load, dryrun.says_load),
+    Stage("plan", pipeline.plan_stage, dryrun.says_plan),
+    Stage("lock", pipeline.lock, dryrun.says_lock),
+    Stage("inputs", pipeline.take_inputs, dryrun.says_inputs),
+    Stage("prepare", pipeline.prepare, dryrun.says_prepare),
+    Stage("stage", pipeline.stage_release, dryrun.says_stage),
+    Stage("vendors", pipeline.build_vendors, dryrun.says_vendors),
+    Stage("release", pipeline.write_release, dryrun.says_nothing),
+    Stage("swap_in", pipeline.swap_in, dryrun.says_nothing),
+)
+
+
+def build(opts: Options) -> Path:
+    """Build the selected vendors of ``opts.workspace``; return the release folder. The
+    summary is shown whatever happens once a step started; with ``--timings``, the
+    timings report is written into the logs folder at the end, also when a step failed
+    (from what the steps recorded)."""
+    value: Any = opts
+    prepared: pipeline.Prepared | None = None  # how far the build got (the report's input)
+    release: pipeline.Release | None = None  # written (the summary's bound line)
+    timings = opts.timings
+    with contextlib.ExitStack() as stack:
+        try:
+            for stage in STAGES:
+                value = stage.does(value, stack)
+                if isinstance(value, pipeline.Prepared):
+                    prepared = value
+                elif isinstance(value, pipeline.Release):
+                    release = value
+        except KilnError as exc:
+            if timings and prepared is not None and not isinstance(exc, Interrupted):
+                pipeline.timings_report(prepared, None)
+            raise
+        finally:
+            if prepared is not None:
+                pipeline.summarize(prepared.ctx.display, release.bound_line if release else "")
+        assert isinstance(value, Path) and release is not None and prepared is not None
+        if timings:
+            pipeline.timings_report(prepared, (value, sorted(release.built.entries)))
+        return value
+
+
+def dry_run(opts: Options) -> dryrun.DryRun:
+    """What the build would do, every stage asked instead of run. Raises what the build
+    raises before anything can be planned (an unreadable workspace: the same error, the
+    same code)."""
+    said = dryrun.Said(opts.resolved())
+    for stage in STAGES:
+        said = stage.says(said)
+    return dryrun.dry_run_of(said)
