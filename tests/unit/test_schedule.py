@@ -348,17 +348,18 @@ LOCK_CHILD = textwrap.dedent(
     import sys
     from pathlib import Path
     from kiln.orchestrate import runlock as buildlock
+    released = Path(sys.argv[3])  # made by the holder just before it lets go
     with buildlock.hold([Path(sys.argv[1])], wait=sys.argv[2] == "wait"):
-        print("got the lock", flush=True)
+        print(f"got the lock; the holder had let go: {released.exists()}", flush=True)
     """
 )
 
 
 def test_second_build_on_the_same_folders_refuses_or_waits(tmp_path: Path) -> None:
-    folder = tmp_path / "artifacts"
+    folder, released = tmp_path / "artifacts", tmp_path / "released"
     with buildlock.hold([folder]):
         refused = subprocess.run(
-            [sys.executable, "-c", LOCK_CHILD, str(folder), "no"],
+            [sys.executable, "-c", LOCK_CHILD, str(folder), "no", str(released)],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -367,7 +368,7 @@ def test_second_build_on_the_same_folders_refuses_or_waits(tmp_path: Path) -> No
         assert "is in use by another kiln build (pid" in refused.stderr
         assert "got the lock" not in refused.stdout
         waiting = subprocess.Popen(
-            [sys.executable, "-c", LOCK_CHILD, str(folder), "wait"],
+            [sys.executable, "-c", LOCK_CHILD, str(folder), "wait", str(released)],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -379,8 +380,7 @@ def test_second_build_on_the_same_folders_refuses_or_waits(tmp_path: Path) -> No
         assert ready, "the second build never said it waits"
         said = waiting.stderr.readline()
         assert "waiting for the build holding" in said, said
-        # ... and, while this process holds the lock, does not get it
-        time.sleep(0.5)
-        assert waiting.poll() is None
+        # ... and gets it only once this process has let go (an order, not a sleep)
+        released.touch()
     out, _ = waiting.communicate(timeout=30)
-    assert waiting.returncode == 0 and "got the lock" in out
+    assert waiting.returncode == 0 and "got the lock; the holder had let go: True" in out
