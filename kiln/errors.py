@@ -25,6 +25,7 @@ containers raises these too.
 | 16 | GpuTestError: kiln gpu-test could not run, or the upstream's GPU test failed |
 | 17 | TimingsError: kiln timings: no such folder, or no build records in it |
 | 18 | ImportFailed: a built module does not load where the release lands (import proof) |
+| 19 | SignatureError: a release signature missing, by another key, or not matching its files |
 | 130 | Interrupted: Ctrl-C or SIGTERM; nothing half-written is left |
 """
 
@@ -219,6 +220,12 @@ class ImportFailed(VerifyError):
     """A built module does not load where the release lands (the import proof)."""
 
     exit_code = 18
+
+
+class SignatureError(KilnError):
+    """A release's signature is missing, not by the given key, or no longer matches it."""
+
+    exit_code = 19
 
 
 class Interrupted(KilnError):

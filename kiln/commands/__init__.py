@@ -26,6 +26,7 @@ VERBS: dict[str, str] = {
     "publish": "publish",
     "gpu-test": "gpu",
     "verify-wheel": "verify_wheel",
+    "verify-release": "verify_release",
     "timings": "timings",
 }
 

@@ -131,6 +131,7 @@ LEARNED_FROM = FIELD_OPTIONS["learned_from"]
 SAVE_LEARNED = FIELD_OPTIONS["save_learned"]
 TIMINGS = FIELD_OPTIONS["timings"]
 NO_IMPORT_PROOF = FIELD_OPTIONS["import_proof"]
+SIGN = FIELD_OPTIONS["sign"]
 
 BUILD: tuple[Option, ...] = (
     WORKSPACE,
@@ -165,6 +166,7 @@ BUILD: tuple[Option, ...] = (
     ARTIFACT_CACHE,
     NO_ARTIFACT_CACHE,
     NO_IMPORT_PROOF,
+    SIGN,
 )
 
 # --------------------------------------------------------------------------- other verbs' options

@@ -32,7 +32,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     tool("schema", "print the manifest's JSON Schema (made from its models)", schema)
     p = tool("merge", "merge partial release folders (CI jobs) into one release", merge)
     p.add_argument("partials", nargs="+", type=Path, help="partial release folders")
-    o.add(p, o.MERGE_OUT, o.MERGE_WORKSPACE, o.PROFILE)
+    o.add(p, o.MERGE_OUT, o.MERGE_WORKSPACE, o.PROFILE, o.SIGN)
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -65,6 +65,6 @@ def schema(args: argparse.Namespace) -> int:
 def merge(args: argparse.Namespace) -> int:
     from kiln.verbs import merge as merging
 
-    merged = merging.merge(args.partials, args.out, args.workspace, args.profile)
+    merged = merging.merge(args.partials, args.out, args.workspace, args.profile, args.sign)
     out(f"merged {len(args.partials)} partial(s) into {merged}")
     return 0

@@ -165,6 +165,12 @@ class Release(Strict):
         "stays what `install.sh` installs.",
         examples=[True],
     )
+    require_signature: bool = Field(
+        False,
+        description="Refuse to build this release unsigned: a build without `--sign` "
+        "(or `KILN_SIGN`) stops before it compiles anything.",
+        examples=[True],
+    )
     readme_template: InsidePath = Field(
         "release/README.md.in",
         description="The release README's own prose, a file of the workspace: the "

@@ -433,6 +433,17 @@ class Options:
         env="KILN_TIMINGS",
         default=False,
     )
+    sign: str | None = option(
+        "--sign",
+        "sign the release with this key: a PEM private key file (or file:PATH), env:VAR "
+        "(the PEM in a variable), or a securesystemslib signer URI (gcpkms:, awskms:, "
+        "azurekms:, hsm:, sigstore:; its public key in $KILN_SIGN_PUBKEY); the DSSE "
+        "envelope provenance.intoto.dsse.json vouches for every file of the release",
+        group="verification",
+        env="KILN_SIGN",
+        metavar="KEY-URI",
+        default=None,
+    )
     import_proof: bool = option(
         "--no-import-proof",
         "skip the import proof (each output installed as install.sh installs it into the "

@@ -23,7 +23,7 @@ from kiln import __version__, fsutil, source_commit
 from kiln.config import inputs
 from kiln.config.models import Vendor
 from kiln.config.workspace import Workspace
-from kiln.errors import ConfigError, KilnError, with_message
+from kiln.errors import ConfigError, KilnError, SignatureError, with_message
 from kiln.inside import memwatch
 from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
@@ -34,7 +34,7 @@ from kiln.orchestrate.preflight import preflight
 from kiln.orchestrate.runner import runner_or_problem
 from kiln.orchestrate.vendor import StepFailed, VendorBuilt, build_vendor, describe_runner
 from kiln.plan import bound, jobs, schedule
-from kiln.release import artifactcache, files, manifest
+from kiln.release import artifactcache, files, manifest, signing
 from kiln.release.manifest import (
     Manifest,
     ProfileInfo,
@@ -59,6 +59,7 @@ class Loaded:
     selected: tuple[Vendor, ...]
     release_dir: Path
     started: float  # when the build began (time.monotonic)
+    signing: signing.SigningKey | None  # --sign: loaded before anything is spent
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,13 @@ def load(opts: Options, stack: contextlib.ExitStack | None = None) -> Loaded:
                     f"(known: {', '.join(ws.vendors)})"
                 )
     selected = ws.select(list(opts.vendors) if opts.vendors else None)
-    return Loaded(opts, ws, tuple(selected), opts.artifacts / ws.release.name, started)
+    key = signing.load_signer(opts.sign) if opts.sign else None
+    if key is None and ws.release.require_signature:
+        raise SignatureError(
+            f"{ws.root / 'kiln.toml'}: [release] require_signature = true: this release is "
+            "built signed: pass --sign KEY-URI (or set KILN_SIGN)"
+        )
+    return Loaded(opts, ws, tuple(selected), opts.artifacts / ws.release.name, started, key)
 
 
 def plan(loaded: Loaded) -> Planned:
@@ -297,6 +304,7 @@ def header(ctx: Context, planned: Planned) -> Manifest:
                 **ws.release.model_dump(mode="json"),
                 "readme_template": ws.release.readme_template if ws.readme_text else None,
                 "readme_template_text": ws.readme_text,
+                "signed_by": planned.loaded.signing.keyid if planned.loaded.signing else None,
             }
         ),
         profile=ProfileInfo.model_validate(ws.profile.model_dump(mode="json")),
@@ -516,6 +524,9 @@ def write_release(built: Built, stack: contextlib.ExitStack | None = None) -> Re
     reqs = files.requirements(loaded.ws.root, loaded.ws.profile.torch)
     m = m.model_copy(update={"files": files.write_files(stage, m, reqs, loaded.release_dir)})
     manifest.write(stage / manifest.FILE_NAME, m)
+    if loaded.signing is not None:  # last: the envelope vouches for every file above
+        envelope = signing.sign(stage, m, loaded.signing)
+        log.info("signed: %s (key %s)", envelope.name, loaded.signing.keyid[:16])
     if loaded.opts.save_learned:
         learned.save(loaded.ws.root, given.planned.peaks, list(loaded.selected))
     return Release(built, m, bound.describe(limit, paths))

@@ -47,6 +47,9 @@ def file_entry(path: Path, stage: Path, kind: str) -> ReleaseFile:
     return ReleaseFile.model_validate({**_hashed(path, stage), "kind": kind})
 
 
+VERIFY_SCRIPT = "verify-release.py"
+
+
 def requirements(root: Path, torch: str | None, locked: bool = True) -> str:
     """What install.sh installs, from a workspace at ``root``: its
     ``runtime-requirements.lock`` (hash-pinned by `kiln lock`) when ``locked`` and
@@ -230,6 +233,13 @@ def write_files(
     script.write_text(install_script(m, reqs))
     script.chmod(0o755)
     files.append(file_entry(script, stage, "install-script"))
+    if m.release.signed_by:
+        # what install.sh runs to check the release against its signature (the standard
+        # library alone: no kiln where it installs)
+        checker = stage / VERIFY_SCRIPT
+        template = resources.files("kiln").joinpath("templates/verify_signature.py")
+        checker.write_text(template.read_text())
+        files.append(file_entry(checker, stage, "verify-script"))
     for vendor in inplace_vendors(m):
         rebuild = stage / f"rebuild-{vendor}-C.sh"
         rebuild.write_text(rebuild_script(m, vendor))

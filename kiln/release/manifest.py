@@ -42,6 +42,7 @@ FileKind = Literal[
     "sbom",
     "variant-wheel",
     "variants-index",
+    "verify-script",
 ]
 
 
@@ -67,6 +68,12 @@ class ReleaseInfo(Model):
     jit_caches: list[JitCacheInfo] = Field(default_factory=list)
     hub_repo: str | None = None
     variant_wheels: bool = False
+    require_signature: bool = False
+    signed_by: str | None = Field(
+        default=None,
+        description="the keyid (securesystemslib's) of the key whose DSSE envelope "
+        "(provenance.intoto.dsse.json) vouches for every file of the release",
+    )
     readme_template: str | None = Field(
         default=None, description="the workspace's README template, as a path in it"
     )

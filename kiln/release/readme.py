@@ -86,6 +86,15 @@ def _contents(m: Manifest) -> list[str]:
     rows.append(
         "| install.sh | Builds a venv: requirements.txt, the wheels, and the trees built in place |"
     )
+    if m.release.signed_by:
+        rows.append(
+            "| provenance.intoto.dsse.json | The signature: a DSSE envelope over the "
+            "provenance statement, whose subjects are every file here |"
+        )
+        rows.append(
+            "| verify-release.py | What install.sh runs to check every file against the "
+            "signature (Python's standard library alone) |"
+        )
     for f in m.files:
         if f.kind == "rebuild-script":
             rows.append(
@@ -290,9 +299,24 @@ def _sections(m: Manifest) -> dict[str, list[str]]:
         + ")",
         f"hf download {repo} --local-dir {root}/release"
         + ("" if release.hub_repo else "   # ORG/NAME: the Hub repository it was published to"),
-        f"bash {root}/release/install.sh {root}/venv {root}",
+        f"bash {root}/release/install.sh {root}/venv {root}"
+        + (" --pubkey SIGNER.pub" if release.signed_by else ""),
         "```",
         "",
+        *(
+            [
+                "Signed: `provenance.intoto.dsse.json` (a DSSE envelope over the in-toto "
+                "provenance statement) vouches for every file here by its sha256, signed by "
+                f"the key with keyid `{release.signed_by}`. Given that key's public half, "
+                "install.sh checks every file against it before it installs anything "
+                "(`--pubkey`, or `KILN_RELEASE_PUBKEY`), and refuses a file changed, added "
+                "or missing; `python -m kiln verify-release . --key SIGNER.pub` checks the "
+                "same. Without a key, install.sh says it installs unchecked.",
+                "",
+            ]
+            if release.signed_by
+            else []
+        ),
     ]
     sections["jit-caches"] = _jit_caches(release, root)
     rows = ["## Pinned sources", "", "| upstream | repository | commit | submodules |"]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from kiln import fsutil
 from kiln.errors import PublishError
-from kiln.release import manifest
+from kiln.release import manifest, signing
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,9 @@ def checked_files(release: Path) -> list[tuple[str, int]]:
         )
     files = {o.path: o.size for o in data.outputs()}
     files[manifest.FILE_NAME] = path.stat().st_size
+    envelope = release / signing.ENVELOPE_FILE  # the signature travels with the release
+    if envelope.is_file():
+        files[signing.ENVELOPE_FILE] = envelope.stat().st_size
     return sorted(files.items())
 
 
@@ -103,6 +106,7 @@ def foreign_files(present: set[str], old_manifest: bytes | None) -> list[str]:
             old = None
         if old is not None:
             owned |= {o.path for o in old.outputs()} | {manifest.FILE_NAME}
+            owned.add(signing.ENVELOPE_FILE)
     return sorted(present - owned)
 
 

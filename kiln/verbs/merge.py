@@ -22,9 +22,9 @@ from typing import Any
 
 from kiln import fsutil
 from kiln.config.workspace import Workspace
-from kiln.errors import MergeError
+from kiln.errors import MergeError, SignatureError
 from kiln.release import files as release_files
-from kiln.release import manifest
+from kiln.release import manifest, signing
 from kiln.release.manifest import Manifest, Output, ReleaseFile, VendorEntry
 from kiln.verify import binaries
 
@@ -213,12 +213,19 @@ def check_covers(ws: Workspace, m: Manifest, partials: list[Partial]) -> None:
 
 
 def merge(
-    folders: list[Path], out: Path, workspace: Path | None = None, profile: str | None = None
+    folders: list[Path],
+    out: Path,
+    workspace: Path | None = None,
+    profile: str | None = None,
+    sign: str | None = None,
 ) -> Path:
     """Merge partial release folders into ``out``; return it. With ``workspace``, they
-    must cover it with its ``profile`` (a ``[profiles.NAME]``; None: ``[profile]``)."""
+    must cover it with its ``profile`` (a ``[profiles.NAME]``; None: ``[profile]``).
+    ``sign``: the key that signs the merged release (a partial's own signature vouches
+    for its folder alone, so the merged one is signed anew)."""
     if not folders:
         raise MergeError("manifest merge: name at least one partial release folder")
+    key = signing.load_signer(sign) if sign else None
     if out.exists() and any(out.iterdir()) and not (out / manifest.FILE_NAME).exists():
         raise MergeError(
             f"{out} exists and is not a kiln release folder: name a new folder for --out"
@@ -227,7 +234,15 @@ def merge(
     check_consistent(partials)
     merged, files = combine(partials)
     if workspace is not None:
-        check_covers(Workspace(workspace, profile), merged, partials)
+        ws = Workspace(workspace, profile)
+        check_covers(ws, merged, partials)
+        if key is None and ws.release.require_signature:
+            raise SignatureError(
+                f"{ws.root / 'kiln.toml'}: [release] require_signature = true: sign the "
+                "merged release: pass --sign KEY-URI (or set KILN_SIGN)"
+            )
+    release = merged.release.model_copy(update={"signed_by": key.keyid if key else None})
+    merged = merged.model_copy(update={"release": release})
     jit = list(merged.files)
     with fsutil.staged_dir(out) as stage:
         for rel, src in sorted(files.items()):
@@ -247,5 +262,7 @@ def merge(
         problems = manifest.check(stage / manifest.FILE_NAME)
         if problems:  # the copy itself went wrong (disk, concurrent writer)
             raise MergeError(f"{stage}: {problems[0].path}: {problems[0].problem} after copying")
+        if key is not None:  # last: the envelope vouches for every file of the merge
+            signing.sign(stage, final, key)
         fsutil.swap_in(stage, out)
     return out

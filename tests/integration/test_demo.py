@@ -14,9 +14,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import tomlkit
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from in_toto.models.metadata import Envelope as InTotoEnvelope
+from securesystemslib.signer import SSlibKey
 
 from kiln.verify.binaries import device_archs
 from tests.conftest import CACHE, REPO, run_kiln
+from tests.keys import keypair
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +274,100 @@ def test_the_demo_release_as_wheel_variants(
     assert wheel["path"] in (release / "install.sh").read_text()
     assert variant not in (release / "install.sh").read_text()
     assert run_kiln("manifest", "check", release / "manifest.json").returncode == 0
+
+
+@pytest.fixture(scope="module")
+def signed_demo(
+    demo_release: Path, build_python: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path]:
+    """The demo built again with ``--sign`` (an Ed25519 test key): its outputs come from
+    the artifact cache the first build filled; every file is signed. (release, public key)"""
+    root = tmp_path_factory.mktemp("signed-demo")
+    private, public = keypair(root, "release-signer")
+    res = run_kiln(
+        "demo",
+        "--artifacts",
+        root / "artifacts",
+        "--work",
+        demo_release.parent.parent / "work",
+        "--cache",
+        CACHE,
+        "--python",
+        build_python,
+        "--sign",
+        private,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return root / "artifacts" / "kiln-demo", public
+
+
+def _install(release: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """install.sh with no index (nothing it could download): a check that passes goes on
+    to pip, which then fails on the first requirement; one that refuses stops first."""
+    empty = tmp_path / "no-wheels"
+    empty.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        ["bash", str(release / "install.sh"), str(tmp_path / "venv"), str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(empty), **env},
+    )
+
+
+def test_the_signed_demo_is_checked_by_kiln_in_toto_and_install_sh(
+    signed_demo: tuple[Path, Path], tmp_path: Path
+) -> None:
+    release, public = signed_demo
+    res = run_kiln("verify-release", release, "--key", public)
+    assert res.returncode == 0, res.stderr
+    data = json.loads((release / "provenance.intoto.dsse.json").read_text())
+    key = SSlibKey.from_crypto(load_pem_public_key(public.read_bytes()))
+    assert set(InTotoEnvelope.from_dict(data).verify([key], 1)) == {key.keyid}
+    readme = (release / "README.md").read_text()
+    assert f"signed by the key with keyid `{key.keyid}`" in readme
+    assert re.search(r"bash \S+/install\.sh \S+ \S+ --pubkey SIGNER\.pub\n", readme), readme
+    checked = _install(release, tmp_path, KILN_RELEASE_PUBKEY=str(public))
+    assert "verify-release: " in checked.stderr and " files checked against " in checked.stderr
+    assert checked.returncode not in (0, 19)  # past the check: pip found no torch offline
+    unchecked = _install(release, tmp_path / "u")
+    assert "install.sh: installing UNCHECKED: no public key given" in unchecked.stderr
+
+
+def test_install_sh_installs_nothing_from_a_signed_release_changed_after(
+    signed_demo: tuple[Path, Path], tmp_path: Path
+) -> None:
+    release, public = signed_demo
+    copy = tmp_path / "release"
+    shutil.copytree(release, copy)
+    (wheel,) = (copy / "wheels").glob("vecadd-*.whl")
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+    res = _install(copy, tmp_path, KILN_RELEASE_PUBKEY=str(public))
+    assert res.returncode == 19, res.stderr
+    assert res.stderr.strip() == (
+        f"verify-release: {copy}/wheels/{wheel.name}: changed after signing: do not install it"
+    )
+    assert not (tmp_path / "venv").exists()
+    kiln = run_kiln("verify-release", copy, "--key", public)
+    assert kiln.returncode == 19 and f"wheels/{wheel.name}: changed after signing" in kiln.stderr
+
+
+def test_a_release_that_must_be_signed_is_refused_unsigned_before_anything(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """``[release] require_signature``: a build without --sign stops at its first stage,
+    exit 19, and writes nothing into the artifacts folder."""
+    ws = shutil.copytree(REPO / "examples" / "demo", tmp_path / "ws")
+    doc = tomlkit.parse((ws / "kiln.toml").read_text())
+    doc["release"]["require_signature"] = True  # type: ignore[index]
+    (ws / "kiln.toml").write_text(tomlkit.dumps(doc))
+    res = run_kiln(
+        "demo", "--workspace", ws, "--artifacts", tmp_path / "a", "--work", tmp_path / "w",
+        "--cache", CACHE,
+    )  # fmt: skip
+    assert res.returncode == 19, res.stderr
+    assert res.stderr.strip().endswith(
+        "[release] require_signature = true: this release is built signed: pass --sign "
+        "KEY-URI (or set KILN_SIGN)"
+    )
+    assert not (tmp_path / "a").exists()

@@ -19,6 +19,7 @@ from kiln.release import manifest
 from kiln.verbs.merge import CONTENT_FIELDS, HEADER_FIELDS
 from tests import releases
 from tests.conftest import run_kiln
+from tests.keys import keypair
 from tests.upstreams import Upstreams
 
 
@@ -262,3 +263,20 @@ def test_verify_refuses_an_unrepaired_tag_and_a_missing_torch_pin(
     with pytest.raises(VerifyError, match="METADATA does not pin torch==2.14.1"):
         binaries.verify_wheel(unpinned, archs, profile)
     binaries.verify_wheel(unpinned, archs, profile, torch_pin=False)  # cibuildwheel's wheels
+
+
+def test_merge_signs_the_merged_release(built: Built, tmp_path: Path) -> None:
+    """A partial's signature vouches for its own folder; the merged release is signed
+    anew (``--sign``), every file of the merge a subject, and checks as one."""
+    private, public = keypair(tmp_path, "merger")
+    out = tmp_path / "release"
+    rc, _stdout, stderr = merge_cli(built.alpha, built.beta, "--out", out, "--sign", private)
+    assert rc == 0, stderr
+    res = run_kiln("verify-release", out, "--key", public)
+    assert res.returncode == 0, res.stderr
+    assert manifest.read(out / "manifest.json").release.signed_by is not None
+    unsigned = tmp_path / "unsigned"
+    rc, _stdout, stderr = merge_cli(built.alpha, built.beta, "--out", unsigned)
+    assert rc == 0, stderr
+    refused = run_kiln("verify-release", unsigned, "--key", public)
+    assert refused.returncode == 19 and "no signature envelope" in refused.stderr

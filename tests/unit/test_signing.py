@@ -1,0 +1,192 @@
+"""Signed releases (issue 43), on a small release folder made without a build: signed
+with real keys (openssl-made Ed25519, and ECDSA for the check only kiln reads), checked
+by ``kiln verify-release``, by the standard-library checker install.sh runs, and by
+in-toto's own envelope verification; each bad input refused in one line, exit 19."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from in_toto.models.metadata import Envelope as InTotoEnvelope
+from securesystemslib.signer import SSlibKey
+
+from kiln.errors import SignatureError
+from kiln.release import manifest, signing
+from tests.conftest import REPO, run_kiln
+from tests.keys import keypair
+from tests.releases import tiny_release
+
+CHECKER = REPO / "kiln" / "templates" / "verify_signature.py"
+
+
+@pytest.fixture
+def signed(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(release, private key, public key): a small release signed with an Ed25519 key."""
+    private, public = keypair(tmp_path, "signer")
+    release = tiny_release(tmp_path / "release")
+    (release / "wheels").mkdir()
+    (release / "wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"a wheel's bytes")
+    signing.sign(
+        release, manifest.read(release / "manifest.json"), signing.load_signer(str(private))
+    )
+    return release, private, public
+
+
+def _checker(release: Path, key: Path) -> subprocess.CompletedProcess[str]:
+    """What install.sh runs: the standard-library checker, by a Python without kiln."""
+    return subprocess.run(
+        [sys.executable, "-I", str(CHECKER), str(release), str(key)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_signed_release_is_checked_by_kiln_the_stdlib_checker_and_in_toto(
+    signed: tuple[Path, Path, Path],
+) -> None:
+    release, _private, public = signed
+    res = run_kiln("verify-release", release, "--key", public)
+    assert res.returncode == 0, res.stderr
+    assert "3 files checked against provenance.intoto.dsse.json" in res.stdout
+    assert _checker(release, public).returncode == 0
+    # in-toto's own verification of the same envelope, and the digests by this test
+    data = json.loads((release / signing.ENVELOPE_FILE).read_text())
+    envelope = InTotoEnvelope.from_dict(data)
+    key = SSlibKey.from_crypto(load_pem_public_key(public.read_bytes()))
+    assert set(envelope.verify([key], 1)) == {key.keyid}
+    statement = json.loads(base64.b64decode(data["payload"]))
+    assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
+    for subject in statement["subject"]:
+        digest = hashlib.sha256((release / subject["name"]).read_bytes()).hexdigest()
+        assert digest == subject["digest"]["sha256"], subject["name"]
+    assert {s["name"] for s in statement["subject"]} == {
+        "README.md",
+        "manifest.json",
+        "wheels/x-1.0-py3-none-any.whl",
+    }
+
+
+def test_signing_is_deterministic(signed: tuple[Path, Path, Path]) -> None:
+    """The same release and Ed25519 key give the same envelope, byte for byte."""
+    release, private, _public = signed
+    first = (release / signing.ENVELOPE_FILE).read_bytes()
+    m = manifest.read(release / "manifest.json")
+    signing.sign(release, m, signing.load_signer(f"file:{private}"))
+    assert (release / signing.ENVELOPE_FILE).read_bytes() == first
+
+
+def _tamper_wheel(release: Path) -> str:
+    (release / "wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"another wheel")
+    return "wheels/x-1.0-py3-none-any.whl: changed after signing"
+
+
+def _tamper_payload(release: Path) -> str:
+    path = release / signing.ENVELOPE_FILE
+    data = json.loads(path.read_text())
+    statement = json.loads(base64.b64decode(data["payload"]))
+    statement["subject"][0]["digest"]["sha256"] = "0" * 64
+    data["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    path.write_text(json.dumps(data))
+    return "provenance.intoto.dsse.json: not signed by the key"
+
+
+def _add_file(release: Path) -> str:
+    (release / "wheels" / "evil-1.0-py3-none-any.whl").write_bytes(b"not signed")
+    return "wheels/evil-1.0-py3-none-any.whl: in the release folder but not signed"
+
+
+def _drop_envelope(release: Path) -> str:
+    (release / signing.ENVELOPE_FILE).unlink()
+    return "provenance.intoto.dsse.json: no signature envelope"
+
+
+@pytest.mark.parametrize(
+    "tamper", [_tamper_wheel, _tamper_payload, _add_file, _drop_envelope], ids=lambda f: f.__name__
+)
+def test_a_release_changed_after_signing_is_refused(
+    signed: tuple[Path, Path, Path], tamper
+) -> None:
+    release, _private, public = signed
+    said = tamper(release)
+    res = run_kiln("verify-release", release, "--key", public)
+    assert res.returncode == 19, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"kiln: error: {release}/") and said in line, line
+    own = _checker(release, public)
+    assert own.returncode == 19 and said in own.stderr, own.stderr
+
+
+def test_a_signature_by_another_key_is_refused(
+    signed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    release, _private, _public = signed
+    _other, other_public = keypair(tmp_path, "other")
+    res = run_kiln("verify-release", release, "--key", other_public)
+    assert res.returncode == 19
+    assert f"not signed by the key {other_public} (keyid " in res.stderr
+    assert _checker(release, other_public).returncode == 19
+
+
+def test_a_key_that_cannot_be_read_or_is_of_the_wrong_type_is_refused(
+    signed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    release, private, _public = signed
+    missing = run_kiln("verify-release", release, "--key", tmp_path / "nope.pub")
+    assert missing.returncode == 19 and "nope.pub: cannot read the public key" in missing.stderr
+    wrong = run_kiln("verify-release", release, "--key", private)  # a private key
+    assert wrong.returncode == 19 and "not a PEM public key" in wrong.stderr
+    assert _checker(release, private).returncode == 19
+    with pytest.raises(SignatureError, match="cannot read the key"):
+        signing.load_signer(str(tmp_path / "nope.pem"))
+    with pytest.raises(SignatureError, match="not an unencrypted PEM private key"):
+        signing.load_signer(str(_public))
+    with pytest.raises(SignatureError, match=r"\$KILN_TEST_NO_SUCH_KEY is empty or unset"):
+        signing.load_signer("env:KILN_TEST_NO_SUCH_KEY")
+
+
+def test_an_ecdsa_key_signs_and_kiln_checks_it(tmp_path: Path) -> None:
+    """Any key securesystemslib signs with; the standard-library checker reads Ed25519
+    alone and says so."""
+    private, public = keypair(tmp_path, "ec", "ec")
+    release = tiny_release(tmp_path / "release")
+    key = signing.load_signer(str(private))
+    assert key.scheme.startswith("ecdsa")
+    signing.sign(release, manifest.read(release / "manifest.json"), key)
+    assert run_kiln("verify-release", release, "--key", public).returncode == 0
+    own = _checker(release, public)
+    assert own.returncode == 19 and "not an Ed25519 public key" in own.stderr
+
+
+def test_a_key_in_an_environment_variable_signs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    private, public = keypair(tmp_path, "ci")
+    monkeypatch.setenv("KILN_TEST_SIGNING_KEY", private.read_text())
+    release = tiny_release(tmp_path / "release")
+    key = signing.load_signer("env:KILN_TEST_SIGNING_KEY")
+    signing.sign(release, manifest.read(release / "manifest.json"), key)
+    shutil.copytree(release, tmp_path / "copy")
+    assert run_kiln("verify-release", tmp_path / "copy", "--key", public).returncode == 0
+
+
+def test_publish_carries_the_envelope(tmp_path: Path) -> None:
+    """A folder target receives the signature with the files it vouches for, and the
+    release checks there as it did here."""
+    private, public = keypair(tmp_path, "signer")
+    release = tiny_release(tmp_path / "release")
+    signing.sign(
+        release, manifest.read(release / "manifest.json"), signing.load_signer(str(private))
+    )
+    res = run_kiln("publish", release, "--to", tmp_path / "published")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "published" / signing.ENVELOPE_FILE).is_file()
+    assert run_kiln("verify-release", tmp_path / "published", "--key", public).returncode == 0
