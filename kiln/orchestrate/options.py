@@ -402,6 +402,9 @@ class Options:
         default=False,
     )
     live: bool | None = None  # live progress table (default: when stderr is a terminal)
+    # the keyid a signed release names, for `kiln verify`'s rebuild: it writes the files a
+    # signed release has (its README, verify-release.py) without the key to sign them
+    signed_by: str | None = None
     # Another build's learned figures (a release's manifest.json or a learned.json): in
     # place of this cache's (orchestrate/learned.py). Default: the workspace's learned.json.
     learned_from: Path | None = option(

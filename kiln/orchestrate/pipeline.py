@@ -130,7 +130,7 @@ def load(opts: Options, stack: contextlib.ExitStack | None = None) -> Loaded:
                 )
     selected = ws.select(list(opts.vendors) if opts.vendors else None)
     key = signing.load_signer(opts.sign) if opts.sign else None
-    if key is None and ws.release.require_signature:
+    if key is None and ws.release.require_signature and not opts.signed_by:
         raise SignatureError(
             f"{ws.root / 'kiln.toml'}: [release] require_signature = true: this release is "
             "built signed: pass --sign KEY-URI (or set KILN_SIGN)"
@@ -304,7 +304,11 @@ def header(ctx: Context, planned: Planned) -> Manifest:
                 **ws.release.model_dump(mode="json"),
                 "readme_template": ws.release.readme_template if ws.readme_text else None,
                 "readme_template_text": ws.readme_text,
-                "signed_by": planned.loaded.signing.keyid if planned.loaded.signing else None,
+                "signed_by": (
+                    planned.loaded.signing.keyid
+                    if planned.loaded.signing
+                    else planned.loaded.opts.signed_by
+                ),
             }
         ),
         profile=ProfileInfo.model_validate(ws.profile.model_dump(mode="json")),

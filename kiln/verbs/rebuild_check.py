@@ -45,6 +45,10 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
     (dest / "patches").mkdir()
     profile = {k: v for k, v in m.profile.data().items() if v is not None}
     release = _drop_none(m.release.data())
+    # a signed release: rebuilt unsigned (no key here), its files written as signed ones
+    # are (Options.signed_by); the envelope is not among the files a rebuild compares
+    release.pop("signed_by", None)
+    release.pop("require_signature", None)
     template = release.pop("readme_template_text", None)
     if template is not None and release.get("readme_template"):
         (dest / release["readme_template"]).parent.mkdir(parents=True, exist_ok=True)
@@ -205,5 +209,7 @@ def rebuild(manifest_file: Path, opts: Options) -> Path:
         runner=runner.kind if opts.runner == "auto" else opts.runner,
         image=image,
         allow_unpinned_image=unpinned,
+        sign=None,
+        signed_by=m.release.signed_by,
     )
     return stages.build(again)

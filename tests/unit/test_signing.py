@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,26 @@ def test_publish_carries_the_envelope(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "published" / signing.ENVELOPE_FILE).is_file()
     assert run_kiln("verify-release", tmp_path / "published", "--key", public).returncode == 0
+
+
+def test_verify_rebuilds_a_signed_release_unsigned_as_its_files_are(tmp_path: Path) -> None:
+    """``kiln verify`` has no key: its rebuild's workspace drops the signing settings
+    (a required signature would refuse it) and the rebuild writes the files a signed
+    release has from the keyid the manifest names (Options.signed_by)."""
+    from kiln.config.models import Release
+    from kiln.verbs.rebuild_check import workspace_from_manifest
+
+    release = tiny_release(tmp_path / "release")
+    (release / "requirements.txt").write_text("")
+    m = manifest.read(release / "manifest.json")
+    signed = m.model_copy(
+        update={
+            "release": m.release.model_copy(
+                update={"signed_by": "ab" * 32, "require_signature": True}
+            )
+        }
+    )
+    ws = workspace_from_manifest(signed, release, tmp_path / "ws")
+    table = tomllib.loads((ws / "kiln.toml").read_text())["release"]
+    assert not Release.model_validate(table).require_signature  # a config key, and off
+    assert "signed_by" not in table
