@@ -20,7 +20,6 @@ against the manifest, and no file in the folder that no subject names.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
 
 from kiln.errors import SignatureError
+from kiln.fsutil import sha256_file
 from kiln.release import provenance
 from kiln.release.manifest import FILE_NAME as MANIFEST_FILE
 from kiln.release.manifest import Manifest
@@ -119,14 +119,6 @@ def load_signer(uri: str) -> SigningKey:
     return SigningKey(signer, key.keyid, key.scheme)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def release_files(folder: Path) -> Iterator[str]:
     """Every file of a release folder but the envelope (sorted, ``/``-relative)."""
     for path in sorted(folder.rglob("*")):
@@ -137,7 +129,7 @@ def release_files(folder: Path) -> Iterator[str]:
 
 def statement_bytes(folder: Path, m: Manifest) -> bytes:
     """The statement signed: the provenance statement, its subjects every file."""
-    subjects = [{"path": rel, "sha256": _sha256(folder / rel)} for rel in release_files(folder)]
+    subjects = [{"path": rel, "sha256": sha256_file(folder / rel)} for rel in release_files(folder)]
     statement = provenance.statement(m, subjects)
     return json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
 
@@ -200,7 +192,7 @@ def _check_subjects(folder: Path, statement: dict[str, Any]) -> set[str]:
         target = folder / rel
         if not rel or ".." in Path(rel).parts or not target.is_file():
             raise SignatureError(f"{target}: signed, but missing from the release folder")
-        have = _sha256(target)
+        have = sha256_file(target)
         if have != want:
             raise SignatureError(
                 f"{target}: changed after signing (sha256 {have[:16]}..., the signature "
