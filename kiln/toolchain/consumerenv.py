@@ -125,6 +125,16 @@ def base_interpreter(python: str) -> str:
     return python
 
 
+def installed_lines(requirements: str) -> str:
+    """The lines of a requirements text pip acts on (no comments, no blank lines): two
+    texts that install the same share one environment (a 5 GB torch made once)."""
+    return "\n".join(
+        line.strip()
+        for line in requirements.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
+
+
 def plan(
     cache: Path,
     python_version: str,
@@ -139,7 +149,8 @@ def plan(
     spec = {
         "python": python_version,
         "base": base_interpreter(base_python),
-        "requirements": hashlib.sha256(requirements.encode()).hexdigest(),
+        # what pip installs: comments and blank lines make no other environment
+        "requirements": hashlib.sha256(installed_lines(requirements).encode()).hexdigest(),
         "pip": args,
         "where": where,
         "layout": LAYOUT,
