@@ -190,7 +190,7 @@ def _check_subjects(folder: Path, statement: dict[str, Any]) -> set[str]:
         rel = str(subject.get("name", ""))
         want = (subject.get("digest") or {}).get("sha256")
         target = folder / rel
-        if not rel or ".." in Path(rel).parts or not target.is_file():
+        if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts or not target.is_file():
             raise SignatureError(f"{target}: signed, but missing from the release folder")
         have = sha256_file(target)
         if have != want:

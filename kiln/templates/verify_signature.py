@@ -161,7 +161,7 @@ def check(folder: Path, pubkey: Path) -> int:
     for subject in statement.get("subject") or []:
         rel = str(subject.get("name", ""))
         target = folder / rel
-        if not rel or ".." in Path(rel).parts or not target.is_file():
+        if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts or not target.is_file():
             raise Refused(f"{target}: signed, but missing from the release folder")
         if _sha256(target) != (subject.get("digest") or {}).get("sha256"):
             raise Refused(f"{target}: changed after signing: do not install it")

@@ -214,3 +214,24 @@ def test_verify_rebuilds_a_signed_release_unsigned_as_its_files_are(tmp_path: Pa
     table = tomllib.loads((ws / "kiln.toml").read_text())["release"]
     assert not Release.model_validate(table).require_signature  # a config key, and off
     assert "signed_by" not in table
+
+
+def test_a_signed_subject_outside_the_folder_is_refused(tmp_path: Path) -> None:
+    """A statement naming a file outside the release (an absolute path) is never read
+    there, even signed by the right key."""
+    from securesystemslib import dsse
+
+    private, public = keypair(tmp_path, "signer")
+    release = tiny_release(tmp_path / "release")
+    m = manifest.read(release / "manifest.json")
+    statement = json.loads(signing.statement_bytes(release, m))
+    statement["subject"].append({"name": "/etc/hostname", "digest": {"sha256": "0" * 64}})
+    envelope = dsse.Envelope(json.dumps(statement).encode(), signing.PAYLOAD_TYPE, {})
+    envelope.sign(signing.load_signer(str(private)).signer)
+    (release / signing.ENVELOPE_FILE).write_text(json.dumps(envelope.to_dict()))
+    res = run_kiln("verify-release", release, "--key", public)
+    assert (
+        res.returncode == 19 and "/etc/hostname: signed, but missing from the release" in res.stderr
+    )
+    own = _checker(release, public)
+    assert own.returncode == 19 and "/etc/hostname" in own.stderr
