@@ -54,7 +54,7 @@ from kiln.plan import jobs
 from kiln.release import archive, files
 from kiln.release.manifest import ImportedModule, ImportProof, Output
 from kiln.runners.protocol import Command, step_env
-from kiln.toolchain import consumerenv
+from kiln.toolchain import consumerenv, pipconfig, uvtool
 from kiln.toolchain.consumerenv import ConsumerEnv
 from kiln.verify import imports, loadfacts
 from kiln.verify.binaries import linkage
@@ -87,6 +87,7 @@ def _run(
     else:
         env = {k: v for k, v in base.items() if k != "PYTHONPATH"}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra.pop("add_env", {}))
     ctx.runner.run(
         Command(
             argv,
@@ -100,15 +101,17 @@ def _run(
 
 
 # pip 23 (Debian 12's) does not notice a download cut short: it reads as a hash mismatch
-HASH_MISMATCH = "DO NOT MATCH THE HASHES"
+# (pip's words, then uv's)
+HASH_MISMATCH = ("DO NOT MATCH THE HASHES", "Hash mismatch for")
 
 
 def _tool_said(tail: list[str]) -> str:
-    """What pip (or venv) said last, for the one-line error: its last two ``ERROR:``
-    lines and the indented lines under the last (the package a hash error names), else
-    its last line: the cause, which the log's path alone hides."""
+    """What pip, uv (or venv) said last, for the one-line error: its last two ``ERROR:``
+    (pip) or ``error:`` (uv) lines and the indented lines under the last (the package a
+    hash error names, uv's ``cause:``), else its last line: the cause, which the log's
+    path alone hides."""
     lines = [t.rstrip() for t in tail if t.strip()]
-    starts = [i for i, t in enumerate(lines) if t.lstrip().startswith("ERROR:")]
+    starts = [i for i, t in enumerate(lines) if t.lstrip().lower().startswith("error:")]
     if not starts:
         return f" ({lines[-1].strip()})" if lines else ""
     last = starts[-1]
@@ -119,7 +122,7 @@ def _tool_said(tail: list[str]) -> str:
             break
         detail.append(line.strip())
     said = " ".join([lines[i].strip() for i in starts[-2:]] + detail)
-    if HASH_MISMATCH in said:
+    if any(words in said for words in HASH_MISMATCH):
         said += (
             "; a download cut short reads the same (pip does not notice): build again, "
             "and where it repeats, the lock is wrong"
@@ -138,7 +141,27 @@ def planned_environment(ctx: Context) -> ConsumerEnv:
         files.requirements(ws.root, ws.profile.torch),
         ws.profile.torch_index,
         f"{ctx.runner.kind}:{ctx.runner.builder or ''}",
+        uvtool.binary(),
     )
+
+
+def pip_settings(ctx: Context, log_file: Path) -> pipconfig.UvSettings:
+    """pip's settings where the build runs (``pip config list`` of the build venv's pip:
+    its files and its ``PIP_*`` variables), as uv's arguments; none where pip cannot say."""
+    res = ctx.runner.run(
+        Command(
+            [ctx.tc.python, "-m", "pip", "config", "list"],
+            ctx.opts.work,
+            {k: v for k, v in ctx.runner.base_env().items() if k != "PYTHONPATH"},
+            "reading pip's settings (the indexes install.sh's pip would use)",
+            log_file=log_file,
+            check=False,
+        )
+    )
+    if res.returncode != 0:
+        log.warning("pip config list failed (log: %s): uv uses its own defaults", log_file)
+        return pipconfig.UvSettings()
+    return pipconfig.uv_settings(pipconfig.parse(res.output))
 
 
 def environment(ctx: Context) -> ConsumerEnv:
@@ -160,8 +183,9 @@ def environment(ctx: Context) -> ConsumerEnv:
         if env.root.exists():
             shutil.rmtree(env.root)
         env.root.parent.mkdir(parents=True, exist_ok=True)
+        settings = pip_settings(ctx, log_file) if env.uv else pipconfig.UvSettings()
         try:
-            for i, (argv, what) in enumerate(env.commands()):
+            for i, (argv, what) in enumerate(env.commands(settings)):
                 if i == 1:
                     (env.root / consumerenv.REQUIREMENTS_FILE).write_text(env.requirements)
                 _run(
@@ -171,6 +195,8 @@ def environment(ctx: Context) -> ConsumerEnv:
                     log_file,
                     cwd=env.root.parent,
                     writable=[env.root.parent],
+                    readonly=[Path(env.uv)] if env.uv else [],
+                    add_env=settings.env,
                     network=True,
                 )
         except BuildError as exc:

@@ -2,11 +2,12 @@
 
 Inside the builder image that is the image's own Python (pass ``--python``).
 Elsewhere kiln provisions a venv per (Python, torch, build tools) under its cache,
-once, and reuses it; a half-made venv (no completion marker) is made again. Builds that
-share the cache make it under its lock (``fsutil.made_once``): one makes it, the others
-wait and reuse it. A venv cannot be renamed into place (its scripts and ``pyvenv.cfg``
-name its own path), so it is made where it stays and trusted only once its marker,
-written last, is there.
+once, and reuses it (uv fills it, from the uv cache the consumer environments share:
+torch is on disk once, :mod:`kiln.toolchain.uvtool`); a half-made venv (no completion
+marker) is made again. Builds that share the cache make it under its lock
+(``fsutil.made_once``): one makes it, the others wait and reuse it. A venv cannot be
+renamed into place (its scripts and ``pyvenv.cfg`` name its own path), so it is made
+where it stays and trusted only once its marker, written last, is there.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kiln.config.models import Profile
 from kiln.errors import ToolchainError
 from kiln.inside import proc
 from kiln.toolchain import provision as prov
+from kiln.toolchain import uvtool
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ def _spec(profile: Profile) -> dict[str, object]:
         "torch": profile.torch,
         "index": profile.torch_index,
         "tools": list(profile.build_tools),
+        "installer": uvtool.installer(uvtool.binary()),
         "layout": LAYOUT,
     }
 
@@ -73,8 +76,12 @@ def build_python(profile: Profile, cache: Path, explicit: str | None, log_dir: P
     return provision(profile, cache, log_dir)
 
 
-def make_venv(base: Path, venv: Path, pip_args: list[str], log_file: Path, what: str) -> Path:
-    """A venv at ``venv`` from ``base``, with ``pip install pip_args`` run in it."""
+def make_venv(
+    base: Path, venv: Path, pip_args: list[str], log_file: Path, what: str, uv: str | None = None
+) -> Path:
+    """A venv at ``venv`` from ``base``, with ``pip install pip_args`` run in it: by
+    ``uv`` where given (linked from the uv cache beside ``venv``, with this machine's
+    pip settings: :mod:`kiln.toolchain.uvtool`), else by the venv's pip."""
     proc.run(
         [base, "-m", "venv", venv],
         error=ToolchainError,
@@ -82,12 +89,12 @@ def make_venv(base: Path, venv: Path, pip_args: list[str], log_file: Path, what:
         what=f"creating the venv for {what}",
     )
     python = venv / "bin" / "python"
-    proc.run(
-        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pip_args],
-        error=ToolchainError,
-        log_file=log_file,
-        what=f"installing {what}",
-    )
+    if uv:
+        install = uvtool.install_command(uv, python, venv.parent, uvtool.host_settings(), pip_args)
+    else:
+        install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        install += pip_args
+    proc.run(install, error=ToolchainError, log_file=log_file, what=f"installing {what}")
     fsutil.set_mtimes(venv, PINNED_MTIME)
     return python
 
@@ -172,5 +179,6 @@ def _make(profile: Profile, base: Path, venv: Path, log_dir: Path) -> None:
         [*index, *torch, *profile.build_tools],
         log_file,
         f"{' '.join(torch + profile.build_tools)} into the build venv",
+        uvtool.binary(),
     )
     (venv / MARKER).write_text(json.dumps(_spec(profile), sort_keys=True))

@@ -5,13 +5,19 @@ lands, for the import proof (:mod:`kiln.orchestrate.importproof`).
 into it (the workspace's hash-pinned ``runtime-requirements.lock``, else its
 ``runtime-requirements.txt``, else the profile's torch: :func:`kiln.release.files.
 requirements`) with the pip arguments of :func:`pip_requirement_args`; then the
-release's wheels, ``--no-deps --no-index``. kiln makes the first part the same way,
-with the same requirements text and the same arguments, once per set of inputs under
-its cache (``envs/consumer-*``), where the build runs (through its runner: in the
-builder container for the Docker runner), and reuses it: a minute for torch the first
-time, nothing after. Each proof then puts one wheel (or one unpacked tree) into a small
-venv of its own that sees this one's packages after its own (:func:`overlay_pth`), so
-the shared environment is never changed.
+release's wheels, ``--no-deps --no-index``. kiln makes the first part from the same
+requirements text, with the same hashes required and the same indexes (pip's own
+settings where the build runs: :mod:`kiln.toolchain.pipconfig`), once per set of inputs
+under its cache (``envs/consumer-*``), where the build runs (through its runner: in the
+builder container for the Docker runner), and reuses it. uv installs them
+(:mod:`kiln.toolchain.uvtool`: hard links from one cache, so a torch environment costs
+about 15 s and megabytes the first time and a second after, where pip took a minute of
+CPU and 5 GB for each); the files are the wheels' own, their hashes checked as pip
+checks them. Where kiln's uv is missing, pip makes it.
+
+Each proof then puts one wheel (or one unpacked tree) into a small venv of its own
+that sees this one's packages after its own (:func:`overlay_pth`), so the shared
+environment is never changed.
 
 A venv cannot be renamed into place (its scripts and ``pyvenv.cfg`` name its path): it
 is made where it stays, under the entry's lock, and trusted only once its marker,
@@ -29,7 +35,10 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-LAYOUT = 1  # part of every environment's identity: a change here makes them anew
+from kiln.toolchain import uvtool
+from kiln.toolchain.pipconfig import UvSettings
+
+LAYOUT = 2  # part of every environment's identity: a change here makes them anew
 MARKER = ".kiln-complete"
 REQUIREMENTS_FILE = "kiln-requirements.txt"
 PIP_QUIET = ("--quiet", "--disable-pip-version-check")
@@ -69,6 +78,7 @@ class ConsumerEnv:
     requirements: str
     pip_args: tuple[str, ...]
     key: str
+    uv: str | None = None  # kiln's uv binary; None: pip installs the requirements
 
     @property
     def python(self) -> Path:
@@ -83,29 +93,34 @@ class ConsumerEnv:
             raise FileNotFoundError(f"{self.root}: no lib/python3*/site-packages")
         return found[0]
 
-    def commands(self) -> list[tuple[list[str], str]]:
-        """(argv, what) in order: the venv, then the requirements (when there are any;
-        without any, the venv needs no pip of its own: an image's Python without
-        ``ensurepip``, Debian's without python3-venv, still makes it)."""
+    def commands(self, uv: UvSettings | None = None) -> list[tuple[list[str], str]]:
+        """(argv, what) in order: the venv, then the requirements (when there are any):
+        by uv with pip's settings ``uv`` where kiln has uv, else by the venv's pip.
+        Without pip in it (uv's, or nothing to install), the venv is made
+        ``--without-pip``: an image's Python without ``ensurepip``, Debian's without
+        python3-venv, still makes it."""
         reqs = has_requirements(self.requirements)
-        venv = [self.base_python, "-m", "venv", *([] if reqs else ["--without-pip"])]
+        by_uv = reqs and self.uv is not None
+        venv = [self.base_python, "-m", "venv", *([] if reqs and not by_uv else ["--without-pip"])]
         out = [([*venv, str(self.root)], "the consumer venv")]
-        if reqs:
-            out.append(
-                (
-                    [
-                        str(self.python),
-                        "-m",
-                        "pip",
-                        "install",
-                        *PIP_QUIET,
-                        *self.pip_args,
-                        "-r",
-                        str(self.root / REQUIREMENTS_FILE),
-                    ],
-                    "the runtime requirements into the consumer venv",
-                )
+        if not reqs:
+            return out
+        requirements = str(self.root / REQUIREMENTS_FILE)
+        if by_uv and self.uv is not None:
+            settings = uv or UvSettings()
+            if "--require-hashes" in self.pip_args:
+                settings = settings.for_hashed()
+            install = uvtool.install_command(
+                self.uv,
+                self.python,
+                self.root.parent,
+                settings,
+                [*self.pip_args, "-r", requirements],
             )
+        else:
+            install = [str(self.python), "-m", "pip", "install", *PIP_QUIET, *self.pip_args]
+            install += ["-r", requirements]
+        out.append((install, "the runtime requirements into the consumer venv"))
         return out
 
 
@@ -142,6 +157,7 @@ def plan(
     requirements: str,
     torch_index: str | None,
     where: str,
+    uv: str | None = None,
 ) -> ConsumerEnv:
     """The environment for these inputs (``where``: what the build runs in, e.g. the
     runner and its builder image, so that a container's environment is never used here)."""
@@ -153,11 +169,12 @@ def plan(
         "requirements": hashlib.sha256(installed_lines(requirements).encode()).hexdigest(),
         "pip": args,
         "where": where,
+        "installer": uvtool.installer(uv),
         "layout": LAYOUT,
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     root = cache / "envs" / f"consumer-py{python_version}-{digest}"
-    return ConsumerEnv(root, base_python, requirements, tuple(args), digest)
+    return ConsumerEnv(root, base_python, requirements, tuple(args), digest, uv)
 
 
 def mark_made(env: ConsumerEnv) -> None:

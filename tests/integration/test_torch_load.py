@@ -12,6 +12,7 @@ libraries), in consumer environments made as the import proof makes them.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,7 +22,7 @@ from kiln.inside import import_child as importproof
 from kiln.inside.causes import table
 from kiln.inside.causes.cause import Cause
 from kiln.release import files
-from kiln.toolchain import consumerenv
+from kiln.toolchain import consumerenv, pipconfig, uvtool
 from kiln.verify import imports, loadfacts
 from tests.conftest import CACHE
 from tests.workspace import PROFILE
@@ -119,15 +120,21 @@ OTHER_TORCH = "torch==2.13.0+cpu"  # a second torch of PyPI, 190 MB (no CUDA lib
 def _environment(requirements: str, python: Path) -> consumerenv.ConsumerEnv:
     """A consumer environment made from ``requirements`` as the import proof makes one
     (kiln/toolchain/consumerenv.py), in the tests' shared cache: made once."""
-    env = consumerenv.plan(CACHE, "3.11", str(python), requirements, None, "local:")
+    uv = uvtool.binary()
+    env = consumerenv.plan(CACHE, "3.11", str(python), requirements, None, "local:", uv)
 
     def make() -> None:
         if env.root.exists():
             shutil.rmtree(env.root)
-        for i, (argv, _what) in enumerate(env.commands()):
+        listing = subprocess.run(
+            [str(python), "-m", "pip", "config", "list"], capture_output=True, text=True
+        ).stdout
+        settings = pipconfig.uv_settings(pipconfig.parse(listing))
+        for i, (argv, _what) in enumerate(env.commands(settings)):
             if i == 1:
                 (env.root / consumerenv.REQUIREMENTS_FILE).write_text(requirements)
-            subprocess.run(argv, check=True, capture_output=True, text=True)
+            run_env = {**os.environ, **settings.env}
+            subprocess.run(argv, check=True, capture_output=True, text=True, env=run_env)
         consumerenv.mark_made(env)
 
     fsutil.made_once(env.root, env.made, make, "a test's consumer environment")

@@ -1,0 +1,81 @@
+"""kiln's uv (a pinned dependency), for the venvs kiln fills with torch: the build venv
+and the import proof's consumer environment. uv keeps each distribution unpacked once in
+a cache beside the environments (``envs/.uv-cache``: one filesystem) and hard-links it
+into every venv it fills, so torch's 5 GB are on disk once whatever the number of
+environments, and a venv whose distributions are cached is filled in about a second.
+The files are the wheels' own (hash-checked where the requirements carry hashes)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from kiln.inside import proc
+from kiln.toolchain import pipconfig
+
+CACHE = ".uv-cache"  # under the cache's envs/, beside the venvs it fills
+
+
+def binary() -> str | None:
+    """kiln's own uv (the pinned ``uv`` wheel's binary), or None where it is missing."""
+    try:
+        import uv as uv_package
+    except ImportError:
+        return None
+    try:
+        found = uv_package.find_uv_bin()
+    except FileNotFoundError:
+        return None
+    return found if os.access(found, os.X_OK) else None
+
+
+def installer(uv: str | None) -> str:
+    """What fills a venv, for its identity: ``pip``, or ``uv==VERSION``."""
+    if uv is None:
+        return "pip"
+    try:
+        return f"uv=={metadata.version('uv')}"
+    except metadata.PackageNotFoundError:
+        return "uv"
+
+
+def install_command(
+    uv: str, python: Path, envs: Path, settings: pipconfig.UvSettings, args: list[str]
+) -> list[str]:
+    """``uv pip install ARGS`` into the venv of ``python``, linking from ``envs``' cache,
+    with pip's settings (never a uv.toml of the machine's: ``--no-config``) and
+    bytecode compiled as pip compiles it (imports read ``.pyc``, not the sources)."""
+    return [
+        uv,
+        "pip",
+        "install",
+        "--quiet",
+        "--no-config",
+        "--python",
+        str(python),
+        "--cache-dir",
+        str(envs / CACHE),
+        "--link-mode",
+        "hardlink",
+        "--compile-bytecode",
+        *settings.args,
+        *args,
+    ]
+
+
+def host_settings() -> pipconfig.UvSettings:
+    """pip's settings on this machine (``pip config list`` of kiln's own Python: the
+    machine's pip files and ``PIP_*`` variables); none where pip cannot say."""
+    try:
+        res = proc.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            what="reading pip's settings",
+            check=False,
+        )
+    except OSError:
+        return pipconfig.UvSettings()
+    if res.returncode != 0:
+        return pipconfig.UvSettings()
+    return pipconfig.uv_settings(pipconfig.parse(res.output))
