@@ -159,6 +159,18 @@ def test_compiler_cache_is_a_volume_shared_by_docker_builds(
 ) -> None:
     vendor = plain_vendor(upstreams.plain[1], archs=["sm_100a"])
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    # A runtime requirement: the consumer environment is filled by kiln's uv, shown to
+    # the container at its own path, from what the container's pip is set to use (its
+    # /etc/pip.conf: a wheelhouse, no index; this machine's network is not the image's).
+    (ws / "runtime-requirements.txt").write_text("six==1.16.0\n")
+    house = tmp_path / "wheelhouse"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", house, "six==1.16.0"],
+        check=True,
+    )
+    pip_conf = tmp_path / "pip.conf"
+    pip_conf.write_text("[global]\nno-index = true\nfind-links = /kiln-wheelhouse\n")
+    mounts = (CUDA_MOUNT, f"{house}:/kiln-wheelhouse", f"{pip_conf}:/etc/pip.conf")
     counts = []
     for name in ("a", "b"):
         release = stages.build(
@@ -167,6 +179,7 @@ def test_compiler_cache_is_a_volume_shared_by_docker_builds(
                 artifacts=tmp_path / f"artifacts-{name}",
                 work=tmp_path / f"work-{name}",
                 artifact_cache=False,
+                docker_mounts=mounts,
             )
         )
         data = json.loads((release / "manifest.json").read_text())
@@ -184,6 +197,9 @@ def test_compiler_cache_is_a_volume_shared_by_docker_builds(
     assert proof["driver"] != "found"
     (cfg,) = (tmp_path / "cache" / "envs").glob("consumer-*/pyvenv.cfg")
     assert "home = /usr/bin" in cfg.read_text().splitlines()
+    (six,) = cfg.parent.glob("lib/python3*/site-packages/six.py")
+    (cached,) = (tmp_path / "cache" / "envs" / ".uv-cache").rglob("six.py")
+    assert six.stat().st_ino == cached.stat().st_ino  # linked from uv's cache, not copied
 
 
 @pytest.mark.parametrize("backend", ["ccache", "sccache"])
@@ -194,6 +210,9 @@ def test_docker_builds_share_a_redis_store_through_the_host_network(
     for that) and, for sccache, runs the host's sccache binary, mounted read-only."""
     vendor = plain_vendor(upstreams.plain[1], archs=["sm_100a"])
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
+    # a runtime requirement: the consumer environment is filled by kiln's uv, shown to
+    # the container at its own path, from the index the container's pip would use
+    (ws / "runtime-requirements.txt").write_text("six==1.16.0\n")
     counts = []
     for name in ("a", "b"):
         work = tmp_path / "work-a" if backend == "sccache" else tmp_path / f"work-{name}"
