@@ -210,9 +210,6 @@ def test_docker_builds_share_a_redis_store_through_the_host_network(
     for that) and, for sccache, runs the host's sccache binary, mounted read-only."""
     vendor = plain_vendor(upstreams.plain[1], archs=["sm_100a"])
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
-    # a runtime requirement: the consumer environment is filled by kiln's uv, shown to
-    # the container at its own path, from the index the container's pip would use
-    (ws / "runtime-requirements.txt").write_text("six==1.16.0\n")
     counts = []
     for name in ("a", "b"):
         work = tmp_path / "work-a" if backend == "sccache" else tmp_path / f"work-{name}"
