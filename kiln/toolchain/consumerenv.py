@@ -10,9 +10,10 @@ requirements text, with the same hashes required and the same indexes (pip's own
 settings where the build runs: :mod:`kiln.toolchain.pipconfig`), once per set of inputs
 under its cache (``envs/consumer-*``), where the build runs (through its runner: in the
 builder container for the Docker runner), and reuses it. uv installs them
-(:mod:`kiln.toolchain.uvtool`: hard links from one cache, so a torch environment costs
-about 15 s and megabytes the first time and a second after, where pip took a minute of
-CPU and 5 GB for each); the files are the wheels' own, their hashes checked as pip
+(:mod:`kiln.toolchain.uvtool`: hard links from one cache, so torch's 5 GB are on disk
+once; measured by ``benchmarks/consumerenv.py``: 20 s the first time, 11 s for another
+environment of a cached lock, most of it compiling bytecode, where pip took 70 s and
+5 GB for each); the files are the wheels' own, their hashes checked as pip
 checks them. Where kiln's uv is missing, pip makes it.
 
 Each proof then puts one wheel (or one unpacked tree) into a small venv of its own

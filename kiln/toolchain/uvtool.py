@@ -2,7 +2,8 @@
 and the import proof's consumer environment. uv keeps each distribution unpacked once in
 a cache beside the environments (``envs/.uv-cache``: one filesystem) and hard-links it
 into every venv it fills, so torch's 5 GB are on disk once whatever the number of
-environments, and a venv whose distributions are cached is filled in about a second.
+environments, and a venv whose distributions are cached is filled in seconds (most of
+them compiling its bytecode).
 The files are the wheels' own (hash-checked where the requirements carry hashes)."""
 
 from __future__ import annotations
