@@ -94,9 +94,9 @@ class ConsumerEnv:
             raise FileNotFoundError(f"{self.root}: no lib/python3*/site-packages")
         return found[0]
 
-    def commands(self, uv: UvSettings | None = None) -> list[tuple[list[str], str]]:
+    def commands(self, settings: UvSettings | None = None) -> list[tuple[list[str], str]]:
         """(argv, what) in order: the venv, then the requirements (when there are any):
-        by uv with pip's settings ``uv`` where kiln has uv, else by the venv's pip.
+        by uv with pip's ``settings`` where kiln has uv, else by the venv's pip.
         Without pip in it (uv's, or nothing to install), the venv is made
         ``--without-pip``: an image's Python without ``ensurepip``, Debian's without
         python3-venv, still makes it."""
@@ -108,7 +108,7 @@ class ConsumerEnv:
             return out
         requirements = str(self.root / REQUIREMENTS_FILE)
         if by_uv and self.uv is not None:
-            settings = uv or UvSettings()
+            settings = settings or UvSettings()
             if "--require-hashes" in self.pip_args:
                 settings = settings.for_hashed()
             install = uvtool.install_command(
