@@ -33,6 +33,8 @@ from pathlib import Path
 
 import kilnrun
 
+from kiln.release import manifest as manifest_io
+
 REPO = Path(__file__).resolve().parents[1]
 MADE = re.compile(r"consumer environment made in ([0-9.]+) s")
 
@@ -45,7 +47,7 @@ def _kiln(args: list[str], log: Path) -> tuple[float, str]:
 
 
 def _proofs(release: Path) -> dict[str, float]:
-    data = json.loads((release / "manifest.json").read_text())
+    data = manifest_io.read(release / "manifest.json").data()
     return {
         name: sum((o.get("import_proof") or {}).get("seconds", 0.0) for o in v["outputs"])
         for name, v in data["vendors"].items()

@@ -83,6 +83,7 @@ from kiln.config.workspace import Workspace, arch_to_torch  # noqa: E402
 from kiln.orchestrate import learned  # noqa: E402
 from kiln.plan import jobs  # noqa: E402
 from kiln.plan.cpus import cpu_slots  # noqa: E402
+from kiln.release import manifest as manifest_io  # noqa: E402
 from kiln.sources import bundles  # noqa: E402
 
 WORKLOADS = {"flashmla": ["flashmla"], "public": ["deepgemm", "deepep", "flashmla"]}
@@ -163,14 +164,22 @@ class Bench:
         began = time.time()
         out = measured(cmd)
         release = home / "artifacts" / self.ws.release.name
-        m = json.loads((release / "manifest.json").read_text())
+        m = manifest_io.read(release / "manifest.json").data()
         sched = m["scheduler"]
         summary = [ln for ln in out["output"].splitlines() if ln.startswith("bound: ")]
         logs = home / "artifacts" / "logs" / self.ws.release.name
         # The timings report is drawn after the measured wall (``kiln timings`` on the
         # logs): a user's build does not draw it unless asked (``--timings``).
         subprocess.run([sys.executable, "-m", "kiln", "timings", str(release)], check=False)
-        self._keep(run, [release / "manifest.json", *logs.glob("*.jobs"), *logs.glob("timings*")])
+        self._keep(
+            run,
+            [
+                release / "manifest.json",
+                logs / "run.json",
+                *logs.glob("*.jobs"),
+                *logs.glob("timings*"),
+            ],
+        )
         return {
             "timeline": kiln_timeline(logs, began, out["wall_s"]),
             "wall_s": out["wall_s"],

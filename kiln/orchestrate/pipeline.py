@@ -34,7 +34,7 @@ from kiln.orchestrate.preflight import preflight
 from kiln.orchestrate.runner import runner_or_problem
 from kiln.orchestrate.vendor import StepFailed, VendorBuilt, build_vendor, describe_runner
 from kiln.plan import bound, jobs, schedule
-from kiln.release import artifactcache, files, manifest, signing
+from kiln.release import artifactcache, files, manifest, runrecord, signing
 from kiln.release.manifest import (
     Manifest,
     ProfileInfo,
@@ -527,7 +527,8 @@ def write_release(built: Built, stack: contextlib.ExitStack | None = None) -> Re
     )
     reqs = files.requirements(loaded.ws.root, loaded.ws.profile.torch)
     m = m.model_copy(update={"files": files.write_files(stage, m, reqs, loaded.release_dir)})
-    manifest.write(stage / manifest.FILE_NAME, m)
+    # the run's figures beside the logs, not in the release: signed, it is the same bytes
+    manifest.write(stage / manifest.FILE_NAME, m, ctx.logs / runrecord.FILE_NAME)
     if loaded.signing is not None:  # last: the envelope vouches for every file above
         envelope = signing.sign(stage, m, loaded.signing)
         log.info("signed: %s (key %s)", envelope.name, loaded.signing.keyid[:16])

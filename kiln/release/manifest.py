@@ -6,13 +6,16 @@ Typed: pydantic models for the manifest, a vendor's entry and an output (``kind`
 schema``; a test checks that the committed file equals it). Written atomically (temp
 file, then rename); a model dumps exactly the fields it was given (``exclude_unset``),
 so a manifest read and written again is the same bytes.
+
+Written in two halves (:mod:`kiln.release.runrecord`): ``manifest.json`` holds what the
+inputs decide, the same bytes for two builds of them (a signed release's envelope too);
+the run's figures (timings, schedules, caches, learned, the proof's seconds) go to the
+run record in the build's logs, and :func:`read` puts them back where it finds it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -20,8 +23,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kiln import fsutil
 from kiln.errors import ManifestError
 from kiln.fsutil import sha256_file
+from kiln.release import runrecord
 
 SCHEMA_ID = "kiln.manifest/1"
 FILE_NAME = "manifest.json"
@@ -201,7 +206,9 @@ class ImportProof(Model):
     python: str
     torch: str | None = Field(default=None, description="the torch the imports loaded")
     driver: str = Field(description="'found', or the libcuda stub that answered dlopen")
-    seconds: float = Field(description="the proof's wall time (the environment made before)")
+    seconds: float | None = Field(
+        default=None, description="the proof's wall time (the environment made before)"
+    )
     modules: list[ImportedModule]
     needed: dict[str, str] = Field(
         default_factory=dict,
@@ -342,7 +349,7 @@ class VendorEntry(Model):
     )
     runner: RunnerInfo | None = None
     outputs: list[Output]
-    timings: dict[str, float]
+    timings: dict[str, float] = Field(default_factory=dict)
     schedule: Schedule | None = None
     caches: Caches | None = None
     learned: LearnedVendor | None = Field(
@@ -464,27 +471,30 @@ def parse(data: dict[str, Any], where: str) -> Manifest:
         raise ManifestError(f"{where}: {loc}: {err['msg']}{more}") from None
 
 
-def write(path: Path, manifest: Manifest) -> None:
+def write(path: Path, manifest: Manifest, run_file: Path | None = None) -> None:
+    """``manifest.json`` at ``path`` (what was built, the same bytes for two builds of the
+    same inputs) and the run's figures in its run record (:mod:`kiln.release.runrecord`):
+    ``run_file``, by default where :func:`read` looks for it."""
     data = parse(manifest.data(), str(path)).data()  # what would read back, validated
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    what, run = runrecord.split(data)
+    text = json.dumps(what, indent=2, sort_keys=True) + "\n"
+    fsutil.write_atomic(path, text)
+    if run:
+        fsutil.write_atomic(run_file or runrecord.path_for(path), runrecord.text(run, text))
 
 
 def read(path: Path) -> Manifest:
+    """The manifest at ``path``, with the figures of its run where its run record is
+    found (``artifacts/logs/<release>/run.json``, written with this very manifest)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        data = json.loads(raw)
     except FileNotFoundError:
         raise ManifestError(f"{path}: no manifest there (build first)") from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc}") from None
+    if isinstance(data, dict):
+        data = runrecord.join(data, runrecord.read(runrecord.path_for(path), raw))
     return parse(data, str(path))
 
 

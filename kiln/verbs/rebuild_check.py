@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -32,7 +33,7 @@ from kiln.fsutil import sha256_file
 from kiln.inside import proc
 from kiln.orchestrate import pipeline, stages
 from kiln.orchestrate.options import Options
-from kiln.release import manifest
+from kiln.release import manifest, signing
 from kiln.release.manifest import Manifest
 from kiln.toolchain.checks import cuobjdump
 
@@ -45,8 +46,9 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
     (dest / "patches").mkdir()
     profile = {k: v for k, v in m.profile.data().items() if v is not None}
     release = _drop_none(m.release.data())
-    # a signed release: rebuilt unsigned (no key here), its files written as signed ones
-    # are (Options.signed_by); the envelope is not among the files a rebuild compares
+    # a signed release: rebuilt unsigned unless `kiln verify --sign` has the key (then
+    # the envelopes are compared too), its files written as signed ones are
+    # (Options.signed_by)
     release.pop("signed_by", None)
     release.pop("require_signature", None)
     template = release.pop("readme_template_text", None)
@@ -162,23 +164,56 @@ def explain(original: Path, rebuilt: Path) -> list[str]:
 
 
 def compare(m: Manifest, release_dir: Path, rebuilt_dir: Path) -> list[str]:
-    """Every difference between the release and its rebuild (empty: identical)."""
+    """Every difference between the release and its rebuild (empty: identical): the
+    files the manifest lists, the manifest itself, and the signature envelope where the
+    rebuild was signed too (``kiln verify --sign`` with the release's key)."""
     report = []
     for out in m.outputs():
         if out.kind in SKIPPED_KINDS:
             continue
-        original, rebuilt = release_dir / out.path, rebuilt_dir / out.path
-        if not rebuilt.is_file():
-            report.append(f"{out.path}: not made by the rebuild")
-            continue
-        if not original.is_file():
-            report.append(f"{out.path}: missing from the release")
-            continue
-        da, db = sha256_file(original), sha256_file(rebuilt)
-        if da != db:
-            report.append(f"{out.path}: sha256 {da} (release) != {db} (rebuild)")
-            report.extend(explain(original, rebuilt))
+        report += _compare_file(out.path, release_dir, rebuilt_dir)
+    report += _compare_file(manifest.FILE_NAME, release_dir, rebuilt_dir)
+    if (rebuilt_dir / signing.ENVELOPE_FILE).is_file():
+        report += _compare_file(signing.ENVELOPE_FILE, release_dir, rebuilt_dir)
     return report
+
+
+def _compare_file(rel: str, release_dir: Path, rebuilt_dir: Path) -> list[str]:
+    original, rebuilt = release_dir / rel, rebuilt_dir / rel
+    if not rebuilt.is_file():
+        return [f"{rel}: not made by the rebuild"]
+    if not original.is_file():
+        return [f"{rel}: missing from the release"]
+    da, db = sha256_file(original), sha256_file(rebuilt)
+    if da == db:
+        return []
+    head = f"{rel}: sha256 {da} (release) != {db} (rebuild)"
+    if rel.endswith(".json"):
+        return [head, *_json_differences(original, rebuilt)]
+    return [head, *explain(original, rebuilt)]
+
+
+def _json_differences(original: Path, rebuilt: Path, most: int = 12) -> list[str]:
+    """The keys whose values differ between two JSON files (the first ``most``)."""
+    try:
+        a, b = json.loads(original.read_text()), json.loads(rebuilt.read_text())
+    except (OSError, ValueError):
+        return ["  contents differ (not both JSON)"]
+    found: list[str] = []
+
+    def walk(x: object, y: object, where: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for key in sorted(set(x) | set(y)):
+                walk(x.get(key), y.get(key), f"{where}.{key}" if where else str(key))
+        elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+            for i, (u, v) in enumerate(zip(x, y, strict=True)):
+                walk(u, v, f"{where}[{i}]")
+        elif x != y:
+            found.append(f"  {where or '(whole)'}: {json.dumps(x)[:60]} != {json.dumps(y)[:60]}")
+
+    walk(a, b, "")
+    more = [f"  (and {len(found) - most} more)"] if len(found) > most else []
+    return found[:most] + more
 
 
 def rebuild(manifest_file: Path, opts: Options) -> Path:
@@ -209,7 +244,7 @@ def rebuild(manifest_file: Path, opts: Options) -> Path:
         runner=runner.kind if opts.runner == "auto" else opts.runner,
         image=image,
         allow_unpinned_image=unpinned,
-        sign=None,
-        signed_by=m.release.signed_by,
+        sign=opts.sign,  # the same Ed25519 key signs the same bytes: the envelope compared
+        signed_by=None if opts.sign else m.release.signed_by,
     )
     return stages.build(again)

@@ -22,7 +22,11 @@ def proof_line(proof: ImportProof | None) -> str:
     """What the manifest says the import proof found (``kiln build`` ran it)."""
     if proof is None:
         return "  import proof: not run (the build had --no-import-proof)"
-    ok = ", ".join(f"{m.module} ({m.seconds:g} s)" for m in proof.modules if m.status == "ok")
+    ok = ", ".join(
+        m.module if m.seconds is None else f"{m.module} ({m.seconds:g} s)"  # no run record
+        for m in proof.modules
+        if m.status == "ok"
+    )
     skipped = "; ".join(f"{m.module}: {m.reason}" for m in proof.modules if m.status == "skipped")
     where = f"{proof.requirements}" + (f", torch {proof.torch}" if proof.torch else "")
     return f"  imported where it lands ({where}; libcuda: {proof.driver}): {ok or 'nothing'}" + (

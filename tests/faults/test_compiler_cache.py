@@ -6,7 +6,6 @@ against its own checksum; kiln's object cache (``.kiln/objcache`` in a tree, wha
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from kiln.inside.kit import objcache
 from kiln.orchestrate import stages
+from tests.releases import manifest_json
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
@@ -48,7 +48,7 @@ def test_corrupt_ccache_entries_are_recompiled_not_used(
             artifact_cache=False,
         )
     )
-    counts = json.loads((again / "manifest.json").read_text())["vendors"]["plain"]["caches"]
+    counts = manifest_json(again)["vendors"]["plain"]["caches"]
     assert counts["compiler"]["hits"] == 0 and counts["compiler"]["misses"] >= 1
     assert _wheel(again) == wheel  # compiled again, the same bytes
 

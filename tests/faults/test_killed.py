@@ -19,6 +19,7 @@ from tests.faults.conftest import (
     tiny_build_args,
     tiny_vendor,
 )
+from tests.releases import manifest_json
 from tests.workspace import write
 
 # The slow vendor's build: say it started (its pid, its namespace's), then compile "forever".
@@ -95,7 +96,7 @@ def test_sigkill_mid_build_then_a_rerun_cleans_up_and_reuses_what_finished(
     assert res.returncode == 0, res.stderr[-2000:]
     assert "did not finish" in res.stderr and f"pid {kiln.pid}" in res.stderr
     release = artifacts / "test-release"
-    data = json.loads((release / "manifest.json").read_text())
+    data = manifest_json(release)
     status = {n: v["caches"]["artifact"]["status"] for n, v in data["vendors"].items()}
     assert status == {"fast": "hit", "slow": "miss"}  # what finished before the kill is reused
     assert not (artifacts / ".staging").exists()

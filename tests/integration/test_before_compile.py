@@ -28,6 +28,7 @@ from tests import landing
 from tests.conftest import artifacts_files, compiled_units
 from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build, _record
 from tests.integration.test_inplace import DEP, make_wheel
+from tests.releases import manifest_json
 from tests.workspace import write
 
 
@@ -109,7 +110,7 @@ def test_a_proof_that_failed_after_the_compile_is_fixed_without_compiling_again(
     res = _build(tmp_path, ws, cases.mirrors, build_python)
     assert res.returncode == 0, res.stderr[-3000:]
     assert compiled_units(tmp_path / "artifacts") == []  # the proof alone
-    manifest = json.loads((tmp_path / "artifacts/test-release/manifest.json").read_text())
+    manifest = manifest_json(tmp_path / "artifacts/test-release")
     entry = manifest["vendors"]["needs-gpu"]
     assert entry["caches"]["artifact"]["status"] == "hit"
     assert entry["recipe"]["import_proof"]["needs_gpu"] == ["landing._gpu"]

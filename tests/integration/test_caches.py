@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 from pathlib import Path
@@ -14,12 +13,13 @@ from kiln.orchestrate.runlock import Busy
 from kiln.release import manifest
 from tests import require
 from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache, start_kiln_until
+from tests.releases import manifest_json
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
 
 def _read(release: Path) -> dict:
-    return json.loads((release / "manifest.json").read_text())
+    return manifest_json(release)
 
 
 def _files(release: Path) -> dict[str, bytes]:

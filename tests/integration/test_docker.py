@@ -37,6 +37,7 @@ from kiln.toolchain.checks import cuobjdump
 from tests import dockerimage
 from tests import upstreams as fixture_upstreams
 from tests.conftest import REPO, artifacts_files, build_args, run_kiln, start_kiln_until
+from tests.releases import manifest_json
 from tests.upstreams import Upstreams
 from tests.workspace import PROFILE, plain_vendor, write
 
@@ -113,7 +114,7 @@ def test_docker_build_has_both_archs_and_matches_local(
     release = stages.build(
         docker_options(ws, docker_mounts=[f"{toolkit}:{toolkit}"], cuda_home=str(pypi_cuda))
     )
-    data = json.loads((release / "manifest.json").read_text())
+    data = manifest_json(release)
     assert data["runner"]["kind"] == "docker"
     assert data["runner"]["image"].startswith("unpinned:kiln-test-builder:")
     assert data["runner"]["builder"].startswith("sha256:")
@@ -138,7 +139,7 @@ def test_docker_build_has_both_archs_and_matches_local(
             artifact_cache=False,
         )
     )
-    local_data = json.loads((local / "manifest.json").read_text())
+    local_data = manifest_json(local)
     local_out = local_data["vendors"]["plain"]["outputs"][0]
     print(f"\ndocker wheel sha256 {out['sha256']}\nlocal  wheel sha256 {local_out['sha256']}")
     assert local_data["toolchain"]["python_version"] == data["toolchain"]["python_version"]
@@ -182,7 +183,7 @@ def test_compiler_cache_is_a_volume_shared_by_docker_builds(
                 docker_mounts=mounts,
             )
         )
-        data = json.loads((release / "manifest.json").read_text())
+        data = manifest_json(release)
         counts.append(data["vendors"]["plain"]["caches"]["compiler"])
     assert counts[0]["tool"] == "ccache" and counts[0]["misses"] >= 1
     assert counts[1]["misses"] == 0 and counts[1]["hits"] == counts[0]["misses"]
@@ -225,7 +226,7 @@ def test_docker_builds_share_a_redis_store_through_the_host_network(
                 artifact_cache=False,
             )
         )
-        data = json.loads((release / "manifest.json").read_text())
+        data = manifest_json(release)
         counts.append(data["vendors"]["plain"]["caches"]["compiler"])
     assert counts[0]["tool"] == backend and counts[0]["store"] == "reachable", counts[0]
     assert counts[0]["misses"] >= 1 and counts[1]["store"] == "reachable"

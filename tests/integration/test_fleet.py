@@ -4,7 +4,6 @@ compiler cache in a ``redis-server`` through sccache, and send compiles to an
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from tests import fleet
 from tests.fleet import builder as _builder
 from tests.fleet import compiler_info as _compiler
 from tests.fleet import wheels as _wheels
+from tests.releases import manifest_json
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
@@ -60,7 +60,7 @@ def test_a_distributed_build_gives_the_bytes_of_a_local_one(
     local = stages.build(_builder(options, ws, tmp_path, "local", cache_backend="sccache"))
     monkeypatch.setenv("KILN_DIST_TOKEN", dist_servers.token)
     remote = stages.build(_builder(options, ws, tmp_path, "remote", distribute=dist_servers.url))
-    data = json.loads((remote / "manifest.json").read_text())
+    data = manifest_json(remote)
     assert data["scheduler"]["remote_slots"] >= 2
     step = data["vendors"]["plain"]
     assert step["schedule"]["compiles_remote"] >= 1, step["schedule"]

@@ -163,7 +163,9 @@ def test_merge_accepts_one_vendor_twice_when_only_timings_differ(
     built: Built, tmp_path: Path
 ) -> None:
     again = releases.copy(built.alpha, tmp_path / "job-alpha-again")
-    releases.edit_manifest(again, lambda d: d["vendors"]["alpha"]["timings"].update(build=99.0))
+    releases.edit_manifest(
+        again, lambda d: d["vendors"]["alpha"].setdefault("timings", {}).update(build=99.0)
+    )
     out = tmp_path / "release"
     rc, _, stderr = merge_cli(built.alpha, again, built.beta, "--out", out)
     assert rc == 0, stderr

@@ -18,6 +18,7 @@ from kiln.orchestrate import stages
 from kiln.release import manifest
 from kiln.runners import isolation
 from tests.conftest import artifacts_files, build_args, run_kiln, start_kiln_until
+from tests.releases import manifest_json
 from tests.upstreams import Upstreams
 from tests.workspace import PATCH, PROFILE, plain_vendor, write
 
@@ -31,7 +32,7 @@ def test_build_verify_and_manifest(tmp_path: Path, upstreams: Upstreams, options
     )
     release = stages.build(options(ws))
 
-    data = json.loads((release / "manifest.json").read_text())
+    data = manifest_json(release)
     entry = data["vendors"]["plain"]
     assert entry["source"]["commit"] == upstreams.plain[2]
     assert entry["source"]["requested"] == upstreams.plain[2][:7]
@@ -125,7 +126,7 @@ def test_host_only_wheel_passes_when_recipe_builds_no_device_code(
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[0], archs=[])})
     release = stages.build(options(ws))
-    outputs = json.loads((release / "manifest.json").read_text())["vendors"]["plain"]["outputs"]
+    outputs = manifest_json(release)["vendors"]["plain"]["outputs"]
     (out,) = [o for o in outputs if o["kind"] == "wheel"]
     assert [o["sass"] for o in out["shared_objects"]] == [[]]
 
@@ -196,9 +197,9 @@ def test_rebuilding_one_vendor_keeps_the_others(
     beta = plain_vendor(upstreams.plain[0], archs=[], env={"PLAIN_DIST_NAME": "plainbeta"})
     ws = write(tmp_path / "ws", {"alpha": plain_vendor(upstreams.plain[0], archs=[]), "beta": beta})
     release = stages.build(options(ws))
-    first = json.loads((release / "manifest.json").read_text())
+    first = manifest_json(release)
     stages.build(options(ws, vendors=["alpha"]))
-    second = json.loads((release / "manifest.json").read_text())
+    second = manifest_json(release)
     assert set(second["vendors"]) == {"alpha", "beta"}
     assert second["vendors"]["beta"] == first["vendors"]["beta"]
     assert manifest.check(release / "manifest.json") == []

@@ -17,6 +17,7 @@ from kiln import source_commit
 from tests import require
 from tests.conftest import REPO, artifacts_files, run_kiln
 from tests.faults.conftest import make_tiny, mirrors_file, tiny_build_args, tiny_workspace
+from tests.releases import manifest_json
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_dry_run_says_what_would_be_fetched_then_that_the_build_is_a_hit(
     assert built.returncode == 0, built.stderr[-3000:]
     assert "### kiln build summary" in summary.read_text()
     assert "| tiny | local |" in summary.read_text(), summary.read_text()
-    manifest = json.loads((tmp_path / "artifacts" / "test-release" / "manifest.json").read_text())
+    manifest = manifest_json(tmp_path / "artifacts" / "test-release")
     assert manifest["kiln_commit"] == source_commit() and manifest["kiln_commit"]
 
     after = _plan(ws, tmp_path, mirrors)

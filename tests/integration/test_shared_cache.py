@@ -9,7 +9,6 @@ artifact cache entry, so the two builds surely overlap (an event, not a long sle
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 from tests.faults.conftest import BUILD_PY, make_tiny, mirrors_file, tiny_build_args, tiny_workspace
+from tests.releases import manifest_json
 
 # The tiny upstream's build, held until GO exists: the second build reaches the artifact
 # cache while the first is still building (without the entry's lock it would build it too).
@@ -68,10 +68,7 @@ def test_two_checkouts_build_at_once_with_one_cache(tmp_path: Path) -> None:
         assert p.wait(timeout=120) == 0, err_file.read_text()[-3000:]
     logs = "\n".join(e.read_text() for e in errs)
 
-    manifests = [
-        json.loads((ws.parent / "artifacts" / "test-release" / "manifest.json").read_text())
-        for ws in (first, second)
-    ]
+    manifests = [manifest_json(ws.parent / "artifacts" / "test-release") for ws in (first, second)]
     entries = [m["vendors"]["tiny"] for m in manifests]
     # Identical outputs; the step ran once: one build missed and stored, the other waited
     # for that entry and reused it.
