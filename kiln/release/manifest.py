@@ -483,9 +483,10 @@ def write(path: Path, manifest: Manifest, run_file: Path | None = None) -> None:
         fsutil.write_atomic(run_file or runrecord.path_for(path), runrecord.text(run, text))
 
 
-def read(path: Path) -> Manifest:
+def read(path: Path, with_run: bool = True) -> Manifest:
     """The manifest at ``path``, with the figures of its run where its run record is
-    found (``artifacts/logs/<release>/run.json``, written with this very manifest)."""
+    found (``artifacts/logs/<release>/run.json``, written with this very manifest);
+    ``with_run=False``: as released, what was built alone."""
     try:
         raw = path.read_bytes()
         data = json.loads(raw)
@@ -493,7 +494,7 @@ def read(path: Path) -> Manifest:
         raise ManifestError(f"{path}: no manifest there (build first)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc}") from None
-    if isinstance(data, dict):
+    if with_run and isinstance(data, dict):
         data = runrecord.join(data, runrecord.read(runrecord.path_for(path), raw))
     return parse(data, str(path))
 

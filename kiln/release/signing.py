@@ -8,9 +8,12 @@ through securesystemslib's signer interface (one library for every kind of key):
 
 - ``file:PATH`` (or a bare path): a PEM private key file (PKCS#8; Ed25519, ECDSA, RSA);
 - ``env:VAR``: the same PEM in an environment variable (a CI secret);
-- any other securesystemslib signer URI (``file2:``, ``gcpkms:``, ``awskms:``,
-  ``azurekms:``, ``hsm:``, ``sigstore:``) with its public key in ``$KILN_SIGN_PUBKEY``
-  (a PEM file), resolved by ``Signer.from_priv_key_uri``.
+- any other securesystemslib signer URI (``hsm:`` a PKCS#11 token, ``awskms:``,
+  ``gcpkms:``, ``azurekms:``, ``file2:``), resolved by ``Signer.from_priv_key_uri``: its
+  public key from ``$KILN_SIGN_PUBKEY`` (a PEM file), else asked of the key store
+  (``hsm:``, ``awskms:``, ``gcpkms:``); a token's PIN from ``$KILN_SIGN_PIN``. Such a
+  key signs a fixed text when it is loaded, so a key that cannot sign stops the build
+  before it compiles.
 
 With an Ed25519 key signing is deterministic: the same release and key give the same
 envelope, byte for byte. Checking (:func:`verify`): the envelope's signature by the
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +36,15 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_public_key,
 )
 from securesystemslib import dsse
-from securesystemslib.exceptions import VerificationError
-from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
+from securesystemslib.exceptions import UnsupportedLibraryError, VerificationError
+from securesystemslib.signer import (
+    AWSSigner,
+    CryptoSigner,
+    GCPSigner,
+    HSMSigner,
+    Signer,
+    SSlibKey,
+)
 
 from kiln.errors import SignatureError
 from kiln.fsutil import sha256_file
@@ -44,6 +55,7 @@ from kiln.release.manifest import Manifest
 ENVELOPE_FILE = "provenance.intoto.dsse.json"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PUBKEY_ENV = "KILN_SIGN_PUBKEY"  # the public key of a signer kiln cannot derive it from
+PIN_ENV = "KILN_SIGN_PIN"  # the PIN of a PKCS#11 token (hsm:)
 
 
 @dataclass(frozen=True)
@@ -103,20 +115,82 @@ def load_signer(uri: str) -> SigningKey:
             ) from None
         signer = _crypto_signer(data, f"--sign {uri}")
     else:
-        pub = os.environ.get(PUBKEY_ENV)
-        if not pub:
-            raise SignatureError(
-                f"--sign {uri}: a signer URI needs its public key: set ${PUBKEY_ENV} to its "
-                "PEM file"
-            )
-        try:
-            signer = Signer.from_priv_key_uri(uri, public_key(Path(pub)))
-        except SignatureError:
-            raise
-        except Exception as exc:  # the signer library's own, whatever the backend
-            raise SignatureError(f"--sign {uri}: {type(exc).__name__}: {exc}") from None
+        signer = _uri_signer(uri)
+        _probe(signer, uri)  # a token's wrong PIN or a KMS key not allowed to sign: now
     key = signer.public_key
     return SigningKey(signer, key.keyid, key.scheme)
+
+
+def _secret(message: str) -> str:
+    """The signer's secret (an HSM's PIN): from ``$KILN_SIGN_PIN``, never a prompt."""
+    pin = os.environ.get(PIN_ENV)
+    if pin is None:
+        raise SignatureError(f"the signing key's {message} is needed: set ${PIN_ENV}")
+    return pin
+
+
+def _import_public_key(uri: str) -> SSlibKey | None:
+    """The public key of a key store's key, asked of the store itself (a PKCS#11
+    token, AWS or GCP KMS); None for a signer that cannot say it."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme == "hsm":
+        label = dict(urllib.parse.parse_qsl(parsed.query)).get("label")
+        keyid = int(parsed.path) if parsed.path else None
+        return HSMSigner.import_(keyid, label, _secret)[1]
+    if parsed.scheme == "awskms":
+        return AWSSigner.import_(parsed.path)[1]
+    if parsed.scheme == "gcpkms":
+        return GCPSigner.import_(parsed.path)[1]
+    return None
+
+
+def _uri_signer(uri: str) -> Signer:
+    """A securesystemslib signer URI: its public key from ``$KILN_SIGN_PUBKEY``, else
+    from the key store itself; one line naming the URI and the fix on any failure."""
+    pub = os.environ.get(PUBKEY_ENV)
+    try:
+        key = public_key(Path(pub)) if pub else _import_public_key(uri)
+        if key is None:
+            raise SignatureError(
+                f"--sign {uri}: a signer URI needs its public key: set ${PUBKEY_ENV} to "
+                "its PEM file"
+            )
+        return Signer.from_priv_key_uri(uri, key, _secret)
+    except SignatureError as exc:
+        if str(exc).startswith("--sign "):
+            raise
+        raise SignatureError(f"--sign {uri}: {exc}") from None
+    except Exception as exc:  # the signer library's own, whatever the backend
+        raise SignatureError(f"--sign {uri}: {_backend_said(exc)}") from None
+
+
+def _backend_said(exc: Exception) -> str:
+    """A key store's exception in words (a PKCS#11 error's text is often empty)."""
+    name = type(exc).__name__
+    if isinstance(exc, UnsupportedLibraryError):  # the backend's library is not installed
+        return f"{exc}: pip install 'kiln[hsm]' (hsm:) or 'securesystemslib[awskms]' and the like"
+    if name.startswith("Pin"):  # python-pkcs11's PinIncorrect, PinLocked, PinExpired...
+        return f"{name}: the token refused the PIN in ${PIN_ENV}"
+    return f"{name}: {exc}" if str(exc) else name
+
+
+def _probe(signer: Signer, uri: str) -> None:
+    """Sign and check a fixed text before anything is built: a key store that cannot
+    sign with this key (a wrong PIN, a key without the permission, another key than the
+    public one given) stops the build at its first stage, not after its compiles."""
+    probe = b"kiln: can this key sign a release?"
+    try:
+        signature = signer.sign(probe)
+        signer.public_key.verify_signature(signature, probe)
+    except SignatureError as exc:  # no PIN to give the token
+        raise SignatureError(f"--sign {uri}: {exc}") from None
+    except VerificationError:
+        raise SignatureError(
+            f"--sign {uri}: its signature does not check against the public key given "
+            f"(${PUBKEY_ENV}): give the public half of this key"
+        ) from None
+    except Exception as exc:  # the backend's own (a PKCS#11 PIN error, a KMS refusal)
+        raise SignatureError(f"--sign {uri}: the key cannot sign: {_backend_said(exc)}") from None
 
 
 def release_files(folder: Path) -> Iterator[str]:
@@ -137,7 +211,13 @@ def statement_bytes(folder: Path, m: Manifest) -> bytes:
 def sign(folder: Path, m: Manifest, key: SigningKey) -> Path:
     """The DSSE envelope of ``folder`` (every file in it now), written beside them."""
     envelope = dsse.Envelope(statement_bytes(folder, m), PAYLOAD_TYPE, {})
-    envelope.sign(key.signer)
+    try:
+        envelope.sign(key.signer)
+    except Exception as exc:  # the key store's own, after the probe passed (a token pulled)
+        raise SignatureError(
+            f"{folder / ENVELOPE_FILE}: the key {key.keyid[:16]} could not sign: "
+            f"{_backend_said(exc)}"
+        ) from None
     path = folder / ENVELOPE_FILE
     path.write_text(json.dumps(envelope.to_dict(), indent=2, sort_keys=True) + "\n")
     return path

@@ -24,7 +24,7 @@ from kiln import fsutil
 from kiln.config.workspace import Workspace
 from kiln.errors import MergeError, SignatureError
 from kiln.release import files as release_files
-from kiln.release import manifest, signing
+from kiln.release import manifest, runrecord, signing
 from kiln.release.manifest import Manifest, Output, ReleaseFile, VendorEntry
 from kiln.verify import binaries
 
@@ -99,7 +99,7 @@ def load(folder: Path) -> Partial:
             f"{folder}: {p.path}: {p.problem} ({len(problems)} file(s) differ from its "
             f"manifest); the partial changed after its job wrote it: rerun that job"
         )
-    return Partial(folder, manifest.read(path))
+    return Partial(folder, manifest.read(path, with_run=False))  # what its job built
 
 
 def check_consistent(partials: list[Partial]) -> None:
@@ -258,7 +258,9 @@ def merge(
                 stage, merged.model_copy(update={"files": [*listed, *jit]})
             )
         final = merged.model_copy(update={"files": listed})
-        manifest.write(stage / manifest.FILE_NAME, final)
+        # figures only where a partial of an older kiln carried them in its manifest
+        run_file = runrecord.path_for(out / manifest.FILE_NAME)
+        manifest.write(stage / manifest.FILE_NAME, final, run_file)
         problems = manifest.check(stage / manifest.FILE_NAME)
         if problems:  # the copy itself went wrong (disk, concurrent writer)
             raise MergeError(f"{stage}: {problems[0].path}: {problems[0].problem} after copying")

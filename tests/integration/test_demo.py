@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from in_toto.models.metadata import Envelope as InTotoEnvelope
 from securesystemslib.signer import SSlibKey
 
+from kiln.release import manifest, signing
 from kiln.verify.binaries import device_archs
 from tests.conftest import CACHE, REPO, run_kiln
 from tests.keys import keypair
@@ -377,8 +378,10 @@ def test_kiln_verify_reproduces_the_signed_demo_without_its_key(
     signed_demo: tuple[Path, Path], demo_release: Path, build_python: Path, tmp_path: Path
 ) -> None:
     """``kiln verify`` rebuilds a signed release with no key at hand: every file the
-    manifest lists (its README naming the signer, verify-release.py) comes out the same,
-    and the release still checks against its signature."""
+    manifest lists (its README naming the signer, verify-release.py) and the manifest
+    itself come out the same, and the release still checks against its signature. The
+    rebuild signed with the release's key is the release's envelope, byte for byte: two
+    builds, one key, the same signed bytes."""
     release, public = signed_demo
     mirrors = demo_release.parent.parent / "work" / "demo-upstreams" / "mirrors.toml"
     res = run_kiln(
@@ -388,3 +391,9 @@ def test_kiln_verify_reproduces_the_signed_demo_without_its_key(
     assert res.returncode == 0, res.stderr[-3000:]
     assert "is reproduced bit for bit" in res.stdout
     assert run_kiln("verify-release", release, "--key", public).returncode == 0
+    (rebuilt,) = (tmp_path / "rebuild" / "artifacts").glob("kiln-demo")
+    assert (rebuilt / "manifest.json").read_bytes() == (release / "manifest.json").read_bytes()
+    key = signing.load_signer(str(public.with_suffix(".pem")))
+    signing.sign(rebuilt, manifest.read(rebuilt / "manifest.json"), key)
+    envelope = signing.ENVELOPE_FILE
+    assert (rebuilt / envelope).read_bytes() == (release / envelope).read_bytes()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,9 +22,11 @@ from securesystemslib.signer import SSlibKey
 
 from kiln.errors import SignatureError
 from kiln.release import manifest, signing
-from tests.conftest import REPO, run_kiln
+from tests.conftest import REPO, artifacts_files, build_args, run_kiln
 from tests.keys import keypair
 from tests.releases import tiny_release
+from tests.require import missing
+from tests.workspace import plain_vendor, write
 
 CHECKER = REPO / "kiln" / "templates" / "verify_signature.py"
 
@@ -235,3 +238,109 @@ def test_a_signed_subject_outside_the_folder_is_refused(tmp_path: Path) -> None:
     )
     own = _checker(release, public)
     assert own.returncode == 19 and "/etc/hostname" in own.stderr
+
+
+def test_verify_compares_the_manifest_and_a_signed_rebuilds_envelope(
+    signed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """``kiln verify``'s comparison: the manifest itself, and the envelope of a rebuild
+    signed too (``--sign``); each difference named with the JSON key that differs."""
+    from kiln.verbs.rebuild_check import compare
+    from tests.releases import edit_manifest
+
+    release, _private, _public = signed
+    again = tmp_path / "again"
+    shutil.copytree(release, again)
+    m = manifest.read(release / "manifest.json")
+    assert compare(m, release, again) == []
+    other, _ = keypair(tmp_path, "other")
+    signing.sign(again, m, signing.load_signer(str(other)))
+    report = compare(m, release, again)
+    assert report[0].startswith(f"{signing.ENVELOPE_FILE}: sha256 "), report
+    assert any(line.startswith("  signatures[0].keyid: ") for line in report), report
+    edit_manifest(again, lambda d: d["release"].update(name="other"))
+    report = compare(m, release, again)
+    assert report[0].startswith("manifest.json: sha256 "), report
+    assert '  release.name: "tiny" != "other"' in report, report
+
+
+SOFTHSM_LIBS = (
+    "/usr/lib/softhsm/libsofthsm2.so",
+    "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so",
+)
+HSM_URI = "hsm:2?label=kiln-test"
+
+
+@pytest.fixture
+def softhsm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A real PKCS#11 token (SoftHSM, Debian's softhsm2) holding an ECDSA P-256 key of
+    id 2, PIN 1234: what a team's HSM or YubiKey is to kiln. The environment that
+    reaches it (also set in this process)."""
+    lib = next((p for p in SOFTHSM_LIBS if Path(p).is_file()), None)
+    if lib is None or shutil.which("softhsm2-util") is None:
+        missing("SOFTHSM", "no SoftHSM here (apt-get install softhsm2)")
+    import pkcs11
+    from pkcs11.util.ec import encode_named_curve_parameters
+
+    (tmp_path / "tokens").mkdir()
+    conf = tmp_path / "softhsm2.conf"
+    conf.write_text(f"directories.tokendir = {tmp_path / 'tokens'}\nlog.level = ERROR\n")
+    env = {"SOFTHSM2_CONF": str(conf), "PYKCS11LIB": lib, "KILN_SIGN_PIN": "1234"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(signing.PUBKEY_ENV, raising=False)
+    subprocess.run(
+        [
+            *("softhsm2-util", "--init-token", "--free", "--label", "kiln-test"),
+            *("--pin", "1234", "--so-pin", "5678"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    token = pkcs11.lib(lib).get_token(token_label="kiln-test")
+    with token.open(rw=True, user_pin="1234") as session:
+        curve = {pkcs11.Attribute.EC_PARAMS: encode_named_curve_parameters("secp256r1")}
+        params = session.create_domain_parameters(pkcs11.KeyType.EC, curve, local=True)
+        params.generate_keypair(store=True, id=b"\x02", label="kiln-release")
+    return env
+
+
+def test_a_key_in_a_pkcs11_token_signs_by_its_uri_softhsm(
+    softhsm: dict[str, str], tmp_path: Path
+) -> None:
+    """``--sign hsm:2?label=...``: the public key asked of the token, the PIN from
+    $KILN_SIGN_PIN; the release checks with that public key (kiln and in-toto)."""
+    release = tiny_release(tmp_path / "release")
+    key = signing.load_signer(HSM_URI)
+    assert key.scheme == "ecdsa-sha2-nistp256"
+    signing.sign(release, manifest.read(release / "manifest.json"), key)
+    public = tmp_path / "hsm.pub"
+    public.write_text(key.signer.public_key.keyval["public"])
+    res = run_kiln("verify-release", release, "--key", public)
+    assert res.returncode == 0, res.stderr
+    data = json.loads((release / signing.ENVELOPE_FILE).read_text())
+    ssl_key = SSlibKey.from_crypto(load_pem_public_key(public.read_bytes()))
+    assert set(InTotoEnvelope.from_dict(data).verify([ssl_key], 1)) == {key.keyid}
+
+
+def test_a_token_key_that_cannot_sign_stops_the_build_before_anything_softhsm(
+    softhsm: dict[str, str], tmp_path: Path
+) -> None:
+    """A wrong PIN, or none, is found when the key is loaded (it signs a fixed text
+    then), so ``kiln build`` stops at its first stage: exit 19, nothing written."""
+    ws = write(tmp_path / "ws", {"plain": plain_vendor("a" * 40)})
+    res = run_kiln(
+        *build_args(ws, tmp_path, "--sign", HSM_URI, runner=None),
+        env={**softhsm, "KILN_SIGN_PIN": "4321"},
+    )
+    assert res.returncode == SignatureError.exit_code, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert line == (
+        f"kiln: error: --sign {HSM_URI}: PinIncorrect: the token refused the PIN in $KILN_SIGN_PIN"
+    ), line
+    assert artifacts_files(tmp_path / "artifacts") == []
+    os.environ.pop("KILN_SIGN_PIN")
+    with pytest.raises(SignatureError, match=r"pin is needed: set \$KILN_SIGN_PIN$"):
+        signing.load_signer(HSM_URI)
+    with pytest.raises(SignatureError, match=r"^--sign hsm:7\?label=kiln-test: "):
+        signing.load_signer("hsm:7?label=kiln-test")  # no such key on the token
