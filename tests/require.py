@@ -11,8 +11,8 @@ import pytest
 
 
 def required(name: str) -> bool:
-    """Whether the resource ``name`` (DOCKER, BUNDLES, FLEET, CGROUP, ROOT, CHROMIUM, CCACHE) must
-    be here."""
+    """Whether the resource ``name`` (DOCKER, BUNDLES, FLEET, CGROUP, ROOT, CHROMIUM, CCACHE,
+    SOFTHSM) must be here."""
     return "1" in (os.environ.get("KILN_REQUIRE_ALL"), os.environ.get(f"KILN_REQUIRE_{name}"))
 
 

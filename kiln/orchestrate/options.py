@@ -405,6 +405,7 @@ class Options:
     # the keyid a signed release names, for `kiln verify`'s rebuild: it writes the files a
     # signed release has (its README, verify-release.py) without the key to sign them
     signed_by: str | None = None
+    signer_identity: str | None = None  # and a keyless signer's identity (issuer)
     # Another build's learned figures (a release's manifest.json or a learned.json): in
     # place of this cache's (orchestrate/learned.py). Default: the workspace's learned.json.
     learned_from: Path | None = option(
@@ -439,9 +440,11 @@ class Options:
     sign: str | None = option(
         "--sign",
         "sign the release with this key: a PEM private key file (or file:PATH), env:VAR "
-        "(the PEM in a variable), or a securesystemslib signer URI (gcpkms:, awskms:, "
-        "azurekms:, hsm:, sigstore:; its public key in $KILN_SIGN_PUBKEY); the DSSE "
-        "envelope provenance.intoto.dsse.json vouches for every file of the release",
+        "(the PEM in a variable), a key store's securesystemslib URI (hsm:, awskms:, "
+        "gcpkms:, azurekms:; its public key in $KILN_SIGN_PUBKEY or asked of the store, a "
+        "token's PIN in $KILN_SIGN_PIN), or sigstore: (keyless, the CI job's identity "
+        "token); the DSSE envelope provenance.intoto.dsse.json vouches for every file of "
+        "the release",
         group="verification",
         env="KILN_SIGN",
         metavar="KEY-URI",

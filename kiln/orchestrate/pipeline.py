@@ -309,6 +309,11 @@ def header(ctx: Context, planned: Planned) -> Manifest:
                     if planned.loaded.signing
                     else planned.loaded.opts.signed_by
                 ),
+                "signer_identity": (
+                    planned.loaded.signing.identity
+                    if planned.loaded.signing
+                    else planned.loaded.opts.signer_identity
+                ),
             }
         ),
         profile=ProfileInfo.model_validate(ws.profile.model_dump(mode="json")),

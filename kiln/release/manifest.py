@@ -79,6 +79,11 @@ class ReleaseInfo(Model):
         description="the keyid (securesystemslib's) of the key whose DSSE envelope "
         "(provenance.intoto.dsse.json) vouches for every file of the release",
     )
+    signer_identity: str | None = Field(
+        default=None,
+        description="a Sigstore keyless signature's signer: its identity (the workflow "
+        "that signed) and OIDC issuer; signed_by is the keyid of that identity",
+    )
     readme_template: str | None = Field(
         default=None, description="the workspace's README template, as a path in it"
     )

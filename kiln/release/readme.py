@@ -300,23 +300,10 @@ def _sections(m: Manifest) -> dict[str, list[str]]:
         f"hf download {repo} --local-dir {root}/release"
         + ("" if release.hub_repo else "   # ORG/NAME: the Hub repository it was published to"),
         f"bash {root}/release/install.sh {root}/venv {root}"
-        + (" --pubkey SIGNER.pub" if release.signed_by else ""),
+        + (" --pubkey SIGNER.pub" if release.signed_by and not release.signer_identity else ""),
         "```",
         "",
-        *(
-            [
-                "Signed: `provenance.intoto.dsse.json` (a DSSE envelope over the in-toto "
-                "provenance statement) vouches for every file here by its sha256, signed by "
-                f"the key with keyid `{release.signed_by}`. Given that key's public half, "
-                "install.sh checks every file against it before it installs anything "
-                "(`--pubkey`, or `KILN_RELEASE_PUBKEY`), and refuses a file changed, added "
-                "or missing; `python -m kiln verify-release . --key SIGNER.pub` checks the "
-                "same. Without a key, install.sh says it installs unchecked.",
-                "",
-            ]
-            if release.signed_by
-            else []
-        ),
+        *([_signed(release), ""] if release.signed_by else []),
     ]
     sections["jit-caches"] = _jit_caches(release, root)
     rows = ["## Pinned sources", "", "| upstream | repository | commit | submodules |"]
@@ -394,3 +381,28 @@ def render(m: Manifest) -> str:
         rest = [ln for name in README_SECTIONS if name not in placed for ln in sections[name]]
         body = body.rstrip("\n") + "\n\n" + "\n".join(rest) if rest else body
     return f"---\n{_yaml(meta)}\n---\n\n" + body.rstrip("\n") + "\n"
+
+
+def _signed(release: ReleaseInfo) -> str:
+    """Who signed the release, and how to check it."""
+    vouches = (
+        "Signed: `provenance.intoto.dsse.json` (a DSSE envelope over the in-toto "
+        "provenance statement) vouches for every file here by its sha256, signed "
+    )
+    if release.signer_identity:
+        identity, _, issuer = release.signer_identity.partition(" (")
+        return (
+            vouches + f"keyless with Sigstore by `{identity}` (OIDC issuer "
+            f"`{issuer.rstrip(')')}`; keyid `{release.signed_by}`). Check it with "
+            f"`python -m kiln verify-release . --identity {identity}` (`pip install "
+            "'kiln[sigstore]'`; it asks Sigstore's public services). install.sh checks "
+            "key signatures alone: it refuses this one with a public key, and says it "
+            "installs unchecked without one."
+        )
+    return (
+        vouches + f"by the key with keyid `{release.signed_by}`. Given that key's public "
+        "half, install.sh checks every file against it before it installs anything "
+        "(`--pubkey`, or `KILN_RELEASE_PUBKEY`), and refuses a file changed, added or "
+        "missing; `python -m kiln verify-release . --key SIGNER.pub` checks the same. "
+        "Without a key, install.sh says it installs unchecked."
+    )

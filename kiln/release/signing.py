@@ -42,13 +42,14 @@ from securesystemslib.signer import (
     CryptoSigner,
     GCPSigner,
     HSMSigner,
+    Key,
     Signer,
     SSlibKey,
 )
 
 from kiln.errors import SignatureError
 from kiln.fsutil import sha256_file
-from kiln.release import provenance
+from kiln.release import keyless, provenance
 from kiln.release.manifest import FILE_NAME as MANIFEST_FILE
 from kiln.release.manifest import Manifest
 
@@ -65,6 +66,7 @@ class SigningKey:
     signer: Signer
     keyid: str
     scheme: str
+    identity: str | None = None  # a keyless signer's: "identity (issuer)"
 
 
 def public_key(path: Path) -> SSlibKey:
@@ -114,6 +116,10 @@ def load_signer(uri: str) -> SigningKey:
                 f"--sign {uri}: cannot read the key {path}: {exc.strerror}"
             ) from None
         signer = _crypto_signer(data, f"--sign {uri}")
+    elif uri.startswith("sigstore:"):  # its identity token taken now, no probe (Rekor)
+        signer = keyless.load(uri)
+        key = signer.public_key
+        return SigningKey(signer, key.keyid, key.scheme, keyless.described(key))
     else:
         signer = _uri_signer(uri)
         _probe(signer, uri)  # a token's wrong PIN or a KMS key not allowed to sign: now
@@ -223,11 +229,12 @@ def sign(folder: Path, m: Manifest, key: SigningKey) -> Path:
     return path
 
 
-def verify(folder: Path, pubkey: Path, required: bool = True) -> list[str]:
-    """Check a received release: the envelope signed by ``pubkey``, each subject's
-    digest, the recipes against the manifest, nothing unnamed. Returns the files it
-    vouches for; raises :class:`SignatureError` naming the file and what is wrong."""
-    key = public_key(pubkey)
+def verify(folder: Path, key: Key, signer: str) -> list[str]:
+    """Check a received release: the envelope signed by ``key`` (a public key file's,
+    or a keyless identity's: :mod:`kiln.release.keyless`; ``signer`` names it), each
+    subject's digest, the recipes against the manifest, nothing unnamed. Returns the
+    files it vouches for; raises :class:`SignatureError` naming the file and what is
+    wrong."""
     path = folder / ENVELOPE_FILE
     if not path.is_file():
         raise SignatureError(
@@ -243,7 +250,7 @@ def verify(folder: Path, pubkey: Path, required: bool = True) -> list[str]:
     except VerificationError:
         said = ", ".join(s.keyid[:16] for s in envelope.signatures.values()) or "none"
         raise SignatureError(
-            f"{path}: not signed by the key {pubkey} (keyid {key.keyid[:16]}; the "
+            f"{path}: not signed by {signer} (keyid {key.keyid[:16]}; the "
             f"envelope's signatures: {said}), or its payload was changed after signing"
         ) from None
     if envelope.payload_type != PAYLOAD_TYPE:

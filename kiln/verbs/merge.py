@@ -241,7 +241,12 @@ def merge(
                 f"{ws.root / 'kiln.toml'}: [release] require_signature = true: sign the "
                 "merged release: pass --sign KEY-URI (or set KILN_SIGN)"
             )
-    release = merged.release.model_copy(update={"signed_by": key.keyid if key else None})
+    release = merged.release.model_copy(
+        update={
+            "signed_by": key.keyid if key else None,
+            "signer_identity": key.identity if key else None,
+        }
+    )
     merged = merged.model_copy(update={"release": release})
     jit = list(merged.files)
     with fsutil.staged_dir(out) as stage:

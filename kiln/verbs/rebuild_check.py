@@ -50,6 +50,7 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
     # the envelopes are compared too), its files written as signed ones are
     # (Options.signed_by)
     release.pop("signed_by", None)
+    release.pop("signer_identity", None)
     release.pop("require_signature", None)
     template = release.pop("readme_template_text", None)
     if template is not None and release.get("readme_template"):
@@ -246,5 +247,6 @@ def rebuild(manifest_file: Path, opts: Options) -> Path:
         allow_unpinned_image=unpinned,
         sign=opts.sign,  # the same Ed25519 key signs the same bytes: the envelope compared
         signed_by=None if opts.sign else m.release.signed_by,
+        signer_identity=None if opts.sign else m.release.signer_identity,
     )
     return stages.build(again)

@@ -386,3 +386,28 @@ def test_the_gpu_job_tests_the_release_as_published() -> None:
     assert kept["if"] == "inputs.target == ''"
     assert 'kiln gpu-test "artifacts/$RELEASE"' in steps["run the upstreams' GPU tests"]["run"]
     assert not any("kiln build" in str(s.get("run", "")) for s in job["steps"])
+
+
+def keyless_without_token(data: dict[str, Any]) -> list[str]:
+    """The jobs that may sign keyless (``sigstore:`` in a step's KILN_SIGN) but cannot
+    get an identity token (no ``id-token: write``), or do not check the signature by
+    the workflow's identity afterwards."""
+    bad = []
+    for name, job in data["jobs"].items():
+        steps = job.get("steps", [])
+        if not any("sigstore:" in str(s.get("env", {}).get("KILN_SIGN", "")) for s in steps):
+            continue
+        if (job.get("permissions") or {}).get("id-token") != "write":
+            bad.append(f"{name}: no id-token: write")
+        if not any("--identity" in str(s.get("run", "")) for s in steps):
+            bad.append(f"{name}: no verify-release --identity")
+    return bad
+
+
+def test_the_release_job_signs_keyless_with_an_identity_token_and_checks_it() -> None:
+    data = workflow()
+    assert keyless_without_token(data) == []
+    assert "sigstore:" in str(data["jobs"]["release"]["steps"])  # it does sign keyless
+    assert "pip install -e \".[sigstore]\"" in str(data["jobs"]["release"]["steps"])
+    del data["jobs"]["release"]["permissions"]["id-token"]
+    assert keyless_without_token(data) == ["release: no id-token: write"]

@@ -20,9 +20,10 @@ from kiln.orchestrate.options import Options
 from tests.conftest import REPO, run_kiln
 
 # Options fields no option fills: the vendors are build's positional arguments; the live
-# table follows the terminal; signed_by is the keyid a rebuild of a signed release writes
-# its files with (kiln verify sets it from the manifest, no key at hand).
-NOT_OPTIONS = {"vendors", "live", "signed_by"}
+# table follows the terminal; signed_by (and a keyless signer's signer_identity) is the keyid
+# a rebuild of a signed release writes its files with (kiln verify sets it from the
+# manifest, no key at hand).
+NOT_OPTIONS = {"vendors", "live", "signed_by", "signer_identity"}
 
 
 def parse(argv: list[str], env: dict[str, str] | None = None) -> argparse.Namespace:
