@@ -33,6 +33,9 @@ def execute(args: argparse.Namespace) -> int:
         opts = replace(build.options(args), work=work.resolve())
         rebuilt = rebuild_check.rebuild(args.manifest, opts)
     report = rebuild_check.compare(data, args.manifest.parent, rebuilt)
+    note = rebuild_check.builder_note(args.manifest.parent, rebuilt)
+    if note:
+        say_err(note)
     if report:
         say_err("\n".join(report))
         raise NotReproduced(

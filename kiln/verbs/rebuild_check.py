@@ -164,19 +164,44 @@ def explain(original: Path, rebuilt: Path) -> list[str]:
     return lines
 
 
+BUILDER_KEYS = ("kiln_version", "kiln_commit")  # the kiln that built: not an input
+
+
 def compare(m: Manifest, release_dir: Path, rebuilt_dir: Path) -> list[str]:
     """Every difference between the release and its rebuild (empty: identical): the
     files the manifest lists, the manifest itself, and the signature envelope where the
-    rebuild was signed too (``kiln verify --sign`` with the release's key)."""
+    rebuild was signed too (``kiln verify --sign`` with the release's key). A manifest
+    that differs only in the kiln that wrote it (:func:`builder_note`) is not a
+    difference, nor then is the envelope over it: every file it lists is the same."""
     report = []
     for out in m.outputs():
         if out.kind in SKIPPED_KINDS:
             continue
         report += _compare_file(out.path, release_dir, rebuilt_dir)
-    report += _compare_file(manifest.FILE_NAME, release_dir, rebuilt_dir)
-    if (rebuilt_dir / signing.ENVELOPE_FILE).is_file():
-        report += _compare_file(signing.ENVELOPE_FILE, release_dir, rebuilt_dir)
+    if builder_note(release_dir, rebuilt_dir) is None:
+        report += _compare_file(manifest.FILE_NAME, release_dir, rebuilt_dir)
+        if (rebuilt_dir / signing.ENVELOPE_FILE).is_file():
+            report += _compare_file(signing.ENVELOPE_FILE, release_dir, rebuilt_dir)
     return report
+
+
+def builder_note(release_dir: Path, rebuilt_dir: Path) -> str | None:
+    """Where the two manifests differ in the kiln that wrote them alone (a release
+    verified with a newer kiln), a line saying so; None otherwise."""
+    try:
+        a = json.loads((release_dir / manifest.FILE_NAME).read_text())
+        b = json.loads((rebuilt_dir / manifest.FILE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if a == b or {k: v for k, v in a.items() if k not in BUILDER_KEYS} != {
+        k: v for k, v in b.items() if k not in BUILDER_KEYS
+    }:
+        return None
+    kilns = ", ".join(f"{k} {a.get(k)} != {b.get(k)}" for k in BUILDER_KEYS if a.get(k) != b.get(k))
+    return (
+        f"note: {manifest.FILE_NAME} differs only in the kiln that wrote it ({kilns}): the "
+        "rebuild ran another kiln; every file the manifest lists is compared"
+    )
 
 
 def _compare_file(rel: str, release_dir: Path, rebuilt_dir: Path) -> list[str]:

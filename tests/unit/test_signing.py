@@ -245,7 +245,7 @@ def test_verify_compares_the_manifest_and_a_signed_rebuilds_envelope(
 ) -> None:
     """``kiln verify``'s comparison: the manifest itself, and the envelope of a rebuild
     signed too (``--sign``); each difference named with the JSON key that differs."""
-    from kiln.verbs.rebuild_check import compare
+    from kiln.verbs.rebuild_check import builder_note, compare
     from tests.releases import edit_manifest
 
     release, _private, _public = signed
@@ -258,8 +258,14 @@ def test_verify_compares_the_manifest_and_a_signed_rebuilds_envelope(
     report = compare(m, release, again)
     assert report[0].startswith(f"{signing.ENVELOPE_FILE}: sha256 "), report
     assert any(line.startswith("  signatures[0].keyid: ") for line in report), report
+    # another kiln rebuilt it: the manifest differs in kiln_commit alone, said, no failure
+    edit_manifest(again, lambda d: d.update(kiln_commit="0123456789ab"))
+    assert compare(m, release, again) == []
+    note = builder_note(release, again)
+    assert note is not None and "kiln_commit None != 0123456789ab" in note, note
     edit_manifest(again, lambda d: d["release"].update(name="other"))
     report = compare(m, release, again)
+    assert builder_note(release, again) is None
     assert report[0].startswith("manifest.json: sha256 "), report
     assert '  release.name: "tiny" != "other"' in report, report
 
