@@ -408,6 +408,6 @@ def test_the_release_job_signs_keyless_with_an_identity_token_and_checks_it() ->
     data = workflow()
     assert keyless_without_token(data) == []
     assert "sigstore:" in str(data["jobs"]["release"]["steps"])  # it does sign keyless
-    assert "pip install -e \".[sigstore]\"" in str(data["jobs"]["release"]["steps"])
+    assert 'pip install -e ".[sigstore]"' in str(data["jobs"]["release"]["steps"])
     del data["jobs"]["release"]["permissions"]["id-token"]
     assert keyless_without_token(data) == ["release: no id-token: write"]
