@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 
 from kiln.config.models import Profile
-from kiln.orchestrate.pipeline import Options
+from kiln.orchestrate.options import Options
 from kiln.toolchain import buildenv, cudapypi
 from tests import fleet, require
 from tests import upstreams as fixture_upstreams
@@ -57,7 +57,7 @@ def provisioned(what: str, make: Callable[[], T], limit_s: float = PROVISION_LIM
         pytest.fail(f"provisioning {what} took over {limit_s:g} s", pytrace=False)
     if "error" in done:
         raise done["error"]
-    return done["value"]
+    return cast(T, done["value"])
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -139,7 +139,7 @@ def shared_cache(cache: Path) -> Path:
 def options(
     tmp_path: Path, upstreams: fixture_upstreams.Upstreams, build_python: Path, pypi_cuda: Path
 ):
-    def make(workspace: Path, **overrides: object) -> Options:
+    def make(workspace: Path, **overrides: Any) -> Options:
         opts = Options(
             workspace=workspace,
             artifacts=tmp_path / "artifacts",

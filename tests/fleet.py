@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,10 +174,11 @@ def builder(options, ws: Path, tmp: Path, name: str, **more: object):
     return options(ws, **{**mine, **more})
 
 
-def compiler_info(release: Path, vendor: str = "plain") -> dict:
+def compiler_info(release: Path, vendor: str = "plain") -> dict[str, Any]:
     """The manifest's compiler-cache record of one step."""
     data = manifest.read(release / manifest.FILE_NAME).data()  # with its run record
-    return data["vendors"][vendor]["caches"]["compiler"]
+    info: dict[str, Any] = data["vendors"][vendor]["caches"]["compiler"]
+    return info
 
 
 def wheels(release: Path) -> dict[str, bytes]:

@@ -52,6 +52,7 @@ class StandinHub:
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)
         return f"http://{host}:{port}"
 
     def __enter__(self) -> StandinHub:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.orchestrate import stages
-from kiln.orchestrate.pipeline import Options
+from kiln.orchestrate.options import Options
 from kiln.release import manifest
 from tests.conftest import shared_cache
 from tests.upstreams import Upstreams

@@ -8,6 +8,7 @@ the commit SHAs the same on every machine, so a lock can pin them.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +20,7 @@ BASE_EPOCH = 1_767_225_600  # 2026-01-01T00:00:00Z
 @dataclass
 class CommitSpec:
     message: str
-    files: dict[str, bytes | str] = field(default_factory=dict)
+    files: Mapping[str, bytes | str] = field(default_factory=dict)
     delete: list[str] = field(default_factory=list)
     # path -> (URL written to .gitmodules, commit recorded in the tree)
     submodules: dict[str, tuple[str, str]] = field(default_factory=dict)

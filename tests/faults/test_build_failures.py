@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
+from kiln.inside.causes.cause import Diagnosis
 from tests import broken, fleet, public, require
 from tests.conftest import REPO, artifacts_files, build_args, run_kiln, shared_cache
 from tests.upstreams import Upstreams
@@ -271,7 +272,7 @@ def test_a_deep_template_error_shows_its_chain_to_the_upstreams_code(
         assert first.chain[1] == "... (10 more instantiations)"
     assert first.chain[-1].endswith(f"at {unit}:2")  # the upstream's own call
     screen = failure.render(
-        {"errors": diagnose.Diagnosis(errors=d.errors).to_json()["errors"]},
+        {"errors": Diagnosis(errors=d.errors).to_json()["errors"]},
         tmp_path / "x.log",
         "building x failed",
     )

@@ -67,7 +67,7 @@ def test_inputs_edited_mid_run_are_not_mixed_in(tmp_path: Path) -> None:
     patch.write_text(_patch("version two"))  # edited while "first" builds...
     toml = ws / "vendors" / "second.toml"
     data = tomlkit.parse(toml.read_text())
-    data["build"]["env"]["SETTING"] = "edited"  # type: ignore[index]
+    data["build"]["env"]["SETTING"] = "edited"
     toml.write_text(tomlkit.dumps(data))
     # a vendor added meanwhile (issue 35): not an input of this build, no warning
     (ws / "vendors" / "third.toml").write_text((ws / "vendors" / "first.toml").read_text())

@@ -74,7 +74,7 @@ def printed_fixes(stderr: str) -> dict[str, str]:
     return fixes
 
 
-def _edit(path: Path, change) -> None:  # type: ignore[no-untyped-def]
+def _edit(path: Path, change) -> None:
     doc = tomlkit.parse(path.read_text())
     change(doc)
     path.write_text(tomlkit.dumps(doc))
@@ -84,7 +84,7 @@ def test_printed_fixes_applied_as_printed_reach_what_they_promise(
     tmp_path: Path, build_python: Path, pypi_cuda: Path
 ) -> None:
     faults = broken.make(tmp_path / "broken")
-    names = (
+    names: tuple[str, ...] = (
         "ptx-instruction",
         "missing-identifier",
         "missing-header",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kiln.errors import ConfigError
+from kiln.inside.sccache import free_port
 from kiln.orchestrate import stages
 from tests import fleet
 from tests.fleet import builder, compiler_info, wheels
@@ -47,7 +48,7 @@ def test_an_unreachable_store_costs_one_warning_and_the_build_goes_on(
     tmp_path: Path, upstreams: Upstreams, options, caplog, backend: str
 ) -> None:
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
-    nobody = f"redis://127.0.0.1:{fleet.free_port()}"  # nothing listens there
+    nobody = f"redis://127.0.0.1:{free_port()}"  # nothing listens there
     local = stages.build(builder(options, ws, tmp_path, "local", cache_backend=backend))
     with caplog.at_level("WARNING", logger="kiln"):
         release = stages.build(
@@ -165,7 +166,7 @@ def test_credentials_stay_out_of_everything_kiln_writes(
         "b",
         cache_backend="sccache",
         cache_store=redis_server.url,
-        distribute=f"http://127.0.0.1:{fleet.free_port()}",  # no scheduler: a warning
+        distribute=f"http://127.0.0.1:{free_port()}",  # no scheduler: a warning
     )
     try:
         release = stages.build(opts)

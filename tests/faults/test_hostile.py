@@ -10,6 +10,7 @@ import os
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
@@ -74,8 +75,8 @@ def test_build_env_and_arguments_are_data_not_shell(tmp_path: Path) -> None:
     # stops at its argument check) and nothing in those values may run.
     (script,) = (tmp_path / "artifacts").rglob("build-*.sh")
     assert "EVIL_NL=x\\ntouch" in script.read_text()
-    res = subprocess.run(["bash", str(script), str(tmp_path / "nokiln"), str(tmp_path / "o")])
-    assert res.returncode == 2
+    again = subprocess.run(["bash", str(script), str(tmp_path / "nokiln"), str(tmp_path / "o")])
+    assert again.returncode == 2
     assert not marker.exists()
     _no_marker(tmp_path)
 
@@ -177,7 +178,7 @@ def test_hostile_gitmodules_of_an_upstream(tmp_path: Path) -> None:
     ],
 )
 def test_vendor_paths_and_code_are_refused(tmp_path: Path, key: str, value, expect: str) -> None:
-    vendor = {
+    vendor: dict[str, dict[str, Any]] = {
         "source": {"url": f"{BASE_URL}t.git", "commit": "a" * 40},
         "build": {
             "kind": "inplace",

@@ -35,7 +35,8 @@ RATE = 4 << 20  # bytes per second through the relay
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class GitDaemon:

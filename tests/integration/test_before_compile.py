@@ -102,7 +102,7 @@ def test_a_proof_that_failed_after_the_compile_is_fixed_without_compiling_again(
 
     path = ws / fix[2]
     doc = tomlkit.parse(path.read_text())
-    doc["build"]["import_proof"] = {"needs_gpu": [module]}  # type: ignore[index]
+    doc["build"]["import_proof"] = {"needs_gpu": [module]}
     path.write_text(tomlkit.dumps(doc))
     logs = tmp_path / "artifacts" / "logs"
     for jobs in logs.rglob("*.jobs"):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from kiln.errors import Busy
 from kiln.orchestrate import stages
-from kiln.orchestrate.runlock import Busy
 from kiln.release import manifest
 from tests import require
 from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache, start_kiln_until

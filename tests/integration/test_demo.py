@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
-from in_toto.models.metadata import Envelope as InTotoEnvelope
+from in_toto.models.metadata import Envelope as InTotoEnvelope  # type: ignore[import-untyped]
 from securesystemslib.signer import SSlibKey
 
 from kiln.release import manifest, signing
@@ -360,7 +360,7 @@ def test_a_release_that_must_be_signed_is_refused_unsigned_before_anything(
     exit 19, and writes nothing into the artifacts folder."""
     ws = shutil.copytree(REPO / "examples" / "demo", tmp_path / "ws")
     doc = tomlkit.parse((ws / "kiln.toml").read_text())
-    doc["release"]["require_signature"] = True  # type: ignore[index]
+    doc["release"]["require_signature"] = True
     (ws / "kiln.toml").write_text(tomlkit.dumps(doc))
     res = run_kiln(
         "demo", "--workspace", ws, "--artifacts", tmp_path / "a", "--work", tmp_path / "w",

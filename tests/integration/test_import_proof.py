@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomlkit
@@ -51,8 +52,10 @@ def _build(
     )
 
 
-def _record(tmp: Path, vendor: str) -> dict:
-    return json.loads((tmp / "artifacts/logs/test-release" / f"{vendor}.failure.json").read_text())
+def _record(tmp: Path, vendor: str) -> dict[str, Any]:
+    path = tmp / "artifacts/logs/test-release" / f"{vendor}.failure.json"
+    record: dict[str, Any] = json.loads(path.read_text())
+    return record
 
 
 def test_wheels_that_do_not_land_fail_before_anything_is_published(
@@ -123,8 +126,8 @@ def test_a_good_release_records_each_module_and_its_variants_carry_the_verified_
     )
     toml = ws / "kiln.toml"
     data = tomlkit.parse(toml.read_text())
-    data["release"]["variant_wheels"] = True  # type: ignore[index]
-    data["release"]["name"] = "test-release"  # type: ignore[index]
+    data["release"]["variant_wheels"] = True
+    data["release"]["name"] = "test-release"
     toml.write_text(tomlkit.dumps(data))
     res = _build(tmp_path, ws, cases.mirrors, build_python)
     assert res.returncode == 0, res.stderr[-4000:]

@@ -23,8 +23,9 @@ import zstandard
 
 from kiln.config.workspace import Workspace
 from kiln.errors import ArchiveError, BuildError, VerifyError
-from kiln.orchestrate import pipeline, stages
+from kiln.orchestrate import stages
 from kiln.orchestrate.kinds.inplace import arch_family, pack_tree
+from kiln.orchestrate.options import Options
 from kiln.release import archive, manifest
 from kiln.verbs import demo_workspace as demo
 from tests.conftest import REPO, run_kiln, shared_cache
@@ -101,7 +102,7 @@ def tiny(
         )
     digest = hashlib.sha256(dep.read_bytes()).hexdigest()
     (ws / "runtime-requirements.txt").write_text(f"{DEP}==1.0 --hash=sha256:{digest}\n")
-    opts = pipeline.Options(
+    opts = Options(
         workspace=ws,
         artifacts=root / "artifacts",
         cache=shared_cache(root / "cache"),

@@ -45,7 +45,7 @@ def _workspace(root: Path, commit: str) -> Path:
 def _compiled_in_order(artifacts: Path) -> list[str]:
     stats = jobs.job_stats(artifacts / "logs" / "test-release" / "fix.jobs")
     compiled = [s for s in stats if s.get("result") == "compiled"]
-    return [s["source"] for s in sorted(compiled, key=lambda s: s["start"])]
+    return [str(s.get("source")) for s in sorted(compiled, key=lambda s: s.get("start", 0.0))]
 
 
 def test_a_build_from_another_builds_learned_data_starts_like_its_next(

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,8 @@ def tiny(tmp_path: Path) -> tuple[Path, Path, str]:
 def _plan(ws: Path, tmp: Path, mirrors: Path, *extra: str) -> dict:
     res = run_kiln(*tiny_build_args(ws, tmp, mirrors, "--offline", "--dry-run", "--json", *extra))
     assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout)
+    plan: dict[str, Any] = json.loads(res.stdout)
+    return plan
 
 
 def test_dry_run_says_what_would_be_fetched_then_that_the_build_is_a_hit(
@@ -110,7 +112,8 @@ def _slots_under(prefix: list[str], ws: Path, tmp: Path, mirrors: Path) -> dict:
         check=False,
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout)["budget"]
+    budget: dict[str, Any] = json.loads(res.stdout)["budget"]
+    return budget
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to pin to one")

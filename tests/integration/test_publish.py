@@ -178,7 +178,7 @@ def _seed_earlier_release(hub_root: Path, release: Path) -> str:
     (repo / old["path"]).write_bytes(b"an earlier release's wheel")
     (repo / "manifest.json").write_text(json.dumps(data))
     (repo / ".gitattributes").write_text("*.whl filter=lfs\n")
-    return old["path"]
+    return str(old["path"])
 
 
 def test_publish_hub_makes_the_repository_equal_to_the_release(

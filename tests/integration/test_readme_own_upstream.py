@@ -24,7 +24,9 @@ from tests.conftest import REPO, shared_cache
 def readme_block() -> str:
     text = (REPO / "README.md").read_text()
     section = text[text.index("## Build your own upstream") :]
-    return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None, "README: no sh block under its own-upstream heading"
+    return block.group(1)
 
 
 def test_the_readme_builds_a_new_upstream_with_exactly_the_profiles_archs(

@@ -9,6 +9,7 @@ the same logs making the same trace, and the page opened in headless Chromium (D
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,9 @@ VENDORS = ("alpha", "beta", "gamma")
 SHOTS = REPO / "build" / "test-output" / "timings"
 
 
-def _build(root: Path, build_python: Path, names: tuple[str, ...], fails: str = "") -> tuple:
+def _build(
+    root: Path, build_python: Path, names: tuple[str, ...], fails: str = ""
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Build fixture upstreams ``names`` (``fails``: its build exits 3 after compiling)
     with --timings; (the finished kiln, its logs folder)."""
     vendors = {}

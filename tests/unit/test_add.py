@@ -10,6 +10,7 @@ import dataclasses
 import textwrap
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomlkit
@@ -584,7 +585,7 @@ def test_the_public_comparison_sees_every_decisive_key() -> None:
     ones through ``public.decisive``: a change to any key it names must show."""
     hand = public.recipe(public.WORKSPACE / "vendors" / "flashmla.toml")
     base = public.decisive(hand)
-    changes = {
+    changes: dict[str, dict[str, Any]] = {
         "source": {
             "url": "https://example.invalid/x",
             "commit": "0" * 40,
@@ -653,7 +654,7 @@ def test_computed_arch_flags_read_as_one_sentence(tmp_path: Path) -> None:
         """,
     )
     f = Findings("u", "c", Backend("setuptools", "setup.py"), setup=[s], sources=[("k.cu", None)])
-    table, decided = tomlkit.table(), {}
+    table, decided = tomlkit.table(), recipe.DecidedBuild()
     profile = Profile(cuda="13.2", python="3.12", archs=["sm_100a", "sm_103a"])
     recipe._archs(table, f, {None: profile}, decided)
     text = tomlkit.dumps(table).replace("\n# ", " ")

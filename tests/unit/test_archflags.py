@@ -28,7 +28,7 @@ ONLY_100A = ["-gencode=arch=compute_100a,code=sm_100a"]
 ONLY_103A = ["-gencode=arch=compute_103a,code=sm_103a"]
 
 # The upstream's arch flags -> what the compile gets instead (profile sm_100a + sm_103a).
-FORMS: list[tuple[list[str], list[str]]] = [
+FORMS: list[tuple[list[str], list[str] | str]] = [
     # the hard-coded list of many setup.py files: generic sm_75 covers both
     (
         [f"-gencode=arch=compute_{a},code=sm_{a}" for a in ("75", "80", "90", "100a", "120")],

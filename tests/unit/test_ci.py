@@ -55,7 +55,8 @@ def lint(linter: str, workflow: Path) -> subprocess.CompletedProcess[str]:
 
 
 def workflow() -> dict[Any, Any]:
-    return yaml.safe_load(WORKFLOW.read_text())
+    data: dict[Any, Any] = yaml.safe_load(WORKFLOW.read_text())
+    return data
 
 
 @pytest.mark.parametrize("linter", ["actionlint", "jactionlint"])
@@ -190,7 +191,15 @@ def test_merge_checks_the_partials_against_the_profile_it_is_named(tmp_path: Pat
     public = REPO / "examples" / "public"
     sm100 = Workspace(public, "sm100").profile.model_dump(mode="json")
     partial = tiny_release(tmp_path / "partial", "public-upstreams", sm100)
-    merge = ["manifest", "merge", partial, "--workspace", public, "--out", tmp_path / "out"]
+    merge: list[str | Path] = [
+        "manifest",
+        "merge",
+        partial,
+        "--workspace",
+        public,
+        "--out",
+        tmp_path / "out",
+    ]
     res = run_kiln(*merge)
     assert res.returncode == 8 and "another profile than" in res.stderr, res.stderr
     assert "default (profile.archs" in res.stderr

@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,7 +61,7 @@ def test_a_store_the_backend_cannot_use_names_the_backend_that_can(tmp_path: Pat
         compilercache.setup(tmp_path, "sccache", "sccache", "http://cache/x")
 
 
-def _options(folder: Path, **more: object) -> Options:
+def _options(folder: Path, **more: Any) -> Options:
     return Options(workspace=folder, artifacts=folder, cache=folder, work=folder, **more)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
@@ -30,8 +30,8 @@ from tests.conftest import REPO
 from tests.workspace import plain_vendor, write
 
 SHA = "a" * 40
-WHICH = ("kiln", "vendor", "series")
-MODELS = {"kiln": WorkspaceFile, "vendor": Vendor, "series": SeriesFile}
+WHICH: tuple[schema.Which, ...] = ("kiln", "vendor", "series")
+MODELS: dict[str, type[BaseModel]] = {"kiln": WorkspaceFile, "vendor": Vendor, "series": SeriesFile}
 WORKSPACES = [REPO, REPO / "examples" / "demo", REPO / "examples" / "public"]
 
 
@@ -103,8 +103,8 @@ def _model_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, Any
 
 
 @pytest.mark.parametrize("which", WHICH)
-def test_every_key_of_the_models_is_in_its_reference_page(which: str) -> None:
-    page = (REPO / reference.DOCS[which]).read_text()  # type: ignore[index]
+def test_every_key_of_the_models_is_in_its_reference_page(which: schema.Which) -> None:
+    page = (REPO / reference.DOCS[which]).read_text()
     headings = set(re.findall(r"^#{2,3} `\[{0,2}(.+?)\]{0,2}`$", page, re.MULTILINE))
     keys = [path for path, _, _ in _model_keys(MODELS[which])]
     assert keys and set(keys) == headings
@@ -140,17 +140,17 @@ def test_the_pages_examples_are_toml_of_their_keys() -> None:
     """Every page has TOML examples (a page without one would pass a loop over none), each
     one TOML whose top-level keys and tables the page's file knows."""
     for which in WHICH:
-        page = (REPO / reference.DOCS[which]).read_text()  # type: ignore[index]
+        page = (REPO / reference.DOCS[which]).read_text()
         blocks = re.findall(r"```toml\n(.*?)```", page, re.DOTALL)
-        assert blocks, f"{reference.DOCS[which]}: no TOML example"  # type: ignore[index]
+        assert blocks, f"{reference.DOCS[which]}: no TOML example"
         known = {path.split(".")[0].split("[")[0] for path, _, _ in _model_keys(MODELS[which])}
         for block in blocks:
             data = tomllib.loads(block)
             if block.lstrip().startswith("#:schema"):
                 continue  # the editor's schema line, shown alone
-            assert data, f"{reference.DOCS[which]}: an empty TOML example"  # type: ignore[index]
+            assert data, f"{reference.DOCS[which]}: an empty TOML example"
             unknown = set(data) - known
-            assert not unknown, f"{reference.DOCS[which]}: example keys {unknown} not in {known}"  # type: ignore[index]
+            assert not unknown, f"{reference.DOCS[which]}: example keys {unknown} not in {known}"
 
 
 # ----------------------------------------------------------------------- editors: #:schema

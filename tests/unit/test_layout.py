@@ -173,7 +173,7 @@ def _error_classes() -> list[tuple[str, str]]:
 def test_every_error_and_exit_code_is_in_one_table() -> None:
     outside = [f"{m}.{c}" for m, c in _error_classes() if m != "kiln.errors"]
     assert outside == []
-    codes = {}
+    codes: dict[int, str] = {}
     for code, name, _ in errors.table():
         cls = getattr(errors, name)
         if cls.exit_code == getattr(cls.__mro__[1], "exit_code", None) and name != "KilnError":
@@ -226,7 +226,8 @@ def test_every_test_has_a_time_limit(request: pytest.FixtureRequest) -> None:
     items = request.session.items
     limits = {item.nodeid: item.get_closest_marker("timeout") for item in items}
     assert all(limits.values()), [n for n, m in limits.items() if m is None]
-    assert limits[request.node.nodeid].args[0] <= 120
+    own = limits[request.node.nodeid]
+    assert own is not None and own.args[0] <= 120
 
 
 def test_no_package_of_the_engine_is_named_build() -> None:

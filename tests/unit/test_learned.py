@@ -12,15 +12,18 @@ import pytest
 from kiln.errors import ConfigError
 from kiln.orchestrate import learned
 from kiln.plan import bound, schedule
+from kiln.plan.jobs import JobLine
 from tests.conftest import artifacts_files, build_args, run_kiln
 from tests.unit.test_schedule import _vendor
 from tests.workspace import plain_vendor, write
 
-UNIT = {"result": "compiled", "rc": 0}
+UNIT: JobLine = {"result": "compiled", "rc": 0}
 
 
 def _learn(store: schedule.PeakStore, vendor, cpu: float, rss_gib: float) -> None:
-    stats = [{**UNIT, "source": "csrc/k.cu", "cpu_s": cpu, "rss_kib": int(rss_gib * 2**20)}]
+    stats: list[JobLine] = [
+        {**UNIT, "source": "csrc/k.cu", "cpu_s": cpu, "rss_kib": int(rss_gib * 2**20)}
+    ]
     store.remember(vendor, rss_gib, schedule.learned_units(stats), 4.0)
 
 
@@ -96,7 +99,7 @@ def test_build_with_a_bad_learned_from_stops_before_anything_is_written(tmp_path
 
 
 def test_the_bound_is_the_larger_of_the_critical_path_and_the_cpu_floor() -> None:
-    stats = [
+    stats: list[JobLine] = [
         {**UNIT, "source": "csrc/fmha_bwd.cu", "wall_s": 45.0, "cpu_s": 44.0},
         {**UNIT, "source": "csrc/small.cu", "wall_s": 5.0, "cpu_s": 5.0},
         {"result": "other", "rc": 0, "wall_s": 3.0},  # the link

@@ -16,6 +16,7 @@ import pytest
 from kiln.inside.kit import compilegate, ninjaorder, objcache, unitsize
 from kiln.orchestrate.kit import install_kit
 from kiln.plan import schedule
+from kiln.plan.jobs import JobLine
 from tests.unit.test_schedule import _vendor
 
 GENCODE_90 = ["-gencode", "arch=compute_90a,code=sm_90a"]
@@ -111,8 +112,8 @@ def test_a_unit_without_figures_of_its_own_is_planned_from_its_family(
     its suffix) took, not the step's heaviest unit; elsewhere the step's estimate."""
     peaks = schedule.PeakStore(tmp_path / "peaks.json")
     v = _vendor()
-    unit = {"result": "compiled", "rc": 0}
-    stats = [
+    unit: JobLine = {"result": "compiled", "rc": 0}
+    stats: list[JobLine] = [
         {**unit, "source": "csrc/fmha/bwd.cu", "cpu_s": 170.0, "rss_kib": 9 << 20},
         {**unit, "source": "csrc/decode/a.cu", "cpu_s": 20.0, "rss_kib": 1 << 20},
         {**unit, "source": "csrc/decode/b.cu", "cpu_s": 40.0, "rss_kib": 2 << 20},

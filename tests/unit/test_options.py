@@ -16,7 +16,7 @@ from kiln.commands import build, docs
 from kiln.commands import flags as o
 from kiln.errors import ConfigError
 from kiln.fsutil import user_cache_dir
-from kiln.orchestrate.options import Options
+from kiln.orchestrate.options import Option, Options
 from tests.conftest import REPO, run_kiln
 
 # Options fields no option fills: the vendors are build's positional arguments; the live
@@ -64,7 +64,7 @@ def test_each_build_default_is_written_once_on_its_field() -> None:
 
 
 def test_no_two_declarations_share_a_variable_by_accident() -> None:
-    declared = [v for v in vars(o).values() if isinstance(v, o.Option)]
+    declared = [v for v in vars(o).values() if isinstance(v, Option)]
     by_env: dict[str, set[str]] = {}
     for opt in declared:
         if opt.env:

@@ -62,7 +62,8 @@ def _with_figures(release: Path, wall: float, cpu: float) -> manifest.Manifest:
 
 
 def _strip(data: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(data))
+    plain: dict[str, Any] = json.loads(json.dumps(data))
+    return plain
 
 
 def test_two_builds_whose_figures_differ_write_the_same_manifest(tmp_path: Path) -> None:

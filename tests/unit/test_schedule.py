@@ -17,6 +17,7 @@ from kiln.errors import ConfigError
 from kiln.inside.kit import compilegate
 from kiln.orchestrate import runlock as buildlock
 from kiln.plan import schedule
+from kiln.plan.jobs import JobLine
 from tests.conftest import REPO, artifacts_files, build_args, run_kiln
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
@@ -57,8 +58,10 @@ def test_a_step_offers_no_more_compiles_than_it_can_run_at_once(tmp_path: Path) 
     capped = schedule.choose(_vendor(max_jobs=1), tree, peaks, schedule.Budget(100, 16, "t"))
     assert capped.max_jobs == 1
     # Learned: the lightest unit's own memory, not the recipe's, bounds what fits.
-    unit = {"result": "compiled", "rc": 0, "cpu_s": 1.0}
-    stats = [{**unit, "source": f"csrc/k{i}.cu", "rss_kib": (i + 1) << 19} for i in range(10)]
+    unit: JobLine = {"result": "compiled", "rc": 0, "cpu_s": 1.0}
+    stats: list[JobLine] = [
+        {**unit, "source": f"csrc/k{i}.cu", "rss_kib": (i + 1) << 19} for i in range(10)
+    ]
     peaks.remember(v, 5.0, schedule.learned_units(stats))
     learned = schedule.choose(v, tree, peaks, schedule.Budget(9.0, 16, "t"))
     assert learned.max_jobs == 10  # 9 GiB / (0.5 GiB x 1.25): 14, but the step has 10 units
@@ -89,7 +92,7 @@ def test_max_jobs_is_never_above_the_slots(
 def test_learned_units_become_the_gates_hints(tmp_path: Path) -> None:
     peaks = schedule.PeakStore(tmp_path / "peaks.json")
     v = _vendor()
-    stats = [
+    stats: list[JobLine] = [
         {
             "result": "compiled",
             "rc": 0,
@@ -129,7 +132,7 @@ def test_a_steps_learned_links_raise_its_compiles_priority(
     the other step's last compile instead of alone at the end."""
     peaks = schedule.PeakStore(tmp_path / "peaks.json")
     long_link, short_link = _vendor(name="deepep"), _vendor(name="flashmla")
-    unit = {"result": "compiled", "rc": 0, "rss_kib": 1 << 20}
+    unit: JobLine = {"result": "compiled", "rc": 0, "rss_kib": 1 << 20}
     peaks.remember(
         long_link,
         1.0,
@@ -164,7 +167,7 @@ def test_a_steps_learned_links_raise_its_compiles_priority(
 
 
 def test_most_compiles_at_once_from_their_start_and_wall_times() -> None:
-    stats = [
+    stats: list[JobLine] = [
         {"result": "compiled", "start": 0.0, "wall_s": 10.0},
         {"result": "compiled", "start": 5.0, "wall_s": 10.0},
         {"result": "compiled", "start": 10.0, "wall_s": 1.0},  # starts as the first ends

@@ -145,7 +145,11 @@ def test_a_failed_maker_leaves_the_entry_to_the_next(tmp_path: Path) -> None:
 
     with pytest.raises(OSError, match="disk on fire"):
         fsutil.made_once(entry, entry.exists, fail, "x")
-    assert fsutil.made_once(entry, entry.exists, lambda: entry.write_text("x"), "x")
+
+    def make() -> None:
+        entry.write_text("x")
+
+    assert fsutil.made_once(entry, entry.exists, make, "x")
 
 
 def test_write_atomic_leaves_no_temporary_file(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
-from in_toto.models.metadata import Envelope as InTotoEnvelope
+from in_toto.models.metadata import Envelope as InTotoEnvelope  # type: ignore[import-untyped]
 from securesystemslib.signer import SSlibKey
 
 from kiln.errors import SignatureError
@@ -285,8 +285,10 @@ def softhsm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     lib = next((p for p in SOFTHSM_LIBS if Path(p).is_file()), None)
     if lib is None or shutil.which("softhsm2-util") is None:
         missing("SOFTHSM", "no SoftHSM here (apt-get install softhsm2)")
-    import pkcs11
-    from pkcs11.util.ec import encode_named_curve_parameters
+    import pkcs11  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    from pkcs11.util.ec import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        encode_named_curve_parameters,
+    )
 
     (tmp_path / "tokens").mkdir()
     conf = tmp_path / "softhsm2.conf"

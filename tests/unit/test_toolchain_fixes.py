@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -41,9 +42,11 @@ def _fake_site(tmp_path: Path) -> Path:
 def test_link_names_only_where_the_wheels_lack_them(tmp_path: Path) -> None:
     site = _fake_site(tmp_path)
     found = pipcuda.discover(str(site), str(tmp_path / "no-cuda"))
-    assert sorted(found["links"]) == ["libcublas.so", "libnccl.so", "libnvrtc.so"]
-    assert found["links"]["libnvrtc.so"].endswith("nvidia/cu13/lib/libnvrtc.so.13")
-    assert [Path(d).parent.name for d in found["include_dirs"]] == ["cu13", "nccl"]
+    links = cast(dict[str, str], found["links"])  # the kit's JSON-shaped answer
+    assert sorted(links) == ["libcublas.so", "libnccl.so", "libnvrtc.so"]
+    assert links["libnvrtc.so"].endswith("nvidia/cu13/lib/libnvrtc.so.13")
+    include_dirs = cast(list[str], found["include_dirs"])
+    assert [Path(d).parent.name for d in include_dirs] == ["cu13", "nccl"]
 
 
 def test_environment_keeps_what_the_recipe_set_first(tmp_path: Path) -> None:
