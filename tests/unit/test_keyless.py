@@ -149,3 +149,27 @@ def test_verify_release_by_identity_refuses_a_release_another_key_signed(
     assert f"provenance.intoto.dsse.json: not signed by the identity {IDENTITY} (" in line
     both = run_kiln("verify-release", release, "--identity", IDENTITY, "--key", _public)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_a_keyless_release_readme_names_the_identity_and_how_to_check_it(
+    tmp_path: Path,
+) -> None:
+    """The README says who signed (the workflow, its issuer) and the command that checks
+    it; install.sh is shown without --pubkey, since no key file exists."""
+    from kiln.release import readme
+
+    m = manifest.read(tiny_release(tmp_path / "release") / "manifest.json")
+    key = keyless.identity_key(IDENTITY)
+    signed = m.model_copy(
+        update={
+            "release": m.release.model_copy(
+                update={"signed_by": key.keyid, "signer_identity": keyless.described(key)}
+            )
+        }
+    )
+    text = readme.render(signed)
+    assert f"keyless with Sigstore by `{IDENTITY}` (OIDC issuer `{keyless.GITHUB_ISSUER}`" in text
+    assert f"`python -m kiln verify-release . --identity {IDENTITY}`" in text
+    assert "--pubkey SIGNER.pub" not in text
+    keyed = m.model_copy(update={"release": m.release.model_copy(update={"signed_by": key.keyid})})
+    assert "--pubkey SIGNER.pub" in readme.render(keyed)
