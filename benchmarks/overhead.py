@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 from kiln.inside import memwatch  # noqa: E402
 from kiln.inside.kit import compilegate  # noqa: E402
 from kiln.orchestrate.kit import KIT_FILES  # noqa: E402
+from kiln.release import manifest as manifest_io  # noqa: E402
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
@@ -308,7 +309,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--nvcc-unit", default="csrc/kernels/legacy/layout.cu")
     args = ap.parse_args()
-    manifest = json.loads(args.manifest.read_text())
+    manifest = manifest_io.read(args.manifest).data()  # with its run record's paths
     site = manifest["toolchain"]["site_packages"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="kiln-overhead-") as tmp_name:

@@ -114,7 +114,9 @@ class Component(Model):
 class ToolchainInfo(Model):
     """What compiled, read where the build ran (in the container for the Docker runner)."""
 
-    cuda_home: str
+    cuda_home: str | None = Field(
+        default=None, description="where this machine had it (the run record's)"
+    )
     nvcc_version: str
     gcc_version: str
     python: str | None = None

@@ -7,7 +7,9 @@ figures made it differ between two builds, and with it the signed statement, who
 subjects are every file of the release (issue 43): a release could be reproduced but
 its envelope never. So the manifest in the release holds only what the inputs decide,
 and the figures of the run (per vendor: ``timings``, ``schedule``, ``caches``,
-``learned`` and each import's seconds; the ``scheduler`` of the whole build) go to
+``learned``, each import's seconds and where ``CUDA_HOME`` was; the ``scheduler`` of
+the whole build; where this machine kept the toolchain and the build venv: the
+toolchain's ``cuda_home``, ``python``, ``site_packages`` and ``pip_cuda`` paths) go to
 ``artifacts/logs/<release>/run.json``, tied to the manifest they belong to by its
 sha256. :func:`kiln.release.manifest.read` puts them back where the run record of that
 very manifest is found, so that kiln's own readers (``kiln timings``,
@@ -28,6 +30,11 @@ FILE_NAME = "run.json"
 SCHEMA_ID = "kiln.run/1"
 RUN_KEYS = ("timings", "schedule", "caches", "learned")  # of a vendor's entry
 SECONDS = "import_seconds"  # output path -> [the proof's seconds, each module's]
+# Where this machine keeps the toolchain and the build venv (kiln's cache, --python):
+# another machine, or another --cache, builds the same bytes from elsewhere.
+WHERE_TOOLCHAIN = ("cuda_home", "python", "site_packages")
+WHERE_ENV = ("CUDA_HOME",)  # of a vendor's environment
+PIP_CUDA_KEPT = ("cuda_link",)  # of toolchain.pip_cuda: how -lcuda was met, not a path
 
 
 def path_for(manifest_file: Path) -> Path:
@@ -44,8 +51,20 @@ def split(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     run: dict[str, Any] = {}
     if "scheduler" in what:
         run["scheduler"] = what.pop("scheduler")
+    toolchain = what.get("toolchain", {})
+    where = {k: toolchain.pop(k) for k in WHERE_TOOLCHAIN if k in toolchain}
+    pip_cuda = toolchain.get("pip_cuda") or {}
+    paths = {k: pip_cuda.pop(k) for k in list(pip_cuda) if k not in PIP_CUDA_KEPT}
+    if paths:
+        where["pip_cuda"] = paths
+    if where:
+        run["toolchain"] = where
     for name, entry in what.get("vendors", {}).items():
         figures = {k: entry.pop(k) for k in RUN_KEYS if k in entry}
+        env = entry.get("environment") or {}
+        where_env = {k: env.pop(k) for k in WHERE_ENV if k in env}
+        if where_env:
+            figures["environment"] = where_env
         seconds = {}
         for out in entry.get("outputs", []):
             proof = out.get("import_proof")
@@ -65,11 +84,19 @@ def join(what: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     data = copy.deepcopy(what)
     if "scheduler" in run:
         data["scheduler"] = run["scheduler"]
+    where = dict(run.get("toolchain") or {})
+    if where and "toolchain" in data:
+        pip_cuda = where.pop("pip_cuda", None)
+        data["toolchain"].update(where)
+        if pip_cuda:
+            data["toolchain"]["pip_cuda"] = {**data["toolchain"].get("pip_cuda", {}), **pip_cuda}
     for name, figures in run.get("vendors", {}).items():
         entry = data.get("vendors", {}).get(name)
         if entry is None:
             continue
         entry.update({k: v for k, v in figures.items() if k in RUN_KEYS})
+        if figures.get("environment"):
+            entry["environment"] = {**entry.get("environment", {}), **figures["environment"]}
         for out in entry.get("outputs", []):
             times = figures.get(SECONDS, {}).get(out["path"])
             proof = out.get("import_proof")
@@ -101,4 +128,4 @@ def read(path: Path, manifest_bytes: bytes) -> dict[str, Any]:
         return {}
     if record.get("manifest_sha256") != hashlib.sha256(manifest_bytes).hexdigest():
         return {}  # a run record left by another build of this release
-    return {k: v for k, v in record.items() if k in ("scheduler", "vendors")}
+    return {k: v for k, v in record.items() if k in ("scheduler", "toolchain", "vendors")}

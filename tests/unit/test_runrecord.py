@@ -16,9 +16,19 @@ from tests.releases import tiny_release
 OUTPUT = "wheels/x-1.0-py3-none-any.whl"
 
 
-def _with_figures(release: Path, wall: float, cpu: float) -> manifest.Manifest:
-    """The tiny release's manifest with one vendor, as a build with these figures made it."""
+def _with_figures(
+    release: Path, wall: float, cpu: float, cache: str = "/root/.cache/kiln"
+) -> manifest.Manifest:
+    """The tiny release's manifest with one vendor, as a build with these figures made it
+    with its toolchain and build venv in ``cache``."""
     m = manifest.read(release / manifest.FILE_NAME).data()
+    cuda = f"{cache}/toolchains/cuda-13.2-0123/cuda"
+    m["toolchain"].update(
+        cuda_home=cuda,
+        python=f"{cache}/envs/py3.12/bin/python",
+        site_packages=f"{cache}/envs/py3.12/lib/python3.12/site-packages",
+        pip_cuda={"cuda_link": "kiln-stub", "cuda_h": f"{cuda}/include/cuda.h"},
+    )
     m["vendors"]["x"] = {
         "source": {
             "url": "https://x.invalid/x.git",
@@ -29,7 +39,7 @@ def _with_figures(release: Path, wall: float, cpu: float) -> manifest.Manifest:
         },
         "patches": [],
         "recipe": {"kind": "wheel"},
-        "environment": {},
+        "environment": {"CUDA_HOME": cuda, "TORCH_CUDA_ARCH_LIST": "10.0a"},
         "outputs": [
             {
                 "path": OUTPUT,
@@ -69,13 +79,16 @@ def _strip(data: dict[str, Any]) -> dict[str, Any]:
 def test_two_builds_whose_figures_differ_write_the_same_manifest(tmp_path: Path) -> None:
     first = tiny_release(tmp_path / "a" / "artifacts" / "rel")
     second = tiny_release(tmp_path / "b" / "artifacts" / "rel")
-    m1, m2 = _with_figures(first, 10.0, 5.0), _with_figures(second, 13.0, 6.5)
+    # another run's figures, and its toolchain and build venv in another cache folder
+    m1 = _with_figures(first, 10.0, 5.0)
+    m2 = _with_figures(second, 13.0, 6.5, cache="/ci/runner/.kiln-cache")
     manifest.write(first / manifest.FILE_NAME, m1)
     manifest.write(second / manifest.FILE_NAME, m2)
     text = (first / manifest.FILE_NAME).read_text()
     assert text == (second / manifest.FILE_NAME).read_text()
-    for key in ("timings", "schedule", "caches", "learned", "scheduler", '"seconds"'):
+    for key in ("timings", "schedule", "caches", "learned", "scheduler", '"seconds"', "cache"):
         assert key not in text, key
+    assert '"cuda_link": "kiln-stub"' in text and '"TORCH_CUDA_ARCH_LIST": "10.0a"' in text
     # the figures are in the run record, beside the logs, and read back whole
     record = first.parent / "logs" / "rel" / runrecord.FILE_NAME
     assert record == runrecord.path_for(first / manifest.FILE_NAME) and record.is_file()
@@ -100,14 +113,15 @@ def test_a_run_record_of_another_manifest_is_not_read_into_this_one(tmp_path: Pa
     assert manifest.read(release / manifest.FILE_NAME).scheduler is None
 
 
-def test_split_and_join_are_inverse_and_leave_a_figureless_manifest_alone(tmp_path: Path) -> None:
+def test_split_and_join_are_inverse(tmp_path: Path) -> None:
     release = tiny_release(tmp_path / "artifacts" / "rel")
     data = _with_figures(release, 10.0, 5.0).data()
     what, run = runrecord.split(data)
     assert runrecord.join(what, run) == _strip(data)
     assert run["vendors"]["x"][runrecord.SECONDS] == {OUTPUT: [1.0, 0.1]}
-    bare = manifest.read(release / manifest.FILE_NAME).data()
-    assert runrecord.split(bare) == (bare, {})
+    bare = manifest.read(release / manifest.FILE_NAME).data()  # as read: no figures
+    assert runrecord.split(bare)[1] == {"toolchain": {"cuda_home": "/usr/local/cuda"}}
+    assert runrecord.join(*runrecord.split(bare)) == bare
 
 
 def test_learned_from_takes_the_run_record_or_the_manifest_beside_it(tmp_path: Path) -> None:
