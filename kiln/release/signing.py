@@ -67,6 +67,14 @@ class SigningKey:
     keyid: str
     scheme: str
     identity: str | None = None  # a keyless signer's: "identity (issuer)"
+    uri: str | None = None  # a keyless signer's, to take a fresh identity token at signing
+
+
+def signer_now(key: SigningKey) -> Signer:
+    """The signer to sign with now. A keyless one takes a fresh identity token: the one
+    taken when the build began (to fail before the compiles) lives minutes, and a build
+    can take longer."""
+    return keyless.load(key.uri) if key.identity and key.uri else key.signer
 
 
 def public_key(path: Path) -> SSlibKey:
@@ -119,7 +127,7 @@ def load_signer(uri: str) -> SigningKey:
     elif uri.startswith("sigstore:"):  # its identity token taken now, no probe (Rekor)
         signer = keyless.load(uri)
         key = signer.public_key
-        return SigningKey(signer, key.keyid, key.scheme, keyless.described(key))
+        return SigningKey(signer, key.keyid, key.scheme, keyless.described(key), uri)
     else:
         signer = _uri_signer(uri)
         _probe(signer, uri)  # a token's wrong PIN or a KMS key not allowed to sign: now
@@ -218,7 +226,9 @@ def sign(folder: Path, m: Manifest, key: SigningKey) -> Path:
     """The DSSE envelope of ``folder`` (every file in it now), written beside them."""
     envelope = dsse.Envelope(statement_bytes(folder, m), PAYLOAD_TYPE, {})
     try:
-        envelope.sign(key.signer)
+        envelope.sign(signer_now(key))
+    except SignatureError:  # a keyless job's fresh token refused: said as loading says it
+        raise
     except Exception as exc:  # the key store's own, after the probe passed (a token pulled)
         raise SignatureError(
             f"{folder / ENVELOPE_FILE}: the key {key.keyid[:16]} could not sign: "

@@ -25,6 +25,7 @@ from kiln.config.workspace import Workspace
 from kiln.errors import MergeError, SignatureError
 from kiln.release import files as release_files
 from kiln.release import manifest, runrecord, signing
+from kiln.release.jsondiff import first_difference
 from kiln.release.manifest import Manifest, Output, ReleaseFile, VendorEntry
 from kiln.verify import binaries
 
@@ -54,28 +55,6 @@ class Partial:
     def data(self) -> dict[str, Any]:
         """The manifest's JSON form (what the consistency checks compare)."""
         return self.manifest.data()
-
-
-def first_difference(a: Any, b: Any, where: str = "") -> str | None:
-    """The dotted path of the first place ``a`` and ``b`` differ (None: equal)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            sub = f"{where}.{key}" if where else str(key)
-            if key not in a or key not in b:
-                return sub
-            found = first_difference(a[key], b[key], sub)
-            if found:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return f"{where} (length {len(a)} vs {len(b)})"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            found = first_difference(x, y, f"{where}.{i}")
-            if found:
-                return found
-        return None
-    return None if a == b else where
 
 
 def _value(data: Any, dotted: str) -> Any:

@@ -34,6 +34,7 @@ from kiln.inside import proc
 from kiln.orchestrate import pipeline, stages
 from kiln.orchestrate.options import Options
 from kiln.release import manifest, signing
+from kiln.release.jsondiff import differences
 from kiln.release.manifest import Manifest
 from kiln.toolchain.checks import cuobjdump
 
@@ -225,19 +226,10 @@ def _json_differences(original: Path, rebuilt: Path, most: int = 12) -> list[str
         a, b = json.loads(original.read_text()), json.loads(rebuilt.read_text())
     except (OSError, ValueError):
         return ["  contents differ (not both JSON)"]
-    found: list[str] = []
-
-    def walk(x: object, y: object, where: str) -> None:
-        if isinstance(x, dict) and isinstance(y, dict):
-            for key in sorted(set(x) | set(y)):
-                walk(x.get(key), y.get(key), f"{where}.{key}" if where else str(key))
-        elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
-            for i, (u, v) in enumerate(zip(x, y, strict=True)):
-                walk(u, v, f"{where}[{i}]")
-        elif x != y:
-            found.append(f"  {where or '(whole)'}: {json.dumps(x)[:60]} != {json.dumps(y)[:60]}")
-
-    walk(a, b, "")
+    found = [
+        f"  {path or '(whole)'}: {json.dumps(x)[:60]} != {json.dumps(y)[:60]}"
+        for path, x, y in differences(a, b)
+    ]
     more = [f"  (and {len(found) - most} more)"] if len(found) > most else []
     return found[:most] + more
 

@@ -105,6 +105,10 @@ def test_a_job_with_an_identity_token_loads_the_keyless_signer_mock_github_oidc(
     assert key.scheme == "Fulcio"
     assert key.identity == f"{IDENTITY} ({keyless.GITHUB_ISSUER})"
     assert key.keyid == keyless.identity_key(IDENTITY).keyid
+    # signing takes a fresh token (the first lives minutes; a build can take longer)
+    asked = len(github_oidc_mock)
+    assert signing.signer_now(key) is not key.signer
+    assert len(github_oidc_mock) == asked + 1
 
 
 def test_a_github_job_without_id_token_permission_is_refused_before_the_build(
