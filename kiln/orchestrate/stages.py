@@ -8,16 +8,18 @@ is one line here, in its place.
 
     load       Options -> Loaded: the workspace and the vendors asked for, their
                ``build.after`` checked
-    plan       Loaded -> Planned: the memory budget and CPU slots; one job of every step
-               must fit
-    lock       Planned -> Locked: one build per artifacts/ folder (a second refuses, or
+    plan       Loaded -> Header: the memory budget and CPU slots; one job of every step
+               must fit. The header is read only from here on: every later value
+               carries it as ``head`` beside what its own stage added
+    lock       Header -> Locked: one build per artifacts/ folder (a second refuses, or
                waits); what the build makes there is undone if it is refused before its
                first step
     inputs     Locked -> Inputs: where sources come from (kiln/sources/origins.py), the
                logs folder, a snapshot of the patches and TOMLs (edits mid-run never mix
                in)
     prepare    Inputs -> Prepared: where the steps run, preflight (every problem at once),
-               the compile gate, caches, display; the manifest's header
+               the compile gate, caches, display; the release's draft (the manifest's
+               header, preflight's warnings)
     stage      Prepared -> Staged: the work folder locked, the staging folder made
     vendors    Staged -> Built: every vendor at once (``build.after`` orders them), each
                in a thread
@@ -70,7 +72,8 @@ def build(opts: Options) -> Path:
     timings report is written into the logs folder at the end, also when a step failed
     (from what the steps recorded)."""
     value: Any = opts
-    prepared: pipeline.Prepared | None = None  # how far the build got (the report's input)
+    # how far the build got: the summary's and the timings report's inputs
+    prepared: pipeline.Prepared | None = None
     release: pipeline.Release | None = None  # written (the summary's bound line)
     timings = opts.timings
     with contextlib.ExitStack() as stack:
@@ -83,14 +86,14 @@ def build(opts: Options) -> Path:
                     release = value
         except KilnError as exc:
             if timings and prepared is not None and not isinstance(exc, Interrupted):
-                pipeline.timings_report(prepared, None)
+                pipeline.timings_report(prepared.head, prepared.ctx.logs, None)
             raise
         finally:
             if prepared is not None:
                 pipeline.summarize(prepared.ctx.display, release.bound_line if release else "")
         assert isinstance(value, Path) and release is not None and prepared is not None
         if timings:
-            pipeline.timings_report(prepared, (value, sorted(release.built.entries)))
+            pipeline.timings_report(prepared.head, prepared.ctx.logs, release)
         return value
 
 
