@@ -47,10 +47,10 @@ def _kiln(args: list[str], log: Path) -> tuple[float, str]:
 
 
 def _proofs(release: Path) -> dict[str, float]:
-    data = manifest_io.read(release / "manifest.json").data()
+    m = manifest_io.read(release / "manifest.json")
     return {
-        name: sum((o.get("import_proof") or {}).get("seconds", 0.0) for o in v["outputs"])
-        for name, v in data["vendors"].items()
+        name: sum(o.import_proof.seconds or 0.0 for o in v.outputs if o.import_proof)
+        for name, v in m.vendors.items()
     }
 
 

@@ -164,7 +164,7 @@ class Bench:
         began = time.time()
         out = measured(cmd)
         release = home / "artifacts" / self.ws.release.name
-        m = manifest_io.read(release / "manifest.json").data()
+        m: dict[str, Any] = manifest_io.read(release / "manifest.json").data()
         sched = m["scheduler"]
         summary = [ln for ln in out["output"].splitlines() if ln.startswith("bound: ")]
         logs = home / "artifacts" / "logs" / self.ws.release.name

@@ -203,8 +203,8 @@ def onboard(name: str, entry: dict[str, str], args: argparse.Namespace, extra: l
     release = artifacts / f"onboarding-{name}"
     row.proven_s = wall
     row.archs = release_archs(release)
-    proven = manifest_io.read(release / "manifest.json").data()["vendors"][name]["outputs"]
-    ok = all(o.get("import_proof") for o in proven if o["kind"] in ("wheel", "tarball"))
+    proven = manifest_io.read(release / "manifest.json").vendors[name].outputs
+    ok = all(o.import_proof for o in proven if o.kind in ("wheel", "tarball"))
     row.result = "proven" if ok else "released without a proof"
     return row
 

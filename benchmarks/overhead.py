@@ -309,7 +309,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--nvcc-unit", default="csrc/kernels/legacy/layout.cu")
     args = ap.parse_args()
-    manifest = manifest_io.read(args.manifest).data()  # with its run record's paths
+    manifest: dict[str, Any] = manifest_io.read(args.manifest).data()  # with run.json's paths
     site = manifest["toolchain"]["site_packages"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="kiln-overhead-") as tmp_name:

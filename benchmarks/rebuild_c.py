@@ -90,8 +90,8 @@ def main() -> int:
             start = time.monotonic()
             release = stages.build(opts)
             full_wall = time.monotonic() - start
-            data = manifest_io.read(release / "manifest.json").data()
-            build_s = data["vendors"]["tinyinfer"]["timings"]["build"]
+            m = manifest_io.read(release / "manifest.json")
+            build_s = (m.vendors["tinyinfer"].timings or {})["build"]
             full.append(build_s)
             (tarball,) = release.glob("*.tar.zst")
             installed = root / f"installed{run}"

@@ -176,7 +176,7 @@ def builder(options, ws: Path, tmp: Path, name: str, **more: object):
 
 def compiler_info(release: Path, vendor: str = "plain") -> dict[str, Any]:
     """The manifest's compiler-cache record of one step."""
-    data = manifest.read(release / manifest.FILE_NAME).data()  # with its run record
+    data: dict[str, Any] = manifest.read(release / manifest.FILE_NAME).data()  # with run.json
     info: dict[str, Any] = data["vendors"][vendor]["caches"]["compiler"]
     return info
 

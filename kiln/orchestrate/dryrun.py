@@ -106,7 +106,7 @@ class DryRun:
     release: str
     profile: str
     archs: tuple[str, ...]
-    runner: dict[str, str | None]  # kind, image, builder (empty: no runner could be made)
+    runner: dict[str, object]  # kind, image, builder (empty: no runner could be made)
     budget: schedule.Budget
     provision: tuple[Provision, ...]  # what the build would make first
     reused: tuple[Provision, ...]  # what it would find made
@@ -355,8 +355,8 @@ def _new_clone(git: checkout.GitCache, url: str) -> str:
 def _cache(
     git: checkout.GitCache,
     ws: Workspace,
-    toolchain: dict[str, Any] | None,
-    runner: dict[str, Any],
+    toolchain: Mapping[str, object] | None,
+    runner: Mapping[str, object],
     acache: ArtifactCache | None,
     vendor: Vendor,
     report: preflight.Report,

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, cast
 
 from pydantic import Field, ValidationError
 
@@ -52,8 +52,14 @@ class LearnedFile(Model):
     vendors: dict[str, LearnedVendor]
 
 
-def read(path: Path, what: str) -> dict[str, dict[str, Any]]:
-    """Per vendor its learned record (plain data), from a ``learned.json`` or a release's
+def _entry(record: LearnedVendor) -> schedule.LearnedEntry:
+    """A record the model has read, as the store holds it (the same keys: the model's
+    fields are the store entry's)."""
+    return cast(schedule.LearnedEntry, record.data())
+
+
+def read(path: Path, what: str) -> dict[str, schedule.LearnedEntry]:
+    """Per vendor its learned record (as the store holds it), from a ``learned.json`` or a release's
     ``manifest.json``; a file that is neither is one line naming it and the fix."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -71,12 +77,12 @@ def read(path: Path, what: str) -> dict[str, dict[str, Any]]:
             found = manifest.read(path)  # with its run record's figures, where found
         except ManifestError as exc:
             raise ConfigError(f"{what} {exc}: {FIX}") from None
-        return {n: e.learned.data() for n, e in found.vendors.items() if e.learned is not None}
+        return {n: _entry(e.learned) for n, e in found.vendors.items() if e.learned is not None}
     if kind == runrecord.SCHEMA_ID:
         vendors = data.get("vendors") or {}
         try:
             return {
-                n: LearnedVendor.model_validate(v["learned"]).data()
+                n: _entry(LearnedVendor.model_validate(v["learned"]))
                 for n, v in vendors.items()
                 if v.get("learned")
             }
@@ -89,7 +95,7 @@ def read(path: Path, what: str) -> dict[str, dict[str, Any]]:
             err = exc.errors()[0]
             where = "/".join(str(p) for p in err["loc"])
             raise ConfigError(f"{what} {path}: {where}: {err['msg']}: {FIX}") from None
-        return {n: v.data() for n, v in learned.vendors.items()}
+        return {n: _entry(v) for n, v in learned.vendors.items()}
     raise ConfigError(
         f"{what} {path}: neither a kiln manifest nor kiln's learned data "
         f"(schema {kind!r}, expected {manifest.SCHEMA_ID!r}, {runrecord.SCHEMA_ID!r} or "
@@ -133,7 +139,7 @@ def save(workspace: Path, store: schedule.PeakStore, vendors: list[Vendor]) -> P
     for vendor in vendors:
         found = record(store.entry(vendor))
         if found is not None:
-            records[vendor.name] = found.data()
+            records[vendor.name] = _entry(found)
     whole = LearnedFile.model_validate({"schema": SCHEMA_ID, "vendors": records})
     tmp = path.with_name(f".{FILE_NAME}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(whole.data(), indent=1, sort_keys=True) + "\n")
@@ -142,7 +148,7 @@ def save(workspace: Path, store: schedule.PeakStore, vendors: list[Vendor]) -> P
     return path
 
 
-def record(entry: dict[str, Any] | None) -> LearnedVendor | None:
+def record(entry: schedule.LearnedEntry | None) -> LearnedVendor | None:
     """The manifest's ``learned`` for a vendor: the store's entry for its recipe, with
     this run's figures taken in (None: nothing, or a cache file from another kiln that
     does not read as one)."""

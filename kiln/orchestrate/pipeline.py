@@ -40,6 +40,7 @@ from kiln.release.manifest import (
     ProfileInfo,
     ReleaseInfo,
     RunnerInfo,
+    Schedule,
     Scheduler,
     ToolchainInfo,
     VendorEntry,
@@ -527,10 +528,11 @@ def write_release(built: Built, stack: contextlib.ExitStack | None = None) -> Re
     }
     compiled = [s for v in fresh for s in jobs.job_stats(ctx.logs / f"{v}.jobs")]
     wall_s = time.monotonic() - started
-    paths = {v: e.schedule.data() for v, e in fresh.items() if e.schedule is not None}
+    used = {v: e.schedule for v, e in fresh.items() if e.schedule is not None}
+    paths = {v: _path_figures(s) for v, s in used.items()}
     limit = bound.bound(
         paths,
-        sum(p.get("compile_cpu_s") or 0.0 for p in paths.values()),
+        sum(s.compile_cpu_s or 0.0 for s in used.values()),
         budget.cpus,
         wall_s,
         steps_started - started,
@@ -563,6 +565,18 @@ def write_release(built: Built, stack: contextlib.ExitStack | None = None) -> Re
     if head.opts.save_learned:
         learned.save(head.ws.root, head.peaks, list(head.selected))
     return Release(head, stage, m, tuple(sorted(built.entries)), bound.describe(limit, paths))
+
+
+def _path_figures(used: Schedule) -> bound.PathFigures:
+    """A step's critical path as its schedule recorded it (what it lacks is left out)."""
+    figures: bound.PathFigures = {"longest_unit": used.longest_unit}
+    if used.longest_unit_s is not None:
+        figures["longest_unit_s"] = used.longest_unit_s
+    if used.link_s is not None:
+        figures["link_s"] = used.link_s
+    if used.critical_path_s is not None:
+        figures["critical_path_s"] = used.critical_path_s
+    return figures
 
 
 def swap_in(release: Release, stack: contextlib.ExitStack | None = None) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -63,7 +64,7 @@ def network_state(kind: str) -> Literal["isolated", "not isolated"]:
     )
 
 
-def cache_key(ctx: Context, vendor: Vendor) -> tuple[str, dict[str, Any]]:
+def cache_key(ctx: Context, vendor: Vendor) -> tuple[str, cachekey.Material]:
     """The artifact-cache key of ``vendor`` (and what it hashes)."""
     return key_of(ctx.git, ctx.ws, ctx.tc.to_json(), runner_info(ctx).data(), vendor)
 
@@ -71,10 +72,10 @@ def cache_key(ctx: Context, vendor: Vendor) -> tuple[str, dict[str, Any]]:
 def key_of(
     git: checkout.GitCache,
     ws: Workspace,
-    toolchain: dict[str, Any],
-    runner: dict[str, Any],
+    toolchain: Mapping[str, object],
+    runner: Mapping[str, object],
     vendor: Vendor,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, cachekey.Material]:
     """The key from its parts: the commit resolved through the git cache, the
     superproject's gitlinks, the patches as they are now, the toolchain and runner."""
     src = vendor.source
@@ -376,7 +377,7 @@ def _build(
     vendor: Vendor,
     stage: Path,
     key: str,
-    material: dict[str, Any],
+    material: cachekey.Material,
     timings: dict[str, float],
 ) -> VendorBuilt:
     what = vendor.name

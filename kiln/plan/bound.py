@@ -7,10 +7,36 @@ its wall time over that says how much the schedule lost (docs/performance.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
 from kiln.plan.jobs import JobLine
+
+
+class PathFigures(TypedDict, total=False):
+    """One step's critical path as the manifest's schedule records it (a step built before
+    these were recorded has only some)."""
+
+    longest_unit: str | None
+    longest_unit_s: float
+    link_s: float
+    critical_path_s: float
+
+
+class BoundFigures(TypedDict):
+    """A build's bound: the manifest's ``scheduler.bound`` (kiln.release.manifest.Bound)."""
+
+    critical_path_s: float
+    critical_vendor: str | None
+    critical_unit: str | None
+    cpu_floor_s: float
+    compile_cpu_s: float
+    cpus: int
+    wall_s: float
+    provision_s: float
+    bound_by: Literal["critical path", "CPU floor"]
+    wall_over_bound: float
 
 
 @dataclass(frozen=True)
@@ -26,7 +52,7 @@ class StepPath:
     def total_s(self) -> float:
         return round(self.unit_s + self.link_s + self.package_s, 3)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PathFigures:
         return {
             "longest_unit": self.unit,
             "longest_unit_s": round(self.unit_s, 3),
@@ -55,12 +81,12 @@ def step_path(stats: list[JobLine], timings: dict[str, float]) -> StepPath:
 
 
 def bound(
-    paths: dict[str, dict[str, Any]],
+    paths: Mapping[str, PathFigures],
     compile_cpu_s: float,
     cpus: int,
     wall_s: float,
     provision_s: float = 0.0,
-) -> dict[str, Any] | None:
+) -> BoundFigures | None:
     """The run's bound (the manifest's ``scheduler.bound``) from each built step's
     ``StepPath.to_json()`` and the compile CPU-seconds of the steps built; None where
     nothing compiled. ``provision_s``: the part of ``wall_s`` before the first step
@@ -68,8 +94,9 @@ def bound(
     ``wall_over_bound`` is the steps' wall against the bound."""
     if compile_cpu_s <= 0 and not any(p.get("critical_path_s") for p in paths.values()):
         return None
+    empty: PathFigures = {}
     vendor, worst = max(
-        paths.items(), key=lambda kv: kv[1].get("critical_path_s") or 0.0, default=(None, {})
+        paths.items(), key=lambda kv: kv[1].get("critical_path_s") or 0.0, default=(None, empty)
     )
     critical = float(worst.get("critical_path_s") or 0.0)
     floor = compile_cpu_s / max(cpus, 1)
@@ -88,11 +115,11 @@ def bound(
     }
 
 
-def describe(b: dict[str, Any] | None, paths: dict[str, dict[str, Any]]) -> str:
+def describe(b: BoundFigures | None, paths: Mapping[str, PathFigures]) -> str:
     """The summary's line: both bounds, what makes each, and the wall time against them."""
     if b is None:
         return "bound: nothing compiled in this build (every vendor reused)"
-    step = paths.get(b["critical_vendor"] or "", {})
+    step = paths.get(b["critical_vendor"] or "") or PathFigures()
     parts = (
         f"{b['critical_vendor']}: {b['critical_unit']} {step.get('longest_unit_s', 0.0):.1f} s"
         f" + links {step.get('link_s', 0.0):.1f} s + packaging "
@@ -106,7 +133,7 @@ def describe(b: dict[str, Any] | None, paths: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def _steps(b: dict[str, Any]) -> str:
+def _steps(b: BoundFigures) -> str:
     """The provisioning before the first step, where there was any, and the steps' wall."""
     before = float(b.get("provision_s") or 0.0)
     if before < 0.05:

@@ -11,15 +11,38 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from kiln.config.models import PatchEntry, Profile, Vendor
 
 # The recipe's keys that only the import proof reads (kiln/orchestrate/importproof.py).
 PROOF_ONLY: set[str] = {"import_proof", "import_check"}
+
+
+class SourceMaterial(TypedDict):
+    url: str
+    commit: str
+    submodules: dict[str, str]
+    license: str | None
+    license_id: str | None
+
+
+class Material(TypedDict):
+    """What an artifact-cache key hashes (kept in the entry, as JSON)."""
+
+    kiln: str
+    vendor: str
+    source: SourceMaterial
+    patches: list[dict[str, object]]
+    patch_tag: str | None
+    recipe: dict[str, object]
+    profile: dict[str, object]
+    toolchain: Mapping[str, object]
+    runner: Mapping[str, object]
 
 
 @cache
@@ -43,9 +66,9 @@ def material(
     patches: list[tuple[PatchEntry, str]],
     patch_tag: str | None,
     profile: Profile,
-    toolchain: dict[str, Any],
-    runner: dict[str, Any],
-) -> dict[str, Any]:
+    toolchain: Mapping[str, object],
+    runner: Mapping[str, object],
+) -> Material:
     """What the key hashes (kept with the cache entry, to say what it was made from).
     ``patches``: each series entry with the sha256 of the file on disk; ``gitlinks``: the
     superproject's submodule commits (nested ones are fixed by their parents')."""
@@ -72,12 +95,12 @@ def material(
     }
 
 
-def make_key(values: dict[str, Any]) -> str:
+def make_key(values: Material) -> str:
     text = json.dumps(values, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def changed(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
     """What differs between two keys' material, as dotted names down to the first level
     inside each part ("patches", "toolchain.nvcc", "kiln": kiln's own code)."""
     out = []

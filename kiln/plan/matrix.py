@@ -15,9 +15,8 @@ and publishing target get ``-NAME`` appended.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from kiln.config.models import Profile
 from kiln.config.workspace import DEFAULT_PROFILE, Workspace
@@ -42,7 +41,7 @@ def suffix(profile: str) -> str:
     return "" if profile == DEFAULT_PROFILE else f"-{profile}"
 
 
-def releases(root: Path, wanted: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def releases(root: Path, wanted: Sequence[str] | None = None) -> list[dict[str, str]]:
     """One row per profile: the release the merge of its jobs makes."""
     return [
         {
@@ -59,7 +58,7 @@ def releases(root: Path, wanted: Sequence[str] | None = None) -> list[dict[str, 
     ]
 
 
-def jobs(root: Path, wanted: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def jobs(root: Path, wanted: Sequence[str] | None = None) -> list[dict[str, str]]:
     """One row per vendor x profile: a build job."""
     return [
         {
@@ -76,12 +75,12 @@ def jobs(root: Path, wanted: Sequence[str] | None = None) -> list[dict[str, Any]
     ]
 
 
-def as_json(rows: list[dict[str, Any]]) -> str:
+def as_json(rows: Sequence[Mapping[str, str]]) -> str:
     """The matrix on one line (what ``$GITHUB_OUTPUT`` needs)."""
     return json.dumps({"include": rows}, sort_keys=True, separators=(",", ":"))
 
 
-def as_table(rows: list[dict[str, Any]]) -> str:
+def as_table(rows: Sequence[Mapping[str, str]]) -> str:
     if not rows:
         return ""
     head = tuple(k for k in rows[0] if k != "release")

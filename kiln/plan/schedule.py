@@ -19,9 +19,10 @@ import hashlib
 import json
 import os
 import posixpath
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from kiln import fsutil
 from kiln.config.models import Vendor
@@ -29,6 +30,44 @@ from kiln.errors import ConfigError
 from kiln.inside.kit.compileflags import SOURCE_SUFFIXES
 from kiln.plan.cpus import cpu_slots
 from kiln.plan.jobs import JobLine
+
+
+class LearnedEntry(TypedDict, total=False):
+    """What the store knows of one vendor's recipe (the manifest's ``learned``:
+    kiln.release.manifest.LearnedVendor reads it)."""
+
+    recipe: str
+    archs: list[str]
+    peak_job_gib: float
+    tail_cpu_s: float
+    units: dict[str, dict[str, float]]  # per unit: cpu_s, rss_gib
+
+
+class UnitHint(TypedDict):
+    cpu_s: float
+    mem_gib: float
+
+
+class GateHints(TypedDict):
+    """What the compile gate reads of one step's units (``KILN_GATE_HINTS``)."""
+
+    units: dict[str, UnitHint]
+    families: dict[str, UnitHint]
+    default_cpu_s: float
+    tail_cpu_s: float
+
+
+class JobSummary(TypedDict):
+    """One step's compiles summed (the manifest's schedule fields of the same names)."""
+
+    compiles: int
+    compiles_remote: int
+    objcache_hits: int
+    compile_cpu_s: float
+    compile_wall_s: float
+    gate_wait_s: float
+    peak_job_gib: float
+
 
 GIB = 1024**3
 SAFETY_MARGIN_GIB = 1.0  # for kiln itself, the page cache and whatever else runs
@@ -43,7 +82,7 @@ class Budget:
     source: str  # "available memory" or "--mem-budget"
     cpus_from: str = "affinity"  # what bounds the CPU slots (plan.cpus)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -118,15 +157,16 @@ class PeakStore:
         except (OSError, ValueError):
             self.data = {}
 
-    def entry(self, vendor: Vendor) -> dict[str, Any] | None:
-        """What is learned of ``vendor``'s current recipe (None: nothing)."""
+    def entry(self, vendor: Vendor) -> LearnedEntry | None:
+        """What is learned of ``vendor``'s current recipe (None: nothing). The file is
+        JSON kiln wrote; each figure is still checked where it is read."""
         entry = self.data.get(vendor.name)
         if isinstance(entry, dict) and entry.get("recipe") == recipe_fingerprint(vendor):
-            return entry
+            return cast(LearnedEntry, entry)
         return None
 
     def adopt(
-        self, entries: dict[str, dict[str, Any]], vendors: list[Vendor], override: bool
+        self, entries: Mapping[str, LearnedEntry], vendors: list[Vendor], override: bool
     ) -> list[str]:
         """Take another build's learned data (``kiln/orchestrate/learned.py``) for the vendors
         whose recipe it was learned with: in place of this cache's own entry where
@@ -163,7 +203,7 @@ class PeakStore:
         tail = entry.get("tail_cpu_s") if entry is not None else None
         return float(tail) if isinstance(tail, int | float) else 0.0
 
-    def merged(self, vendor: Vendor, measured: Measured) -> dict[str, Any] | None:
+    def merged(self, vendor: Vendor, measured: Measured) -> LearnedEntry | None:
         """The entry ``vendor`` would have with ``measured`` taken in (the store itself
         unchanged): what a step reports in its manifest before the pipeline merges it."""
         entry = self.entry(vendor)
@@ -238,7 +278,7 @@ class Choice:
     gate_mem_gib: float  # what one compile of this step reserves in the gate
     translation_units: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -353,7 +393,7 @@ def family(source: str) -> str:
     return f"{posixpath.dirname(source)}/*{posixpath.splitext(source)[1]}"
 
 
-def gate_hints(vendor: Vendor, peaks: PeakStore) -> dict[str, Any]:
+def gate_hints(vendor: Vendor, peaks: PeakStore) -> GateHints:
     """What the compile gate learns of this step's units (``KILN_GATE_HINTS``): per unit
     its CPU seconds and memory to reserve per nvcc thread (its learned peak times a
     margin; the wrapper multiplies by the unit's threads); per family (``family``) the
@@ -366,21 +406,21 @@ def gate_hints(vendor: Vendor, peaks: PeakStore) -> dict[str, Any]:
     after another step's last 7 s unit: docs/performance.md)."""
     units = peaks.units(vendor)
     out = {
-        src: {
-            "cpu_s": round(float(u.get("cpu_s", 0.0)), 3),
-            "mem_gib": round(float(u.get("rss_gib", 0.0)) * LEARNED_MARGIN, 3),
-        }
+        src: UnitHint(
+            cpu_s=round(float(u.get("cpu_s", 0.0)), 3),
+            mem_gib=round(float(u.get("rss_gib", 0.0)) * LEARNED_MARGIN, 3),
+        )
         for src, u in units.items()
         if isinstance(u, dict) and u.get("rss_gib")
     }
-    grouped: dict[str, list[dict[str, float]]] = {}
+    grouped: dict[str, list[UnitHint]] = {}
     for src, u in out.items():
         grouped.setdefault(family(src), []).append(u)
     families = {
-        name: {
-            "cpu_s": round(sum(u["cpu_s"] for u in members) / len(members), 3),
-            "mem_gib": max(u["mem_gib"] for u in members),
-        }
+        name: UnitHint(
+            cpu_s=round(sum(u["cpu_s"] for u in members) / len(members), 3),
+            mem_gib=max(u["mem_gib"] for u in members),
+        )
         for name, members in sorted(grouped.items())
     }
     mean = sum(u["cpu_s"] for u in out.values()) / len(out) if out else 0.0
@@ -433,7 +473,7 @@ def most_at_once(stats: list[JobLine]) -> int:
     return most
 
 
-def summarize_jobs(stats: list[JobLine]) -> dict[str, Any]:
+def summarize_jobs(stats: list[JobLine]) -> JobSummary:
     compiled = [s for s in stats if s.get("result") == "compiled"]
     return {
         "compiles": len(compiled),

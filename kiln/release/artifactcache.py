@@ -21,8 +21,8 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -88,10 +88,10 @@ class ArtifactCache:
         stored["vendor_entry"] = vendor_entry.data()
         fsutil.write_atomic(path, json.dumps(stored, indent=1, sort_keys=True))
 
-    def latest_material(self, vendor: str) -> tuple[str, dict[str, Any]] | None:
+    def latest_material(self, vendor: str) -> tuple[str, dict[str, object]] | None:
         """(key, material) of the newest entry stored for ``vendor``: what a miss is
         compared with to say what changed (``kiln build --dry-run``)."""
-        best: tuple[float, str, dict[str, Any]] | None = None
+        best: tuple[float, str, dict[str, object]] | None = None
         for path in self.root.glob("*/entry.json") if self.root.is_dir() else []:
             if path.parent.name.startswith("."):  # being written or removed
                 continue
@@ -120,7 +120,7 @@ class ArtifactCache:
     def store(
         self,
         key: str,
-        material: dict[str, Any],
+        material: Mapping[str, object],
         vendor_entry: VendorEntry,
         stage: Path,
     ) -> None:

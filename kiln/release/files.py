@@ -29,7 +29,7 @@ REQUIREMENTS = "runtime-requirements.txt"
 DEFAULT_INSTALL_ROOT = "/opt/kiln"
 
 
-def _hashed(path: Path, stage: Path) -> dict[str, Any]:
+def _hashed(path: Path, stage: Path) -> dict[str, str | int]:
     return {
         "path": str(path.relative_to(stage)),
         "sha256": fsutil.sha256_file(path),

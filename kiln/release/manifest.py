@@ -56,7 +56,7 @@ class Model(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    def data(self) -> dict[str, Any]:
+    def data(self) -> dict[str, object]:
         """The JSON form, exactly the fields this was made with."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 

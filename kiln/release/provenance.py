@@ -11,7 +11,7 @@ import datetime
 import hashlib
 import json
 import uuid
-from typing import Any
+from typing import Any, TypedDict
 
 from cyclonedx.model import (
     ExternalReference,
@@ -39,12 +39,19 @@ PROVENANCE_FILE = "provenance.intoto.json"
 SBOM_FILE = "sbom.cdx.json"
 
 
-def _rd(**kw: Any) -> dict[str, Any]:
-    rd: dict[str, Any] = MessageToDict(ResourceDescriptor(**kw).pb)
+class Subject(TypedDict):
+    """A file the statement vouches for, by its path in the release."""
+
+    path: str
+    sha256: str
+
+
+def _rd(**kw: Any) -> dict[str, object]:
+    rd: dict[str, object] = MessageToDict(ResourceDescriptor(**kw).pb)
     return rd
 
 
-def _materials(m: Manifest) -> list[dict[str, Any]]:
+def _materials(m: Manifest) -> list[dict[str, object]]:
     out = []
     for name, v in m.vendors.items():
         src = v.source
@@ -69,7 +76,7 @@ def _materials(m: Manifest) -> list[dict[str, Any]]:
     return out
 
 
-def statement(m: Manifest, subjects: list[dict[str, Any]]) -> dict[str, Any]:
+def statement(m: Manifest, subjects: list[Subject]) -> dict[str, object]:
     tc = m.toolchain.data()
     predicate = {
         "buildDefinition": {
@@ -97,11 +104,11 @@ def statement(m: Manifest, subjects: list[dict[str, Any]]) -> dict[str, Any]:
     subj = [ResourceDescriptor(name=s["path"], digest={"sha256": s["sha256"]}).pb for s in subjects]
     st = Statement(subj, SLSA_PROVENANCE, predicate)
     st.validate()
-    statement: dict[str, Any] = MessageToDict(st.pb)
+    statement: dict[str, object] = MessageToDict(st.pb)
     return statement
 
 
-def sbom(m: Manifest, subjects: list[dict[str, Any]]) -> str:
+def sbom(m: Manifest, subjects: list[Subject]) -> str:
     components = []
     for name, v in m.vendors.items():
         src = v.source
@@ -170,10 +177,10 @@ def sbom(m: Manifest, subjects: list[dict[str, Any]]) -> str:
     return text + "\n"
 
 
-def subjects_of(m: Manifest) -> list[dict[str, Any]]:
+def subjects_of(m: Manifest) -> list[Subject]:
     """The outputs the statements cover: wheels and tarballs (the things users run)."""
     return [
-        {"path": o.path, "sha256": o.sha256}
+        Subject(path=o.path, sha256=o.sha256)
         for v in m.vendors.values()
         for o in v.outputs_of("wheel", "tarball")
     ]

@@ -217,7 +217,10 @@ def release_files(folder: Path) -> Iterator[str]:
 
 def statement_bytes(folder: Path, m: Manifest) -> bytes:
     """The statement signed: the provenance statement, its subjects every file."""
-    subjects = [{"path": rel, "sha256": sha256_file(folder / rel)} for rel in release_files(folder)]
+    subjects = [
+        provenance.Subject(path=rel, sha256=sha256_file(folder / rel))
+        for rel in release_files(folder)
+    ]
     statement = provenance.statement(m, subjects)
     return json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
 

@@ -435,9 +435,9 @@ tr.critical td{background:#fde4e4}
 def _whole(timeline: Timeline) -> str:
     """The build's own wall (its manifest's), where it had provisioning before its first
     step that no record of the steps covers."""
-    c = timeline.critical or {}
-    before = float(c.get("provision_s") or 0.0)
-    if before < 0.5:
+    c = timeline.critical
+    before = c["provision_s"] if c is not None else 0.0
+    if c is None or before < 0.5:
         return ""
     return (
         f" (the build's wall {clock(float(c['wall_s']))}: {clock(before)} provisioning "

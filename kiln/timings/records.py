@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ class Timeline:
     memory: list[tuple[float, float]]  # (epoch seconds, GiB) sampled
     mem_budget_gib: float | None
     cpus: int | None
-    critical: dict[str, Any] | None  # plan.bound's bound: critical_vendor, critical_unit...
+    critical: bound.BoundFigures | None  # plan.bound's bound: critical_vendor, critical_unit...
     reused: list[str] = field(default_factory=list)  # artifact-cache hits: nothing ran
     notes: list[str] = field(default_factory=list)  # what is missing, how it degraded
     # the steps that failed: (vendor, its first error, the cause) from <vendor>.failure.json
@@ -112,7 +113,7 @@ class Timeline:
         return Phase(vendor, "build", min(p.start for p in found), max(p.end for p in found))
 
 
-def _number(record: dict[str, Any], key: str, default: float | None = None) -> float:
+def _number(record: Mapping[str, object], key: str, default: float | None = None) -> float:
     value = record.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{key}: {value!r} is not a number")
@@ -272,9 +273,9 @@ def load(
             mem_budget_gib = m.scheduler.mem_gib if mem_budget_gib is None else mem_budget_gib
             cpus = m.scheduler.cpus if cpus is None else cpus
     if m is None:  # a failed build: no manifest; the budget it ran with, where it wrote it
-        budget = _budget(logs / BUDGET_FILE)
-        mem_budget_gib = budget.get("mem_gib") if mem_budget_gib is None else mem_budget_gib
-        cpus = budget.get("cpus") if cpus is None else cpus
+        budget_mem, budget_cpus = _budget(logs / BUDGET_FILE)
+        mem_budget_gib = budget_mem if mem_budget_gib is None else mem_budget_gib
+        cpus = budget_cpus if cpus is None else cpus
         if mem_budget_gib is None or cpus is None:
             notes.append(
                 f"no manifest and no {BUDGET_FILE}: the memory budget and CPU slots are unknown"
@@ -356,19 +357,19 @@ def load(
     )
 
 
-def _budget(path: Path) -> dict[str, Any]:
+def _budget(path: Path) -> tuple[float | None, int | None]:
+    """The memory budget (GiB) and CPU slots a failed build wrote, where it wrote them."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
+        return None, None
     if not isinstance(data, dict):
-        return {}
-    out: dict[str, Any] = {}
-    if isinstance(data.get("mem_gib"), int | float):
-        out["mem_gib"] = float(data["mem_gib"])
-    if isinstance(data.get("cpus"), int):
-        out["cpus"] = int(data["cpus"])
-    return out
+        return None, None
+    mem, cpus = data.get("mem_gib"), data.get("cpus")
+    return (
+        float(mem) if isinstance(mem, int | float) else None,
+        cpus if isinstance(cpus, int) else None,
+    )
 
 
 def failures_of(logs: Path, vendors: list[str]) -> list[tuple[str, str, str]]:
@@ -397,7 +398,7 @@ def critical_path(
     cpus: int,
     wall_s: float,
     provision_s: float = 0.0,
-) -> dict[str, Any] | None:
+) -> bound.BoundFigures | None:
     """``plan.bound``'s bound, from the same records it reads in a build: the step whose
     longest unit, links and packaging take the longest; with the build's CPU slots and
     wall, so that the CPU floor and what bounds the build are the summary's own."""

@@ -113,7 +113,7 @@ def test_the_bound_is_the_larger_of_the_critical_path_and_the_cpu_floor() -> Non
         "link_s": 3.0,
         "critical_path_s": 52.0,
     }
-    paths = {"flashmla": path, "deepgemm": {"critical_path_s": 9.0}}
+    paths: dict[str, bound.PathFigures] = {"flashmla": path, "deepgemm": {"critical_path_s": 9.0}}
     by_path = bound.bound(paths, 400.0, 16, 104.0)
     assert by_path is not None
     assert (by_path["bound_by"], by_path["cpu_floor_s"], by_path["wall_over_bound"]) == (

@@ -21,7 +21,7 @@ def _with_figures(
 ) -> manifest.Manifest:
     """The tiny release's manifest with one vendor, as a build with these figures made it
     with its toolchain and build venv in ``cache``."""
-    m = manifest.read(release / manifest.FILE_NAME).data()
+    m: dict[str, Any] = manifest.read(release / manifest.FILE_NAME).data()
     cuda = f"{cache}/toolchains/cuda-13.2-0123/cuda"
     m["toolchain"].update(
         cuda_home=cuda,
