@@ -31,7 +31,19 @@ containers raises these too.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, TypeVar
+from typing import TypedDict, TypeVar
+
+
+class FixEdit(TypedDict, total=False):
+    """A fix as an edit ``kiln build --fix`` applies (kiln/orchestrate/fixes.py): one key
+    of a workspace file (``keys``, from the top table down) set to ``set``, or ``append``
+    added to the list there; ``append_lines``: lines added to a text file."""
+
+    file: str
+    keys: list[str]
+    set: object
+    append: list[object]
+    append_lines: list[str]
 
 
 class ErrorEntry(TypedDict, total=False):
@@ -56,7 +68,7 @@ class CauseEntry(TypedDict, total=False):
     fix: str
     resolve: dict[str, str] | None
     resolved: str
-    edit: dict[str, Any] | None  # the fix as an edit `kiln build --fix` applies
+    edit: FixEdit | None  # the fix as an edit `kiln build --fix` applies
 
 
 class FailureRecord(TypedDict, total=False):

@@ -18,7 +18,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from kiln.errors import BuildError
 from kiln.inside import diagnose, memwatch, pep517, proc, sccache
@@ -37,7 +36,7 @@ class StepSpec:
     command: list[str] | None = None
     # What this machine's pip CUDA offers (kiln.inside.kit.pipcuda.discover, from the
     # probe): the step makes the link-names folder from it before the build starts.
-    pip_cuda: dict[str, Any] | None = None
+    pip_cuda: pipcuda.PipCuda | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from kiln.config.mirrors import Mirrors
 from kiln.config.models import Vendor
@@ -54,7 +54,7 @@ class Refusal:
     message: str
     problems: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**asdict(self), "problems": list(self.problems)}
 
 
@@ -89,7 +89,7 @@ class VendorPlan:
     schedule: schedule.Choice  # what the build's own schedule.choose would pick
     units_from: str  # "learned", "work tree", "the pinned commit" or "unknown"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "name": self.name,
             **asdict(self.sources),
@@ -120,7 +120,7 @@ class DryRun:
         """The code the build would exit with: its first refusal's, else 0."""
         return self.refusals[0].exit_code if self.refusals else 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "release": self.release,
             "profile": self.profile,

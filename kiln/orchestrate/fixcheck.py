@@ -19,10 +19,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from kiln.config.models import Profile
-from kiln.errors import KilnError
+from kiln.errors import FixEdit, KilnError
 from kiln.inside import proc
 
 log = logging.getLogger(__name__)
@@ -113,7 +112,7 @@ def distribution(resolve: dict[str, str], profile: Profile, offline: bool) -> st
 _RESOLVED_PIN = re.compile(r'^the profile\'s index has \S+ \S+: "(?P<pin>[^"]+==[^"]+)"$')
 
 
-def build_tools_edit(resolve: dict[str, str], resolved: str, vendor: str) -> dict[str, Any] | None:
+def build_tools_edit(resolve: dict[str, str], resolved: str, vendor: str) -> FixEdit | None:
     """Once :func:`distribution` found the version to pin, the setup-import fix is
     mechanical: that pin appended to the vendor's own build.build_tools (the edit
     ``kiln build --fix`` applies; kiln/orchestrate/fixes.py)."""

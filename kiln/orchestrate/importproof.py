@@ -43,6 +43,7 @@ from kiln.errors import (
     CauseEntry,
     ErrorEntry,
     FailureRecord,
+    FixEdit,
     ImportFailed,
     ToolchainError,
 )
@@ -406,8 +407,8 @@ def requirements_refused(
         else f"the consumer environment ({source}) cannot hold the output: it requires"
     )
     # mechanical where no lock must be made again: the lines appended (kiln build --fix)
-    lines_edit = (
-        {"file": files.REQUIREMENTS, "append_lines": others}
+    lines_edit: FixEdit | None = (
+        {"file": files.REQUIREMENTS, "append_lines": list(others)}
         if others and not torch_unmet and not (ctx.ws.root / "runtime-requirements.lock").is_file()
         else None
     )

@@ -17,7 +17,6 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kiln import __version__, fsutil, source_commit
 from kiln.config import inputs
@@ -477,7 +476,9 @@ def _first_error(
     return first
 
 
-def _carry_over(previous: Path, stage: Path, head: Manifest, rebuilt: set[str]) -> dict[str, Any]:
+def _carry_over(
+    previous: Path, stage: Path, head: Manifest, rebuilt: set[str]
+) -> dict[str, VendorEntry]:
     """Entries of the last release that this run did not rebuild, if made the same way."""
     try:
         old = manifest.read(previous / manifest.FILE_NAME)
@@ -499,7 +500,7 @@ def _carry_over(previous: Path, stage: Path, head: Manifest, rebuilt: set[str]) 
             "the previous release in %s no longer matches its manifest; not merged", previous
         )
         return {}
-    kept = {}
+    kept: dict[str, VendorEntry] = {}
     for name, entry in old.vendors.items():
         if name in rebuilt:
             continue

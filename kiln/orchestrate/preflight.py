@@ -107,8 +107,9 @@ def cuda_include_dirs(tc: checks.Toolchain) -> list[str]:
     """The CUDA include folders a build compiles with, in their order: the CUDA home's
     (torch's CUDA extensions pass it with -I; --toolchain pypi provisions it), then its
     CCCL and the pip CUDA's (pipcuda.environment)."""
-    cccl = tc.pip_cuda.get("cccl")
-    pip = [*([cccl] if cccl else []), *tc.pip_cuda.get("include_dirs", [])]
+    offered = tc.pip_cuda
+    cccl = offered.get("cccl") if offered else None
+    pip = [*([cccl] if cccl else []), *(offered.get("include_dirs", []) if offered else [])]
     return [f"{tc.cuda_home}/include", *pip]
 
 

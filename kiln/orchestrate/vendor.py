@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from kiln import fsutil
 from kiln.config.models import Vendor
@@ -268,7 +268,7 @@ class StepLogs:
 class StepSetup:
     env: dict[str, str]  # the step's whole environment
     recorded: dict[str, str]  # the part the manifest records
-    fixes: dict[str, Any]  # the pip-CUDA fixes (pipcuda.record's JSON: the manifest's)
+    fixes: dict[str, object]  # the pip-CUDA fixes (pipcuda.record's JSON: the manifest's)
     logs: StepLogs
 
 
@@ -287,7 +287,7 @@ def _environment(
     )
     # What torch's pip CUDA lacks on a host without a full CUDA install (headers on the
     # include path, unversioned link names, a libcuda stub): kiln.inside.kit.pipcuda.
-    fixes: dict[str, Any] = {}
+    fixes: dict[str, object] = {}
     if ctx.tc.pip_cuda:
         env.update(pipcuda.environment(ctx.tc.pip_cuda, str(tree / pipcuda.LINKS_DIR), env))
         fixes = pipcuda.record(ctx.tc.pip_cuda, ctx.tc.site_packages, ctx.tc.cuda_home)
@@ -408,7 +408,7 @@ def _build(
             str(tree),
             str(kind.out_dir(stage, vendor, tree)),
             b.command,
-            pip_cuda=ctx.tc.pip_cuda or None,
+            pip_cuda=ctx.tc.pip_cuda,
         ),
         setup.env,
         ctx.logs / f"{vendor.name}-build.log",

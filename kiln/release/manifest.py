@@ -126,7 +126,7 @@ class ToolchainInfo(Model):
     torch_cuda: str | None
     torch_cxx11_abi: bool | None
     components: list[Component] = Field(default_factory=list)
-    pip_cuda: dict[str, Any] = Field(default_factory=dict)
+    pip_cuda: dict[str, object] = Field(default_factory=dict)
 
 
 class RunnerInfo(Model):
@@ -237,7 +237,7 @@ class Output(Model):
     version: str | None = None
     tags: list[str] | None = None
     shared_objects: list[SharedObjectInfo] | None = None
-    auditwheel: dict[str, Any] | None = None
+    auditwheel: dict[str, object] | None = None
     import_proof: ImportProof | None = None
 
 

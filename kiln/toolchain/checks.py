@@ -15,6 +15,7 @@ from typing import Any
 from kiln.config.models import Profile
 from kiln.errors import ToolchainError
 from kiln.inside.facts import find_cuda_home, nvcc_version
+from kiln.inside.kit.pipcuda import PipCuda
 
 __all__ = ["Toolchain", "check_cuda", "cuobjdump", "find_cuda_home", "nvcc_version", "problems"]
 
@@ -34,7 +35,7 @@ class Toolchain:
     components: tuple[dict[str, str], ...] = ()
     # What the build Python's pip CUDA offers where builds run (kiln.inside.kit.pipcuda):
     # headers, libraries, missing link names, how -lcuda is satisfied.
-    pip_cuda: dict[str, Any] = field(default_factory=dict, hash=False)
+    pip_cuda: PipCuda | None = field(default=None, hash=False)
     # Where builds run, ccache's path (the compiler cache); not part of the identity.
     ccache: str | None = field(default=None, compare=False)
 
@@ -59,7 +60,7 @@ class Toolchain:
             torch_cuda=facts["torch_cuda"],
             torch_cxx11_abi=facts["cxx11_abi"],
             components=tuple(facts.get("components", ())),
-            pip_cuda=facts.get("pip_cuda") or {},
+            pip_cuda=facts.get("pip_cuda") or None,
             ccache=facts.get("ccache"),
         )
 

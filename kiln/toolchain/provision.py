@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kiln.errors import KilnError
 
@@ -42,7 +41,7 @@ class Provision:
     # from): the build stops there, with this error.
     error: KilnError | None = field(default=None, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data["error"] = str(self.error) if self.error else None
         return data

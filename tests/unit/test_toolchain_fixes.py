@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import cast
 
 import pytest
 
@@ -42,10 +41,10 @@ def _fake_site(tmp_path: Path) -> Path:
 def test_link_names_only_where_the_wheels_lack_them(tmp_path: Path) -> None:
     site = _fake_site(tmp_path)
     found = pipcuda.discover(str(site), str(tmp_path / "no-cuda"))
-    links = cast(dict[str, str], found["links"])  # the kit's JSON-shaped answer
+    links = found["links"]
     assert sorted(links) == ["libcublas.so", "libnccl.so", "libnvrtc.so"]
     assert links["libnvrtc.so"].endswith("nvidia/cu13/lib/libnvrtc.so.13")
-    include_dirs = cast(list[str], found["include_dirs"])
+    include_dirs = found["include_dirs"]
     assert [Path(d).parent.name for d in include_dirs] == ["cu13", "nccl"]
 
 

@@ -5,12 +5,12 @@ mechanical)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
-from kiln.errors import FailureRecord
+from kiln.errors import FailureRecord, FixEdit
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,16 @@ class Cause:
     # The fix as a structured edit ``kiln build --fix`` applies (kiln/orchestrate/fixes.py):
     # {"file": "vendors/x.toml", "keys": ["build", "env", "X"], "set": value} or "append":
     # [values] to a list; None where the fix needs judgement (then it stays text).
-    edit: dict[str, Any] | None = None
+    edit: FixEdit | None = None
 
 
 def toml_edit(
-    vendor: str, keys: list[str], *, set_to: Any = None, append: list[Any] | None = None
-) -> dict[str, Any]:
+    vendor: str, keys: list[str], *, set_to: object = None, append: Sequence[object] | None = None
+) -> FixEdit:
     """A fix that sets (or appends to) one key of the vendor's TOML."""
-    edit: dict[str, Any] = {"file": f"vendors/{vendor}.toml", "keys": keys}
+    edit: FixEdit = {"file": f"vendors/{vendor}.toml", "keys": keys}
     if append is not None:
-        edit["append"] = append
+        edit["append"] = list(append)
     else:
         edit["set"] = set_to
     return edit

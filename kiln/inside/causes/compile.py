@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
+from kiln.errors import FixEdit
 from kiln.inside.causes.cause import Cause, Failure, toml_edit
 from kiln.inside.causes.places import (
     DEPENDENCIES,
@@ -207,7 +207,7 @@ CXX20_NAMES = frozenset(
 )
 
 
-def _cxx_edit(f: Failure, std: str, unit: str | None) -> dict[str, Any]:
+def _cxx_edit(f: Failure, std: str, unit: str | None) -> FixEdit:
     """:func:`_cxx_fix` as an edit (the C++ units' key too where the unit is not CUDA)."""
     key = "nvcc_append_flags" if unit and unit.endswith(".cu") else "cxx_append_flags"
     return toml_edit(f.vendor, ["build", key], append=[f"-std={std}"])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from kiln.errors import FixEdit
 from kiln.inside.causes.cause import Cause, Failure, toml_edit
 
 _NET_ERROR = re.compile(
@@ -24,7 +24,7 @@ def _download_switch(f: Failure) -> str | None:
     return found[0] if found else None
 
 
-def _download_switch_edit(f: Failure) -> tuple[str, dict[str, Any]] | None:
+def _download_switch_edit(f: Failure) -> tuple[str, FixEdit] | None:
     """The setup.py switch that builds from source instead of downloading: a variable
     compared with a constant (``os.getenv("X_FORCE_BUILD", "FALSE") == "TRUE"``), and
     what the recipe sets it to now."""

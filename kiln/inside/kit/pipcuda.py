@@ -33,7 +33,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from typing import Any
+from typing import Literal, TypedDict
 
 HOST_DIR = os.path.join(".kiln", "host")  # machine-specific, never packed
 LINKS_DIR = os.path.join(HOST_DIR, "links")
@@ -79,7 +79,19 @@ def _linker_finds(name: str, cc: str, extra_dirs: list[str]) -> bool:
     return os.path.isabs(found) and os.path.exists(found)
 
 
-def discover(site: str, cuda_home: str, cc: str = "gcc") -> dict[str, object]:
+class PipCuda(TypedDict):
+    """What a machine's pip CUDA offers (:func:`discover`; the probe prints it as JSON)."""
+
+    cuda_h: str | None
+    cccl: str | None
+    include_dirs: list[str]
+    lib_dirs: list[str]
+    links: dict[str, str]  # a missing link name -> the versioned library it names
+    cuda_link: Literal["found", "toolkit-stubs", "kiln-stub"]  # how -lcuda is met
+    stubs_dir: str
+
+
+def discover(site: str, cuda_home: str, cc: str = "gcc") -> PipCuda:
     """What this machine offers (plain data: the probe prints it as JSON)."""
     nvidia = os.path.join(site, "nvidia")
     include_dirs = _dirs(nvidia, "include")
@@ -107,7 +119,7 @@ def discover(site: str, cuda_home: str, cc: str = "gcc") -> dict[str, object]:
     }
 
 
-def environment(found: dict[str, Any], links_dir: str, base: dict[str, str]) -> dict[str, str]:
+def environment(found: PipCuda, links_dir: str, base: dict[str, str]) -> dict[str, str]:
     """The variables to set: kiln's folders after whatever ``base`` (the recipe, the
     user) already has, so an explicit setting still wins."""
 
@@ -115,7 +127,8 @@ def environment(found: dict[str, Any], links_dir: str, base: dict[str, str]) -> 
         have = [p for p in base.get(var, "").split(os.pathsep) if p]
         return os.pathsep.join([*have, *(d for d in dirs if d not in have)])
 
-    cxx = ([found["cccl"]] if found.get("cccl") else []) + list(found["include_dirs"])
+    cccl = found.get("cccl")
+    cxx = ([cccl] if cccl else []) + list(found["include_dirs"])
     libs = [links_dir, *found["lib_dirs"]]
     if found["cuda_link"] == "toolkit-stubs":
         libs.append(str(found["stubs_dir"]))
@@ -127,7 +140,7 @@ def environment(found: dict[str, Any], links_dir: str, base: dict[str, str]) -> 
     return out
 
 
-def materialize(found: dict[str, Any], links_dir: str, cc: str = "gcc") -> None:
+def materialize(found: PipCuda, links_dir: str, cc: str = "gcc") -> None:
     """Make the links folder: the link names, and the libcuda stub where needed.
     Made beside and renamed into place, so a half-made folder is never used."""
     parent = os.path.dirname(os.path.abspath(links_dir))
@@ -176,7 +189,7 @@ def stub_source(cuda_h: str | None, cc: str = "gcc") -> str:
     return f"/* kiln: link-time stand-in for the driver's {STUB_SONAME} */\n{body}"
 
 
-def record(found: dict[str, Any], site: str, cuda_home: str) -> dict[str, object]:
+def record(found: PipCuda, site: str, cuda_home: str) -> dict[str, object]:
     """What kiln added, with the machine's paths as ``${SITE_PACKAGES}``, ``${CUDA_HOME}``
     and ``${KILN_LINKS}`` (the manifest and build-<release>.sh show this)."""
 
@@ -205,7 +218,7 @@ def record(found: dict[str, Any], site: str, cuda_home: str) -> dict[str, object
 
 def prepare(
     tree: str, site: str, cuda_home: str, base: dict[str, str], cc: str = "gcc"
-) -> dict[str, Any]:
+) -> dict[str, str]:
     """Discover, make the links folder in ``tree`` and return the variables to set."""
     found = discover(site, cuda_home, cc)
     links = os.path.join(tree, LINKS_DIR)
