@@ -36,12 +36,59 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from kiln.inside import proc
 from kiln.inside.kit import pipcuda
 
 FACTS_MARK = "KILN-IMPORT-FACTS "
+
+
+class ModuleSpec(TypedDict):
+    name: str
+    preload: NotRequired[list[str]]  # imported before it, as its own package would
+
+
+class ProveSpec(TypedDict):
+    """The spec file kiln.orchestrate.importproof writes for one output."""
+
+    python: str  # the consumer environment's
+    modules: list[ModuleSpec]
+    timeout_s: float
+    cuda_home: str | None
+    work: str
+    out: NotRequired[str]  # where main() writes the results (:class:`Proved`, as JSON)
+    jobs: NotRequired[int]  # at once (default: the CPUs)
+
+
+class TorchFacts(TypedDict, total=False):
+    version: str | None
+    file: str | None
+
+
+class ImportFacts(TypedDict, total=False):
+    """What the child printed of what it imported (where the import passed)."""
+
+    file: str | None
+    torch: TorchFacts
+
+
+class Imported(TypedDict):
+    """One module's import: its exit, time, output's tail and facts."""
+
+    name: str
+    returncode: int
+    timed_out: bool
+    seconds: float
+    output: str
+    facts: ImportFacts | None
+
+
+class Proved(TypedDict):
+    driver: str  # how libcuda was found: "found", or the stub kiln put in its place
+    modules: list[Imported]
+
+
 OUTPUT_CHARS = 6000  # the tail kept of each import's output (a traceback fits)
 
 # Imports ``argv[1]`` after ``argv[2:]``; prints what it loaded.
@@ -104,8 +151,8 @@ def _environment(stub: Path | None) -> dict[str, str]:
 
 
 def import_one(
-    python: str, module: dict[str, Any], env: dict[str, str], timeout_s: float, cwd: Path
-) -> dict[str, Any]:
+    python: str, module: ModuleSpec, env: dict[str, str], timeout_s: float, cwd: Path
+) -> Imported:
     """One module imported in a process of its own; its result."""
     argv = [python, "-I", "-c", IMPORT_CODE, module["name"], *module.get("preload", [])]
     started = time.monotonic()
@@ -117,12 +164,12 @@ def import_one(
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
         rc, output, timed_out = -9, text, True
     seconds = round(time.monotonic() - started, 2)
-    facts = None
+    facts: ImportFacts | None = None
     kept = []
     for line in output.splitlines():
         if line.startswith(FACTS_MARK):
             try:
-                facts = json.loads(line[len(FACTS_MARK) :])
+                facts = cast(ImportFacts, json.loads(line[len(FACTS_MARK) :]))
             except ValueError:
                 facts = None
         else:
@@ -138,7 +185,7 @@ def import_one(
     }
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
+def run(spec: ProveSpec) -> Proved:
     work = Path(spec["work"])
     work.mkdir(parents=True, exist_ok=True)
     stub = None
@@ -159,7 +206,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(spec_file: Path) -> None:
-    spec = json.loads(spec_file.read_text())
+    spec = cast(ProveSpec, json.loads(spec_file.read_text()))  # kiln's own, just written
     found = run(spec)
     out = Path(spec["out"])
     tmp = out.with_name(out.name + ".part")

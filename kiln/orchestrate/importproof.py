@@ -32,7 +32,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from packaging.requirements import Requirement
 
@@ -47,6 +47,7 @@ from kiln.errors import (
     ImportFailed,
     ToolchainError,
 )
+from kiln.inside import import_child
 from kiln.inside.causes import table
 from kiln.inside.causes.cause import Cause, LoadFailure
 from kiln.orchestrate import failure as failure_record
@@ -437,7 +438,7 @@ def _judge(
     ctx: Context,
     vendor: Vendor,
     planned: list[imports.PlannedModule],
-    results: dict[str, dict[str, Any]],
+    results: dict[str, import_child.Imported],
     landed: Landed,
     env: ConsumerEnv,
     versions: dict[str, str],
@@ -475,7 +476,12 @@ def _imported(mod: imports.PlannedModule, status: str, **extra: Any) -> Imported
 
 
 def _check_torch(
-    ctx: Context, vendor: str, module: str, facts: dict[str, Any], site: str, log_file: Path
+    ctx: Context,
+    vendor: str,
+    module: str,
+    facts: import_child.ImportFacts,
+    site: str,
+    log_file: Path,
 ) -> None:
     """The torch an import loaded is the environment's, of the profile's version."""
     torch = facts.get("torch") or {}
@@ -499,7 +505,7 @@ def _explain(
     ctx: Context,
     vendor: Vendor,
     mod: imports.PlannedModule,
-    res: dict[str, Any],
+    res: import_child.Imported,
     landed: Landed,
     env: ConsumerEnv,
     versions: dict[str, str],
@@ -622,20 +628,17 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
         todo = [m for m in planned if m.skip is None]
         spec_file = root / "spec.json"
         out_file = root / "results.json"
-        spec_file.write_text(
-            json.dumps(
-                {
-                    "python": str(landed.python),
-                    "modules": [{"name": m.name, "preload": list(m.preload)} for m in todo],
-                    "timeout_s": vendor.build.import_proof.timeout_s,
-                    "cuda_home": ctx.tc.cuda_home,
-                    "work": str(root / "work"),
-                    "out": str(out_file),
-                    "jobs": ctx.budget.cpus,
-                }
-            )
+        spec = import_child.ProveSpec(
+            python=str(landed.python),
+            modules=[import_child.ModuleSpec(name=m.name, preload=list(m.preload)) for m in todo],
+            timeout_s=vendor.build.import_proof.timeout_s,
+            cuda_home=ctx.tc.cuda_home,
+            work=str(root / "work"),
+            out=str(out_file),
+            jobs=ctx.budget.cpus,
         )
-        found: dict[str, Any] = {"driver": "found" if driver else "none", "modules": []}
+        spec_file.write_text(json.dumps(spec))
+        found = import_child.Proved(driver="found" if driver else "none", modules=[])
         if todo:
             _run(
                 ctx,
@@ -647,7 +650,8 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
                 writable=[root],
                 readonly=[env.root],
             )
-            found = json.loads(out_file.read_text())
+            # the child's results, as import_child.run made them
+            found = cast(import_child.Proved, json.loads(out_file.read_text()))
         results = {r["name"]: r for r in found["modules"]}
         modules = _judge(ctx, vendor, planned, results, landed, env, versions, log_file)
     finally:
@@ -655,9 +659,9 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
     seconds = round(time.monotonic() - started, 2)
     loaded = next(
         (
-            r["facts"]["torch"]["version"]
+            torch.get("version")
             for r in found["modules"]
-            if (r.get("facts") or {}).get("torch")
+            if (torch := (r["facts"] or {}).get("torch"))
         ),
         None,
     )

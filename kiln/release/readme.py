@@ -4,6 +4,7 @@ of the model card: what is inside, the pinned commits, how it was built, how to 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -201,13 +202,13 @@ def _licenses_used(m: Manifest) -> list[str]:
     return sorted({i for i in ids if i})
 
 
-def front_matter(m: Manifest) -> dict[str, Any]:
+def front_matter(m: Manifest) -> dict[str, object]:
     """The Hub model card's metadata (its spec: huggingface.co/docs/hub/model-cards):
     license, tags."""
     p = m.profile
     used = _licenses_used(m)
     # No library_name: the Hub's card spec takes only libraries it knows (kiln is none).
-    meta: dict[str, Any] = {}
+    meta: dict[str, object] = {}
     one = used[0].lower() if len(used) == 1 else None
     if one in HUB_LICENSES and all(v.source.license_id for v in m.vendors.values()):
         meta["license"] = one
@@ -234,7 +235,7 @@ def front_matter(m: Manifest) -> dict[str, Any]:
 FRONT_MATTER = re.compile(r"^(\s*---(?:\r\n|\r|\n))([\S\s]*?)((?:\r\n|\r|\n)---[ \t]*(\r\n|\n|$))")
 
 
-def template_parts(template: str) -> tuple[dict[str, Any], str]:
+def template_parts(template: str) -> tuple[dict[str, object], str]:
     """A template's front matter (as the Hub's ``ModelCard`` reads it, metadata errors
     ignored) and the text after it. Not through ``ModelCard`` itself: importing
     ``huggingface_hub.repocard`` pulls in the Hub client (0.3-0.6 s, a quarter of a no-op
@@ -248,13 +249,17 @@ def template_parts(template: str) -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict):
         raise ConfigError("the README template's front matter is not a YAML mapping")
     card = ModelCardData(**data, ignore_metadata_errors=True)
-    return card.to_dict(), template[match.end() :]
+    read: dict[str, object] = card.to_dict()
+    return read, template[match.end() :]
 
 
-def _yaml(meta: dict[str, Any]) -> str:
+def _yaml(meta: dict[str, object]) -> str:
     from huggingface_hub.repocard_data import ModelCardData
 
-    return ModelCardData(**meta).to_yaml()
+    # the card's keyword arguments are typed per key; the keys here are the card's own
+    # (front_matter's, or a template's as ModelCardData read them)
+    fields: Mapping[str, Any] = meta
+    return ModelCardData(**fields).to_yaml()
 
 
 def _sections(m: Manifest) -> dict[str, list[str]]:

@@ -16,8 +16,6 @@ chrome://tracing open; the spec: "Trace Event Format", Google, JSON object form)
 
 from __future__ import annotations
 
-from typing import Any
-
 from kiln.timings import series, slots
 from kiln.timings.records import PROVISION_ROW, Timeline, Unit
 
@@ -47,18 +45,18 @@ def is_critical(u: Unit, timeline: Timeline) -> bool:
     return not longest or u.start >= max(x.end for x in longest) - 0.001
 
 
-def _meta(pid: int, tid: int | None, name: str, value: Any) -> dict[str, Any]:
-    event: dict[str, Any] = {"ph": "M", "pid": pid, "name": name, "args": value}
+def _meta(pid: int, tid: int | None, name: str, value: object) -> dict[str, object]:
+    event: dict[str, object] = {"ph": "M", "pid": pid, "name": name, "args": value}
     if tid is not None:
         event["tid"] = tid
     return event
 
 
-def build(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> dict[str, Any]:
+def build(timeline: Timeline, assigned: list[tuple[Unit, slots.Lane]]) -> dict[str, object]:
     t0 = timeline.start
     lanes = slots.lanes(assigned)
     tid = {lane: i + 1 for i, lane in enumerate(lanes)}
-    events: list[dict[str, Any]] = [
+    events: list[dict[str, object]] = [
         _meta(SLOTS_PID, None, "process_name", {"name": "compile slots"}),
         _meta(SLOTS_PID, None, "process_sort_index", {"sort_index": 1}),
         _meta(STEPS_PID, None, "process_name", {"name": "steps"}),

@@ -485,7 +485,7 @@ def test_the_inside_runner_imports_with_bind_now_a_stub_and_a_time_limit(tmp_pat
     )
     results = {r["name"]: r for r in found["modules"]}
     assert results["good._C"]["returncode"] == 0, results["good._C"]
-    assert results["good._C"]["facts"]["file"].endswith("good/_C" + SUFFIX)
+    assert str((results["good._C"]["facts"] or {}).get("file")).endswith("good/_C" + SUFFIX)
     assert "undefined symbol: _Z10kiln_scalei" in results["bad._C"]["output"]
     assert results["slow"]["timed_out"] and results["slow"]["seconds"] < 10
     assert results["cuda"]["returncode"] == 0, results["cuda"]
