@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from kiln import fsutil
 from kiln.errors import ToolchainError
@@ -32,6 +32,35 @@ else:
                  cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI))
 print(json.dumps(facts))
 """
+
+
+class PythonFacts(TypedDict):
+    """What :data:`PYTHON_PROBE` prints of the build Python."""
+
+    python: str
+    site_packages: str
+    torch: str | None
+    torch_cuda: str | None
+    cxx11_abi: bool | None
+
+
+class Facts(TypedDict, total=False):
+    """What :func:`probe` finds where builds run (printed as JSON by ``python -m kiln.inside
+    probe`` in a builder container); ``error``: why the rest is missing."""
+
+    cuda_home: str
+    python_path: str
+    ccache: str | None
+    nvcc: str
+    gcc: str
+    python: str
+    site_packages: str
+    torch: str | None
+    torch_cuda: str | None
+    cxx11_abi: bool | None
+    pip_cuda: pipcuda.PipCuda
+    components: list[dict[str, str]]  # --toolchain pypi: each CUDA wheel (the runner adds)
+    error: str
 
 
 def find_cuda_home(explicit: str | None = None) -> Path:
@@ -96,7 +125,7 @@ def _install_stamp(python: Path) -> str | None:
     return hashlib.sha256("\n".join(stamp).encode()).hexdigest()
 
 
-def python_facts(python: Path, cache: Path | None = None, save: bool = True) -> dict[str, Any]:
+def python_facts(python: Path, cache: Path | None = None, save: bool = True) -> PythonFacts:
     """The build Python's version, site-packages and torch. Importing torch takes
     seconds, so with ``cache`` the answer is kept per install stamp (a no-op build
     should take about a second): probed once under the entry's lock by builds that share
@@ -122,22 +151,23 @@ def python_facts(python: Path, cache: Path | None = None, save: bool = True) -> 
     return found
 
 
-def _read(saved: Path | None) -> dict[str, Any] | None:
+def _read(saved: Path | None) -> PythonFacts | None:
+    """A kept answer of the probe (kiln wrote it: a JSON object of the probe's keys)."""
     if saved is None or not saved.is_file():
         return None
     with contextlib.suppress(ValueError, OSError):
         data = json.loads(saved.read_text())
-        return data if isinstance(data, dict) else None
+        return cast(PythonFacts, data) if isinstance(data, dict) else None
     return None
 
 
-def _probe_python(python: Path) -> dict[str, Any]:
+def _probe_python(python: Path) -> PythonFacts:
     raw = proc.output(
         [python, "-c", PYTHON_PROBE],
         error=ToolchainError,
         what=f"reading the build Python {python}",
     )
-    facts: dict[str, Any] = json.loads(raw.splitlines()[-1])
+    facts: PythonFacts = json.loads(raw.splitlines()[-1])  # PYTHON_PROBE's line
     return facts
 
 
@@ -174,12 +204,10 @@ def missing_system(
     return missing
 
 
-def probe(
-    python: Path, cuda_home: Path, cache: Path | None = None, save: bool = True
-) -> dict[str, Any]:
+def probe(python: Path, cuda_home: Path, cache: Path | None = None, save: bool = True) -> Facts:
     """Everything, with a failure recorded as ``error`` instead of raised (so a container
     can report it as data). ``save``: see :func:`python_facts`."""
-    facts: dict[str, Any] = {
+    facts: Facts = {
         "cuda_home": str(cuda_home),
         "python_path": str(python),
         "ccache": shutil.which("ccache"),
@@ -187,9 +215,12 @@ def probe(
     try:
         facts["nvcc"] = nvcc_version(cuda_home)
         facts["gcc"] = gcc_version()
-        facts.update(python_facts(python, cache, save))
+        found = python_facts(python, cache, save)
+        facts["python"], facts["site_packages"] = found["python"], found["site_packages"]
+        facts["torch"], facts["torch_cuda"] = found["torch"], found["torch_cuda"]
+        facts["cxx11_abi"] = found["cxx11_abi"]
         facts["pip_cuda"] = pipcuda.discover(
-            facts["site_packages"], str(cuda_home), os.environ.get("CC", "gcc")
+            found["site_packages"], str(cuda_home), os.environ.get("CC", "gcc")
         )
     except ToolchainError as exc:
         facts["error"] = str(exc)

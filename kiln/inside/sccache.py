@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+from typing import TypedDict
 
 DIST_PORT = "KILN_SCCACHE_DIST_PORT"
 
@@ -70,6 +70,16 @@ def _start(binary: str, env: MutableMapping[str, str]) -> tuple[bool, str]:
     return rc == 0, out.splitlines()[-1] if out else f"exit {rc}"
 
 
+class StatsRecord(TypedDict, total=False):
+    """What a step's sccache servers did (``KILN_SCCACHE_STATS``, read by
+    kiln.toolchain.compilercache.sccache_counts)."""
+
+    servers: list[dict[str, object]]  # sccache's own statistics (JSON), with its port
+    warnings: list[str]
+    store: str  # the shared store: "reachable" or "unreachable"
+    distributed_to: str
+
+
 @contextlib.contextmanager
 def served(env: MutableMapping[str, str]) -> Iterator[None]:
     """Run the step's sccache servers while the body runs; ``env`` (the step's
@@ -78,7 +88,7 @@ def served(env: MutableMapping[str, str]) -> Iterator[None]:
     if not binary:
         yield
         return
-    record: dict[str, Any] = {"servers": [], "warnings": []}
+    record: StatsRecord = {"servers": [], "warnings": []}
     folder = tempfile.mkdtemp(prefix="kiln-sccache-")
     started: list[dict[str, str]] = []
     try:

@@ -27,6 +27,7 @@ from kiln import fsutil
 from kiln.config.models import Profile
 from kiln.errors import BuildError, ConfigError, DockerUnavailable, ToolchainError
 from kiln.inside import proc
+from kiln.inside.facts import Facts
 from kiln.runners.memlimit import oom_error
 from kiln.runners.protocol import KILN_SRC, Command, parse_probe, probe_command, step_env
 from kiln.toolchain.checks import Toolchain, check_cuda
@@ -138,7 +139,7 @@ class DockerRunner:
         self.keep_failed = keep_failed
         self.builder: str | None = None
         self._tag: str | None = None
-        self._facts: dict[str, object] | None = None
+        self._facts: Facts | None = None
 
     # ------------------------------------------------------------------ image
     def _builder_tag(self) -> str:
@@ -196,7 +197,7 @@ class DockerRunner:
         return tag
 
     # -------------------------------------------------------------- toolchain
-    def _probe(self) -> dict[str, object]:
+    def _probe(self) -> Facts:
         if self._facts is None:
             res = self.run(
                 Command(

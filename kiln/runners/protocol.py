@@ -17,6 +17,7 @@ from typing import Protocol
 import kiln
 from kiln.config.models import Profile
 from kiln.inside import proc
+from kiln.inside.facts import Facts
 from kiln.toolchain.checks import Toolchain
 from kiln.toolchain.provision import Provision
 
@@ -105,6 +106,7 @@ def probe_command(python: str, cuda_home: str, system: str | None = None) -> lis
     return [*cmd, "--system", system] if system else cmd
 
 
-def parse_probe(output: str) -> dict[str, object]:
-    facts: dict[str, object] = json.loads(output.strip().splitlines()[-1])
+def parse_probe(output: str) -> Facts:
+    """The probe's last line (``python -m kiln.inside probe``: kiln.inside.facts.probe)."""
+    facts: Facts = json.loads(output.strip().splitlines()[-1])
     return facts

@@ -10,11 +10,10 @@ from __future__ import annotations
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kiln.config.models import Profile
 from kiln.errors import ToolchainError
-from kiln.inside.facts import find_cuda_home, nvcc_version
+from kiln.inside.facts import Facts, find_cuda_home, nvcc_version
 from kiln.inside.kit.pipcuda import PipCuda
 
 __all__ = ["Toolchain", "check_cuda", "cuobjdump", "find_cuda_home", "nvcc_version", "problems"]
@@ -46,7 +45,7 @@ class Toolchain:
         return data
 
     @classmethod
-    def from_facts(cls, facts: dict[str, Any]) -> Toolchain:
+    def from_facts(cls, facts: Facts) -> Toolchain:
         if "error" in facts:
             raise ToolchainError(facts["error"])
         return cls(

@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import parse_qs, urlsplit
 
 from kiln.errors import ConfigError
@@ -277,7 +277,25 @@ def _sccache_environment(
     return env
 
 
-def read_stats(stats_log: Path) -> dict[str, Any]:
+class DistributedCounts(TypedDict):
+    servers: dict[str, int]  # compiles per build server
+    errors: int
+
+
+class CacheCounts(TypedDict, total=False):
+    """One step's compiler-cache figures (the manifest's CompilerCacheInfo reads them)."""
+
+    hits: int
+    misses: int
+    local_hits: int
+    remote_hits: int
+    errors: int
+    store: str  # the shared store: "reachable" or "unreachable"
+    warnings: list[str]
+    distributed: DistributedCounts
+
+
+def read_stats(stats_log: Path) -> CacheCounts:
     """Hits and misses of one step, from ccache's stats log (one block per call) or
     sccache's statistics (JSON, written by the step)."""
     hits = misses = 0
@@ -292,7 +310,7 @@ def read_stats(stats_log: Path) -> dict[str, Any]:
             hits += 1
         elif line == "cache_miss":
             misses += 1
-    out: dict[str, Any] = {"hits": hits, "misses": misses}
+    out: CacheCounts = {"hits": hits, "misses": misses}
     if any(line.startswith("remote_storage_") for line in lines):
         out["local_hits"] = lines.count("local_storage_hit")
         out["remote_hits"] = lines.count("remote_storage_hit")
@@ -315,7 +333,7 @@ def store_warning(errors: int, answered: bool) -> str:
     )
 
 
-def sccache_counts(data: dict[str, Any]) -> dict[str, Any]:
+def sccache_counts(data: dict[str, Any]) -> CacheCounts:
     """The manifest's figures from what :mod:`kiln.inside.sccache` wrote: sccache's
     ``--show-stats --stats-format=json`` per server and the step's own notes. Hits and
     misses count sccache's compile requests of the compilers kiln's wrapper ran (an nvcc
@@ -341,7 +359,7 @@ def sccache_counts(data: dict[str, Any]) -> dict[str, Any]:
     multi = any(s.get("stats", {}).get("multi_level") for s in data.get("servers", []))
     local = min(local, hits) if multi else hits
     remote = hits - local
-    out: dict[str, Any] = {
+    out: CacheCounts = {
         "hits": hits,
         "misses": misses,
         "local_hits": local,

@@ -126,7 +126,7 @@ def test_sccache_stats_take_used_hits_not_reads_of_damaged_entries() -> None:
 
 def test_gate_sends_nvcc_compiles_to_free_remote_slots_and_keeps_links_here() -> None:
     budget = {"mem_gib": 4.0, "cpus": 1, "remote_slots": 2}
-    waiters = [
+    waiters: list[compilegate.GateEntry] = [
         {"id": "big", "mem_gib": 9.0, "priority": 30.0, "since": 1, "remote_ok": True},
         {"id": "mid", "mem_gib": 1.0, "priority": 20.0, "since": 2, "remote_ok": True},
         {"id": "cpp", "mem_gib": 1.0, "priority": 10.0, "since": 3},
@@ -138,7 +138,7 @@ def test_gate_sends_nvcc_compiles_to_free_remote_slots_and_keeps_links_here() ->
     # Both remote slots and the one local CPU taken: the last waits.
     assert compilegate.admitted(budget, [], waiters, "late") == (None, 3)
     # A remote holder uses no local memory or CPU.
-    held = [{"id": "r", "mem_gib": 0.0, "cpus": 0, "where": "remote"}]
+    held: list[compilegate.GateEntry] = [{"id": "r", "mem_gib": 0.0, "cpus": 0, "where": "remote"}]
     assert compilegate.admitted(budget, held, waiters[2:], "cpp") == ("local", 0)
     assert compilegate.admitted(budget, held, waiters[3:], "late") == ("remote", 0)
 

@@ -296,26 +296,26 @@ def test_dependencies_come_from_the_compile_not_a_second_preprocessor_run(
 
 def test_gate_starts_the_longest_first_and_backfills_what_fits() -> None:
     budget = {"mem_gib": 10.0, "cpus": 2}
-    waiters = [
+    waiters: list[compilegate.GateEntry] = [
         {"id": "short", "priority": 5.0, "since": 1, "mem_gib": 1.0, "cpus": 1},
         {"id": "long", "priority": 170.0, "since": 2, "mem_gib": 9.0, "cpus": 1},
         {"id": "mid", "priority": 60.0, "since": 3, "mem_gib": 2.0, "cpus": 1},
     ]
     assert compilegate.admitted(budget, [], waiters, "long") == ("local", 0)
     # With 'long' running, 'mid' (2 GiB) does not fit beside it; 'short' (1 GiB) does.
-    running = [{"mem_gib": 9.0, "cpus": 1}]
+    running: list[compilegate.GateEntry] = [{"mem_gib": 9.0, "cpus": 1}]
     rest = [w for w in waiters if w["id"] != "long"]
     assert compilegate.admitted(budget, running, rest, "mid") == (None, 0)
     assert compilegate.admitted(budget, running, rest, "short") == ("local", 1)
     # No CPU slot left: nobody goes, whatever the priority.
-    full = [{"mem_gib": 1.0, "cpus": 1}, {"mem_gib": 1.0, "cpus": 1}]
+    full: list[compilegate.GateEntry] = [{"mem_gib": 1.0, "cpus": 1}, {"mem_gib": 1.0, "cpus": 1}]
     assert compilegate.admitted(budget, full, waiters, "long") == (None, 0)
 
 
 def test_gate_order_is_only_arrival_without_priorities() -> None:
     """The check above can fail: without learned priorities the first to come goes."""
     budget = {"mem_gib": 10.0, "cpus": 1}
-    waiters = [
+    waiters: list[compilegate.GateEntry] = [
         {"id": "a", "priority": 0.0, "since": 1, "mem_gib": 1.0, "cpus": 1},
         {"id": "b", "priority": 0.0, "since": 2, "mem_gib": 1.0, "cpus": 1},
     ]

@@ -46,7 +46,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 try:
     from kiln.inside.kit import compileflags
@@ -67,9 +67,21 @@ def write_budget(gate: Path, mem_gib: float, cpus: int, remote_slots: int = 0) -
     (gate / "budget.json").write_text(json.dumps(budget))
 
 
-def _alive(folder: Path) -> list[dict[str, float]]:
+class GateEntry(TypedDict, total=False):
+    """A waiter's or holder's file in the gate (``id``: its file's name, added on reading)."""
+
+    id: str
+    mem_gib: float
+    cpus: int
+    priority: float
+    since: float
+    remote_ok: bool
+    where: str  # a holder's: "local" or "remote"
+
+
+def _alive(folder: Path) -> list[GateEntry]:
     """The entries of ``folder`` whose process still holds them; leftovers removed."""
-    alive = []
+    alive: list[GateEntry] = []
     for path in sorted(folder.glob("*.json")):
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -80,7 +92,7 @@ def _alive(folder: Path) -> list[dict[str, float]]:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:  # its process is alive and holds it
                 with contextlib.suppress(ValueError, OSError):
-                    entry = json.loads(os.pread(fd, 4096, 0) or b"{}")
+                    entry = cast(GateEntry, json.loads(os.pread(fd, 4096, 0) or b"{}"))
                     alive.append({**entry, "id": path.stem})
                 continue
             path.unlink(missing_ok=True)  # nobody holds it: a dead process's leftover
@@ -103,7 +115,7 @@ def _changed_stamp(gate: Path) -> tuple[int, int]:
 
 
 def admitted(
-    budget: dict[str, float], holders: list[dict[str, Any]], waiters: list[dict[str, Any]], me: str
+    budget: dict[str, float], holders: list[GateEntry], waiters: list[GateEntry], me: str
 ) -> tuple[str | None, int]:
     """Where waiter ``me`` may start now ("local", "remote" or None: not yet), and its
     place in the queue: waiters are taken by priority (ties: who came first) and each one
@@ -139,7 +151,7 @@ def admitted(
     return None, len(order)
 
 
-def _register(path: Path, entry: dict[str, Any]) -> int:
+def _register(path: Path, entry: GateEntry) -> int:
     """Create ``path`` flock'ed by this process. Only under the gate's lock: a scan that
     saw the file between its creation and its flock would take it for a dead process's
     leftover and remove it."""
@@ -183,7 +195,7 @@ def slot(
     the body runs; the body gets where it runs ("local" or "remote")."""
     budget = json.loads((gate / "budget.json").read_text())
     me = uuid.uuid4().hex
-    entry: dict[str, Any] = {
+    entry: GateEntry = {
         "mem_gib": mem_gib,
         "cpus": cpus,
         "priority": priority,
@@ -212,9 +224,9 @@ def slot(
                     holders = _alive(gate / "holders")
                     where, place = admitted(budget, holders, _alive(gate / "waiting"), me)
                     if where:
-                        held = {**entry, "where": where}
+                        held: GateEntry = {**entry, "where": where}
                         if where == "remote":  # no local memory or CPU
-                            held.update(mem_gib=0.0, cpus=0)
+                            held["mem_gib"], held["cpus"] = 0.0, 0
                         fd = _register(gate / "holders" / f"{me}.json", held)
                         break
                 for h in holders:
@@ -236,8 +248,9 @@ def slot(
         _bump(gate)
 
 
-def learned_hints() -> dict[str, Any]:
-    """The step's learned figures (``KILN_GATE_HINTS``), {} where there are none."""
+def learned_hints() -> dict[str, object]:
+    """The step's learned figures (``KILN_GATE_HINTS``: plan.schedule.GateHints as JSON),
+    {} where there are none; each figure is checked where it is read."""
     path = os.environ.get("KILN_GATE_HINTS")
     if not path:
         return {}
@@ -259,7 +272,8 @@ def _unit_hint(source: str | None, key: str) -> float | None:
     learned data does not name, e.g. a new file beside learned ones), else None."""
     hints = learned_hints()
     for table, name in (("units", source or ""), ("families", _family(source or ""))):
-        entry = hints.get(table, {}).get(name) if isinstance(hints.get(table), dict) else None
+        figures = hints.get(table)
+        entry = figures.get(name) if isinstance(figures, dict) else None
         if isinstance(entry, dict) and isinstance(entry.get(key), int | float):
             return float(entry[key])
     return None
