@@ -50,18 +50,33 @@ def add(parser: argparse.ArgumentParser, *options: Option) -> None:
 def add_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, opt: Option) -> None:
     """One option as an argparse argument: its default is :data:`NOT_GIVEN` (so the
     variable and the declared default are applied by :func:`resolve`, in that order)."""
-    kw: dict[str, Any] = {"dest": opt.name, "help": opt.help_text()}
     if opt.kind == "flag":
-        kw.update(action="store_const", const=True, default=NOT_GIVEN)
-    else:
-        kw.update(type=opt.type, metavar=opt.metavar, choices=opt.choices)
-        if opt.kind == "list":
-            kw.update(action="append", default=None)
-        elif opt.kind == "words":
-            kw.update(nargs="+", default=NOT_GIVEN)
-        else:
-            kw.update(default=None if opt.required else NOT_GIVEN, required=opt.required)
-    parser.add_argument(opt.flag, **kw)
+        parser.add_argument(
+            opt.flag,
+            dest=opt.name,
+            help=opt.help_text(),
+            action="store_const",
+            const=True,
+            default=NOT_GIVEN,
+        )
+        return
+    action, nargs, default = "store", None, None if opt.required else NOT_GIVEN
+    if opt.kind == "list":
+        action, default = "append", None
+    elif opt.kind == "words":
+        nargs, default = "+", NOT_GIVEN
+    parser.add_argument(
+        opt.flag,
+        dest=opt.name,
+        help=opt.help_text(),
+        type=opt.type,
+        metavar=opt.metavar,
+        choices=opt.choices,
+        action=action,
+        nargs=nargs,
+        default=default,
+        required=opt.required and opt.kind not in ("list", "words"),
+    )
 
 
 def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as Parsed
@@ -133,7 +133,7 @@ class _Schema:
     """Keywords added to a type's JSON Schema (for editors, :mod:`kiln.config.schema`):
     the pattern a validator checks, which the validator, with its own message, enforces."""
 
-    keywords: dict[str, Any]
+    keywords: dict[str, object]
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler

@@ -5,7 +5,7 @@ keys are refused. Loading and the error messages that name file and key:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from packaging.version import Version
 from pydantic import Field, model_validator
@@ -188,7 +188,7 @@ class WorkspaceFile(Strict):
 
     release: Release
     profile: Profile
-    profiles: dict[Name, dict[str, Any]] = Field(
+    profiles: dict[Name, dict[str, object]] = Field(
         default_factory=dict,
         description="Named variants of the profile, chosen with `--profile NAME`: each "
         "`[profiles.NAME]` table holds only the keys of `[profile]` it changes.",

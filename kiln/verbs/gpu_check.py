@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from kiln.config.models import GpuTest
 from kiln.errors import GpuTestError
@@ -129,7 +129,38 @@ def _make_env(python: str, env_dir: Path, wheel: Path, log_file: Path) -> Path:
     return test_python
 
 
-def _torch_facts(python: Path) -> dict[str, Any]:
+class TorchFacts(TypedDict):
+    """The test environment's Python and torch, as it printed them."""
+
+    python: str
+    torch: str
+    torch_cuda: str | None
+    cuda_available: bool
+
+
+class WheelTested(TypedDict):
+    path: str
+    sha256: str
+
+
+class GpuTestResult(TypedDict):
+    """One vendor's GPU test (``gpu-test/<vendor>.json`` in the release folder)."""
+
+    vendor: str
+    wheel: WheelTested
+    source: dict[str, str]  # url, commit
+    files: list[str]
+    command: list[str]
+    returncode: int
+    passed: bool
+    timed_out: bool
+    duration_s: float
+    gpus: list[dict[str, str]]
+    environment: TorchFacts
+    log: str
+
+
+def _torch_facts(python: Path) -> TorchFacts:
     code = (
         "import json, sys, torch; print(json.dumps({'python': sys.version.split()[0], "
         "'torch': torch.__version__, 'torch_cuda': torch.version.cuda, "
@@ -137,7 +168,7 @@ def _torch_facts(python: Path) -> dict[str, Any]:
     )
     res = proc.run([python, "-c", code], check=False)
     try:
-        facts: dict[str, Any] = json.loads(res.output.strip().splitlines()[-1])
+        facts: TorchFacts = json.loads(res.output.strip().splitlines()[-1])  # the line above's
         return facts
     except (ValueError, IndexError):
         raise GpuTestError(
@@ -146,9 +177,7 @@ def _torch_facts(python: Path) -> dict[str, Any]:
         ) from None
 
 
-def run_one(
-    release: Path, m: Manifest, vendor: str, python: str, cache: GitCache
-) -> dict[str, Any]:
+def run_one(release: Path, m: Manifest, vendor: str, python: str, cache: GitCache) -> GpuTestResult:
     entry = m.vendors[vendor]
     spec = GpuTest.model_validate(entry.recipe["gpu_test"])
     wheel = _wheel_of(entry, release, vendor)
@@ -163,8 +192,8 @@ def run_one(
         _files_from_commit(cache, src.url, src.commit, spec.files, root / "tree", vendor)
         test_python = _make_env(python, root / "env", wheel, log_file)
         facts = _torch_facts(test_python)
-        if not facts.get("cuda_available"):
-            raise GpuTestError(f"torch {facts.get('torch')} in {python} sees no CUDA device")
+        if not facts["cuda_available"]:
+            raise GpuTestError(f"torch {facts['torch']} in {python} sees no CUDA device")
         env = {
             **os.environ,
             **spec.env,
@@ -188,7 +217,7 @@ def run_one(
             rc, timed_out = res.returncode, False
         except subprocess.TimeoutExpired:
             rc, timed_out = -9, True
-    result = {
+    result: GpuTestResult = {
         "vendor": vendor,
         "wheel": {"path": str(wheel.relative_to(release)), "sha256": sha256_file(wheel)},
         "source": {"url": entry.source.url, "commit": entry.source.commit},
@@ -208,7 +237,7 @@ def run_one(
 
 def gpu_test(
     release: Path, vendors: list[str] | None, python: str, cache: GitCache
-) -> list[dict[str, Any]]:
+) -> list[GpuTestResult]:
     """Run the declared GPU tests of ``vendors`` (default: every vendor that has one)."""
     mf = release / manifest.FILE_NAME
     m = manifest.read(mf)

@@ -52,7 +52,7 @@ class Partial:
     manifest: Manifest
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> dict[str, object]:
         """The manifest's JSON form (what the consistency checks compare)."""
         return self.manifest.data()
 

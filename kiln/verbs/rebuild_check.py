@@ -20,6 +20,7 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
     tags = {}
     for name, entry in m.vendors.items():
         src = entry.source
-        source: dict[str, Any] = {
+        source: dict[str, object] = {
             "url": src.url,
             "commit": src.commit,
             "license": src.license or "LICENSE",
@@ -90,14 +91,14 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
             tags[name] = entry.patch_tag
     # install.sh's requirements as the release resolved them (hash-pinned where it did)
     shutil.copy2(release_dir / "requirements.txt", dest / "runtime-requirements.lock")
-    doc: dict[str, Any] = {"patch": series}
+    doc: dict[str, object] = {"patch": series}
     if tags:
         doc["tags"] = tags
     (dest / "patches" / SERIES_FILE).write_text(tomlkit.dumps(doc))
     return dest
 
 
-def vendor_toml(source: dict[str, Any], recipe: dict[str, Any]) -> str:
+def vendor_toml(source: Mapping[str, object], recipe: Mapping[str, object]) -> str:
     """A vendor TOML from the manifest's record of its source and recipe (JSON)."""
     return tomlkit.dumps({"source": source, "build": _drop_none(recipe)})
 

@@ -19,7 +19,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from kiln.config.models import Profile, Vendor
 from kiln.errors import ConfigError, VerifyError
@@ -156,7 +156,7 @@ class InplaceKind:
         with timed(timings, "package"):
             tarball = pack_tree(tree, stage / name, vendor, co.commit_time)
         ctx.claim(tarball.name, vendor.name)
-        extra: dict[str, Any] = {"shared_objects": [o.__dict__ for o in objects]}
+        extra: dict[str, object] = {"shared_objects": [o.__dict__ for o in objects]}
         # proven by the vendor's build once kept in the artifact cache (vendor.py)
         return [files.output_entry(tarball, stage, "tarball", **extra)]
 

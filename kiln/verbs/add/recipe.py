@@ -20,7 +20,7 @@ from kiln.config.fields import ARCH_RE
 from kiln.config.models import Profile
 from kiln.errors import ConfigError
 from kiln.inside.causes.buildsetup import MODULE_DISTRIBUTIONS
-from kiln.verbs.add import license_text
+from kiln.verbs.add import license_text, pysetup
 from kiln.verbs.add.scan import Findings
 
 # What kiln sets for every build itself (plan/environment.py, the scheduler, the compiler
@@ -71,12 +71,18 @@ class DecidedBuild(TypedDict, total=False):
     system: list[dict[str, str]]
 
 
+class DecidedSubmodule(TypedDict):
+    path: str
+    commit: str
+    license_id: str | None
+
+
 class DecidedSource(TypedDict, total=False):
     url: str
     commit: str
     license: str | None
     license_id: str | None
-    submodules: list[dict[str, Any]]
+    submodules: list[DecidedSubmodule]
 
 
 @dataclass
@@ -190,7 +196,7 @@ def _source(f: Findings, r: Recipe) -> Table:
         )
         s.add("path", sub.path)
         s.add("commit", sub.commit)
-        entry: dict[str, Any] = {"path": sub.path, "commit": sub.commit, "license_id": None}
+        entry: DecidedSubmodule = {"path": sub.path, "commit": sub.commit, "license_id": None}
         if sub.license is None:
             _say(s, "No license file in the submodule: name it (license = ...) or the build")
             _say(s, "stops before compiling (a release cannot ship its code without one).")
@@ -590,7 +596,7 @@ def _env(t: Table, f: Findings, b: DecidedBuild) -> None:
     for name, (value, why) in chosen.items():
         _say(env, why)
         env.add(name, value)
-    others: dict[str, Any] = {}
+    others: dict[str, pysetup.EnvRead] = {}
     for read in f.env_reads:
         if read.name not in chosen and read.name not in toggles:
             others.setdefault(read.name, read)
