@@ -7,14 +7,12 @@ required or its default, its description and an example in TOML.
 Committed, and checked against :func:`markdown` by a test. Regenerate the pages and the
 schemas together::
 
-    python -m kiln.config.reference --write [REPO_ROOT]    # --check: exit 1 if stale
+    python -m kiln.commands.toml_reference --write [REPO_ROOT]    # --check: exit 1 if stale
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -150,8 +148,8 @@ def markdown(which: Which) -> str:
     lines = [
         f"# `{_IN_WORKSPACE[which]}` reference",
         "",
-        "<!-- Generated from kiln/config/models.py by `python -m kiln.config.reference "
-        "--write`; do not edit. -->",
+        "<!-- Generated from kiln/config/models.py by `python -m "
+        "kiln.commands.toml_reference --write`; do not edit. -->",
         "",
         root.get("description", ""),
         "",
@@ -219,30 +217,6 @@ def write_all(repo_root: Path) -> list[str]:
         (repo_root / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo_root / rel).write_text(texts[rel])
     return changed
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kiln.config.reference",
-        description="write (or check) the TOML files' JSON Schemas and reference pages",
-    )
-    parser.add_argument("root", nargs="?", type=Path, default=Path(__file__).parents[2])
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="write the files that differ")
-    mode.add_argument("--check", action="store_true", help="exit 1 when a file differs")
-    args = parser.parse_args(argv)
-    if args.write:
-        for rel in write_all(args.root):
-            print(f"wrote {rel}")
-        return 0
-    old = stale(args.root)
-    for rel in old:
-        print(f"{rel} is stale: python -m kiln.config.reference --write", file=sys.stderr)
-    return 1 if old else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 __all__ = ["DOCS", "MODELS", "Key", "generated", "keys", "markdown", "stale", "write_all"]

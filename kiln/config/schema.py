@@ -5,7 +5,7 @@ Editors read them (Taplo / "Even Better TOML" through a first-line ``#:schema`` 
 to complete keys, show each key's description and flag mistakes as they are typed; kiln
 itself validates with the models, whose errors say more. The committed copies in
 ``kiln/schemas/`` are checked against :func:`schema_text` by a test; regenerate them with
-``python -m kiln.config.reference --write``.
+``python -m kiln.commands.toml_reference --write``.
 
 TOML has no null: an optional key is one that may be left out, so ``X | None`` is
 written as ``X`` and a default of None is not shown. Defaults made by a factory (an

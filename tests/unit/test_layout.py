@@ -343,3 +343,38 @@ def test_the_name_checks_can_fail(tmp_path: Path) -> None:
     assert shared_file_names(tmp_path) == ["lock.py: commands/lock.py, sources/lock.py"]
     assert named_like_tests(tmp_path) == ["verify_test.py"]
     assert loggers_not_from_their_module(tmp_path) == ["sources/lock.py:2"]
+
+
+# Command lines of processes that run where builds run (a builder container, an installed
+# tree), standard library alone: kiln's commands/ cannot be imported there.
+OWN_COMMAND_LINES = ("inside/__main__.py", "inside/kit/rebuild.py")
+
+
+def argparse_outside_commands(root: Path) -> list[str]:
+    """Modules that parse a command line outside ``commands/`` and ``cli.py`` (and the
+    processes above): a command line is a verb's, in its room."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "cli.py" or rel.startswith("commands/") or rel in OWN_COMMAND_LINES:
+            continue
+        tree = ast.parse(path.read_text())
+        if any(
+            (isinstance(n, ast.Import) and any(a.name == "argparse" for a in n.names))
+            or (isinstance(n, ast.ImportFrom) and n.module == "argparse")
+            for n in ast.walk(tree)
+        ):
+            found.append(rel)
+    return found
+
+
+def test_command_lines_are_parsed_only_in_commands() -> None:
+    assert argparse_outside_commands(KILN) == []
+
+
+def test_the_command_line_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "pages.py").write_text("import argparse\n")
+    (tmp_path / "commands").mkdir()
+    (tmp_path / "commands" / "pages.py").write_text("import argparse\n")
+    assert argparse_outside_commands(tmp_path) == ["config/pages.py"]

@@ -1,0 +1,37 @@
+"""``python -m kiln.commands.toml_reference --write [REPO_ROOT]`` (``--check``: exit 1
+where a file is stale): the workspace TOMLs' JSON Schemas and reference pages, made by
+:mod:`kiln.config.reference` from the config models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kiln.config.reference import stale, write_all
+
+COMMAND = "python -m kiln.commands.toml_reference"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=COMMAND,
+        description="write (or check) the TOML files' JSON Schemas and reference pages",
+    )
+    parser.add_argument("root", nargs="?", type=Path, default=Path(__file__).parents[2])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="write the files that differ")
+    mode.add_argument("--check", action="store_true", help="exit 1 when a file differs")
+    args = parser.parse_args(argv)
+    if args.write:
+        for rel in write_all(args.root):
+            print(f"wrote {rel}")
+        return 0
+    old = stale(args.root)
+    for rel in old:
+        print(f"{rel} is stale: {COMMAND} --write", file=sys.stderr)
+    return 1 if old else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
