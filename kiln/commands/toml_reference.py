@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from kiln.config.reference import stale, write_all
+from kiln.errors import ConfigError
 
 COMMAND = "python -m kiln.commands.toml_reference"
 
@@ -28,10 +29,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {rel}")
         return 0
     old = stale(args.root)
-    for rel in old:
-        print(f"{rel} is stale: {COMMAND} --write", file=sys.stderr)
-    return 1 if old else 0
+    if old:
+        raise ConfigError(
+            f"{', '.join(old)}: stale (made from kiln/config/models.py): {COMMAND} --write"
+        )
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ConfigError as exc:
+        print(f"kiln: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

@@ -58,7 +58,8 @@ def test_a_stale_file_is_found_and_rewritten(tmp_path: Path) -> None:
     (tmp_path / "kiln" / "schemas" / "kiln.schema.json").unlink()
     stale = ["kiln/schemas/kiln.schema.json", "docs/vendor-toml.md"]
     assert reference.stale(tmp_path) == stale
-    assert toml_reference.main(["--check", str(tmp_path)]) == 1
+    with pytest.raises(ConfigError, match=r"kiln\.schema\.json, docs/vendor-toml\.md: stale"):
+        toml_reference.main(["--check", str(tmp_path)])
     assert reference.write_all(tmp_path) == stale
     assert reference.stale(tmp_path) == []
 
