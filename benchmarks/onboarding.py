@@ -123,6 +123,18 @@ def corpus_entries(corpus: Path, names: list[str] | None) -> dict[str, dict[str,
     return {n: {"rev": "", "shape": "", **listed.get(n, {})} for n in chosen}
 
 
+def corpus_mirrors(corpus: Path) -> str:
+    """kiln's mirrors file for the corpus: its repositories under the corpus's made-up
+    URL, and what the corpus's own ``mirrors.toml`` adds (its submodules' hosts, folders
+    relative to the corpus)."""
+    table = {BASE_URL: f"{corpus}/"}
+    own = corpus / "mirrors.toml"
+    if own.is_file():
+        for url, folder in tomllib.loads(own.read_text()).get("mirrors", {}).items():
+            table[url] = str((corpus / folder).resolve()) + "/"
+    return "[mirrors]\n" + "".join(f'"{url}" = "{folder}"\n' for url, folder in table.items())
+
+
 def _kiln(args: list[str], log: Path) -> tuple[int, float, str]:
     return kilnrun.run(args, log)
 
@@ -176,7 +188,9 @@ def onboard(name: str, entry: dict[str, str], args: argparse.Namespace, extra: l
     logs = args.root / f"{name}-logs"
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
-    where = ["--cache", str(args.cache), "--mirrors", str(args.mirrors), "--offline"]
+    # the corpus's repositories through the mirrors (no GitHub); PyPI stays reachable for
+    # what add pins (build tools) and the consumer environment (pass -- --offline to cut it)
+    where = ["--cache", str(args.cache), "--mirrors", str(args.mirrors)]
     rev = f"@{entry['rev']}" if entry.get("rev") else ""
     rc, row.add_s, err = _kiln(
         ["add", f"{BASE_URL}{name}.git{rev}", "--workspace", str(ws), "--name", name,
@@ -233,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     args.root = args.root.resolve()
     args.root.mkdir(parents=True, exist_ok=True)
     args.mirrors = args.root / "mirrors.toml"
-    args.mirrors.write_text(f'[mirrors]\n"{BASE_URL}" = "{args.corpus}/"\n')
+    args.mirrors.write_text(corpus_mirrors(args.corpus))
     if "--toolchain" not in extra:
         extra += ["--toolchain", "pypi"]  # the default profile's CUDA 13.2, as nox -s demo
     entries = corpus_entries(args.corpus, args.names.split(",") if args.names else None)

@@ -40,15 +40,28 @@ def _relocatable(path: Path) -> bool:
     )
 
 
+def cmake_compiler_id(rel: Path) -> bool:
+    """A file of CMake's compiler identification (``CMakeFiles/<version>/CompilerId<LANG>/``):
+    CMake runs the compiler (kiln's wrapper, as ``CUDACXX`` names it) with ``--keep`` on a
+    probe of its own to read which compiler it is, and nvcc leaves its intermediate
+    objects there. They are the probe's, never part of an output."""
+    parts = rel.parts
+    return any(
+        p == "CMakeFiles" and i + 2 < len(parts) and parts[i + 2].startswith("CompilerId")
+        for i, p in enumerate(parts)
+    )
+
+
 def unrecorded_objects(tree: Path, written: Iterable[str | None], since: float) -> list[str]:
     """The object files (ELF relocatables, ``*.o``) under ``tree`` written since
     ``since`` (epoch seconds) that no compiler run of the wrapper wrote (``written``:
-    the records' ``out``), relative to the tree; kiln's own ``.kiln/`` left out."""
+    the records' ``out``), relative to the tree; kiln's own ``.kiln/`` and CMake's
+    compiler identification left out."""
     recorded = {str(Path(w).resolve()) for w in written if w}
     found = []
     for path in tree.rglob("*.o"):
         rel = path.relative_to(tree)
-        if rel.parts[0] == KIT or not path.is_file():
+        if rel.parts[0] == KIT or not path.is_file() or cmake_compiler_id(rel):
             continue
         try:
             if path.stat().st_mtime < since:

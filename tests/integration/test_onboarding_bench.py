@@ -46,6 +46,7 @@ def test_the_onboarding_benchmark_takes_a_corpus_from_add_to_a_proven_wheel(
             "--out",
             str(out),
             "--",
+            "--offline",
             "--toolchain",
             "system",
             "--cuda-home",

@@ -29,7 +29,7 @@ from kiln.config.workspace import Workspace, read_profiles
 from kiln.errors import ConfigError, KilnError, ToolchainError
 from kiln.inside import proc
 from kiln.inside.facts import find_cuda_home, nvcc_version
-from kiln.orchestrate import dryrun, stages
+from kiln.orchestrate import dryrun, fixcheck, stages
 from kiln.orchestrate.options import Options, ToolchainChoice
 from kiln.release.files import REQUIREMENTS
 from kiln.sources import origins
@@ -64,6 +64,19 @@ def default_name(url: str) -> str:
     if not NAME_RE.match(name):
         raise ConfigError(f"{url}: no vendor name can be made from it; pass --name NAME")
     return name
+
+
+def _pins(findings: scan.Findings, profile: Profile, offline: bool) -> dict[str, str]:
+    """The newest version on the profile's index of each build tool the tree's build
+    imports and the build venv lacks (a dry resolve: metadata only); none --offline, or
+    where pip does not answer (then the draft says what to set)."""
+    wanted = [dist for _, dist, _ in findings.build_tool_needs()]
+    if offline or not wanted:
+        return {}
+    got, _, failed = fixcheck.dry_resolve(profile, wanted)
+    if failed:
+        log.warning("build tools %s not resolved (%s): the draft says what to set", wanted, failed)
+    return {k: v for k, v in got.items() if k in {w.lower() for w in wanted}}
 
 
 def add(
@@ -128,6 +141,7 @@ def add_recipe(
     with tempfile.TemporaryDirectory(prefix="kiln-add-") as tmp:
         co = checkout(git, Source(url=url, commit=commit), Path(tmp) / name, name)
         findings = scan.scan(co, env)
+        findings.pins = _pins(findings, profiles[profile], offline)
         made = recipe.build(findings, profiles, name, rev, how)
         _check(workspace, list(profiles), name, made.text)
         checked = stdcheck.check(name, made.data.build, findings, env)

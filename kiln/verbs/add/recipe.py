@@ -19,7 +19,6 @@ from tomlkit.items import Table
 from kiln.config.fields import ARCH_RE
 from kiln.config.models import Profile
 from kiln.errors import ConfigError
-from kiln.inside.causes.buildsetup import MODULE_DISTRIBUTIONS
 from kiln.verbs.add import license_text, pysetup
 from kiln.verbs.add.scan import Findings
 
@@ -69,6 +68,9 @@ class DecidedBuild(TypedDict, total=False):
     nvcc_append_flags: list[str]
     env: dict[str, str]
     system: list[dict[str, str]]
+    build_tools: list[str]
+    import_check: str
+    runtime_libraries: list[dict[str, str]]
 
 
 class DecidedSubmodule(TypedDict):
@@ -223,7 +225,8 @@ def _build(f: Findings, profiles: dict[str | None, Profile], r: Recipe) -> Table
     _parallelism(t, f, b)
     _memory(t, f, b)
     _flags(t, f, b)
-    _setup_imports(t, f)
+    _build_tools(t, f, b)
+    _cmake_module(t, f, profiles, b)
     _build_system(t, f)
     _arch_table_note(t, f, b)
     _env(t, f, b)
@@ -262,10 +265,87 @@ def _kind(t: Table, f: Findings, b: DecidedBuild) -> None:
         t.add("outputs", ["**/*.so"])
         b.update({"kind": "inplace", "command": run, "outputs": ["**/*.so"]})
         return
+    if be.kind == "cmake" and f.cmake is not None:
+        _cmake(t, f, b)
+        return
     raise ConfigError(
         f"{f.url} at {f.commit[:12]}: {be.detail}: kiln add cannot tell how it is built; "
         f"write vendors/NAME.toml by hand (docs/add.md)"
     )
+
+
+# CMake configured into build/ (which the release leaves out), every library written to
+# the top of the tree (what the release ships and its import root), the build venv's
+# Python for FindPython3 and FindPythonInterp alike, as many jobs as kiln's scheduler
+# gives (kiln's wrapper is CMake's CUDA compiler already: CUDACXX).
+CMAKE_BUILD_DIR = "build/kiln-cmake"
+CMAKE_COMMAND = [
+    "sh",
+    "-c",
+    f"cmake -S . -B {CMAKE_BUILD_DIR} -DCMAKE_BUILD_TYPE=Release "
+    '"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY=$PWD" "-DPython3_EXECUTABLE=$(command -v python)" '
+    '"-DPYTHON_EXECUTABLE=$(command -v python)" '
+    f'&& cmake --build {CMAKE_BUILD_DIR} -j "${{MAX_JOBS:-1}}"',
+]
+
+
+def _cmake(t: Table, f: Findings, b: DecidedBuild) -> None:
+    """A CMake project built in place: configured and built by the machine's cmake, its
+    shared libraries at the top of the tree."""
+    cm = f.cmake
+    assert cm is not None
+    cuda = f"{cm.cuda}: CUDA as a language" if cm.cuda else "CUDA not enabled in CMake's files"
+    _say(
+        t,
+        f"No setup.py, pyproject.toml [build-system] or build script; a CMakeLists.txt at the "
+        f"top ({cuda}): built in place by the machine's cmake (where builds run: install it "
+        f"there), configured into {CMAKE_BUILD_DIR} (build/ stays out of the release), each "
+        f"library written to the top of the tree (CMAKE_LIBRARY_OUTPUT_DIRECTORY), the build "
+        f"venv's Python for FindPython. CMake's CUDA compiler is kiln's wrapper (CUDACXX).",
+    )
+    t.add("kind", "inplace")
+    t.add("command", CMAKE_COMMAND)
+    outputs = list(dict.fromkeys(target.pattern for target in cm.targets))
+    for target in cm.targets:
+        _say(t, f"{target.seen}: a shared library, {target.pattern} at the top of the tree.")
+    if not outputs:
+        _say(t, "No add_library(... SHARED|MODULE) or Python module target: every .so.")
+        outputs = ["*.so"]
+    t.add("outputs", outputs)
+    b.update({"kind": "inplace", "command": list(CMAKE_COMMAND), "outputs": outputs})
+
+
+def _cmake_module(
+    t: Table, f: Findings, profiles: dict[str | None, Profile], b: DecidedBuild
+) -> None:
+    """A CMake project's Python module: the import the proof runs, and the Python library
+    a module links (its DT_NEEDED, a system package where the release lands)."""
+    cm = f.cmake
+    if cm is None:
+        return
+    modules = cm.python_modules()
+    if modules:
+        target, seen = modules[0]
+        _say(t, f"{seen}: the Python module {target.name}: imported where the release lands.")
+        t.add("import_check", target.name)
+        b["import_check"] = target.name
+    if cm.libpython:
+        py = profiles[None].python
+        soname, package = f"libpython{py}.so.1.0", f"libpython{py}"
+        _say(
+            t,
+            f"{cm.libpython}: links the Python library into the module (an extension needs "
+            f"the interpreter's symbols only: Python3::Module does that), so it needs "
+            f"{soname} where it lands: declared as the system's (Debian's {package}); a "
+            f"patch linking Python3::Module drops the need.",
+        )
+        libs = tomlkit.aot()
+        entry = tomlkit.table()
+        entry.add("soname", soname)
+        entry.add("package", package)
+        libs.append(entry)
+        t.add("runtime_libraries", libs)
+        b["runtime_libraries"] = [{"soname": soname, "package": package}]
 
 
 def _torch_arch(arch: str) -> str:
@@ -491,18 +571,32 @@ def _memory(t: Table, f: Findings, b: DecidedBuild) -> None:
     b["mem_per_job_gib"] = value
 
 
-def _setup_imports(t: Table, f: Findings) -> None:
-    """A module setup.py imports that the build venv lacks: the build would stop in
-    setup.py; its distribution belongs in the vendor's build_tools (or the profile's)."""
-    for name, seen in f.missing_imports:
-        dist = MODULE_DISTRIBUTIONS.get(name, name)
-        _say(
-            t,
-            f"{seen}: setup.py imports {name}, which the build venv does not have (the build "
-            f'runs without isolation): set by hand: build_tools = ["{dist}==VERSION"] in this '
-            f"table (installed for this vendor's build alone), or add it to the profile's "
-            f"build_tools in kiln.toml.",
+def _build_tools(t: Table, f: Findings, b: DecidedBuild) -> None:
+    """A module the build imports that the build venv lacks (setup.py's, a CMake configure
+    step's): the build would stop there. Its distribution, pinned to the newest version on
+    the profile's index, is this vendor's build tool (installed for its build alone);
+    where add could not resolve it (--offline), the line says what to set."""
+    pins = []
+    for module, dist, seen in f.build_tool_needs():
+        who = "setup.py" if seen.file.endswith(".py") else "the CMake configure step"
+        said = (
+            f"{seen}: {who} imports {module}, which the build venv does not have (the build "
+            f"runs without isolation)"
         )
+        version = f.pins.get(dist.lower())
+        if version:
+            _say(t, f"{said}: the newest {dist} on the profile's index, for this vendor's build.")
+            pins.append(f"{dist}=={version}")
+        else:
+            _say(
+                t,
+                f'{said}: set by hand: build_tools = ["{dist}==VERSION"] in this table '
+                f"(installed for this vendor's build alone), or add it to the profile's "
+                f"build_tools in kiln.toml.",
+            )
+    if pins:
+        t.add("build_tools", pins)
+        b["build_tools"] = pins
 
 
 def _build_system(t: Table, f: Findings) -> None:

@@ -15,11 +15,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kiln.inside.causes.buildsetup import MODULE_DISTRIBUTIONS
 from kiln.inside.causes.places import header_packages
 from kiln.sources.checkout import Checkout
 from kiln.sources.licenses import SUBMODULE_CANDIDATES
 from kiln.toolchain.consumerenv import distributions
-from kiln.verbs.add import includes, license_text, pysetup
+from kiln.verbs.add import cmakelists, includes, license_text, pysetup
 from kiln.verbs.add.pysetup import Seen
 from kiln.verify import buildsystem
 
@@ -36,7 +37,8 @@ TORCH_GUARD_HEADERS = ("ATen/ATen.h", "torch/csrc/api/include/torch/all.h")
 @dataclass(frozen=True)
 class Backend:
     """``setuptools`` (a setup.py), ``pep517`` (pyproject's [build-system] only),
-    ``script`` (an in-place build script), or ``none``."""
+    ``script`` (an in-place build script), ``cmake`` (a CMakeLists.txt at the top, no
+    script), or ``none``."""
 
     kind: str
     detail: str
@@ -102,6 +104,20 @@ class Findings:
     build_requires: list[str] = field(default_factory=list)
     # what the wheel will require, as the tree states it (requirement, where it is said)
     requires: list[tuple[str, str]] = field(default_factory=list)
+    cmake: cmakelists.Project | None = None  # a CMake project's own files, read
+    # build tools' newest versions on the profile's index (distribution -> version), where
+    # add could resolve them (not --offline): drafted as pins, not left to the user
+    pins: dict[str, str] = field(default_factory=dict)
+
+    def build_tool_needs(self) -> list[tuple[str, str, Seen]]:
+        """(module, its distribution, where) of what the build imports that the build
+        venv lacks: setup.py's imports, and a CMake configure step's (``import numpy`` with
+        the build's Python)."""
+        needs = list(self.missing_imports)
+        if self.cmake is not None:
+            needs += [(m.split(".")[0], seen) for m, seen in self.cmake.imports]
+        found = {MODULE_DISTRIBUTIONS.get(m, m): (m, seen) for m, seen in reversed(needs)}
+        return [(m, dist, seen) for dist, (m, seen) in reversed(found.items())]
 
     @property
     def device_sources(self) -> list[str]:
@@ -196,6 +212,8 @@ def scan(co: Checkout, env: Environment) -> Findings:
         modules = ["setup.py", *pysetup.local_imports(tree, "setup.py")]
         found.setup = [pysetup.read(tree, m) for m in modules]
     found.build_script = next((s for s in BUILD_SCRIPTS if (tree / s).is_file()), None)
+    if found.backend.kind == "cmake":
+        found.cmake = cmakelists.read(tree, [s.path for s in co.submodules])
     found.sources = _sources(tree, found, co)
     roots = includes.external_roots(env.cuda_home, env.site_packages, env.python_include)
     found.headers_scanned = env.site_packages is not None
@@ -209,6 +227,9 @@ def scan(co: Checkout, env: Environment) -> Findings:
     found.torch_cxx = torch_cxx(env.site_packages)
     found.missing_imports = missing_imports(tree, found.setup, env.site_packages)
     found.requires = runtime_requires(tree, found.setup)
+    if "pybind11/numpy.h" in found.closure.first:  # its functions take numpy arrays
+        inc = found.closure.first["pybind11/numpy.h"]
+        found.requires.append(("numpy", f"{inc.seen}"))
     if env.site_packages is not None:
         found.build_requires = buildsystem.problems(tree, distributions(env.site_packages))
     lic = license_text.find(tree)
@@ -258,7 +279,11 @@ def backend(tree: Path) -> Backend:
     script = next((s for s in BUILD_SCRIPTS if (tree / s).is_file()), None)
     if script:
         return Backend("script", script, (Seen(script, 1, "a build script at the top"),))
-    return Backend("none", "no setup.py, no pyproject.toml [build-system], no build script")
+    if (tree / "CMakeLists.txt").is_file():
+        return Backend("cmake", "CMakeLists.txt", (Seen("CMakeLists.txt", 1, "a CMake project"),))
+    return Backend(
+        "none", "no setup.py, no pyproject.toml [build-system], no build script, no CMakeLists.txt"
+    )
 
 
 def _sources(tree: Path, found: Findings, co: Checkout) -> list[tuple[str, Seen | None]]:

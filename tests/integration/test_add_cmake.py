@@ -1,0 +1,87 @@
+"""A CMake project from ``kiln add`` to a proven release with no edit between (issue 40):
+a Python module of a ``.cu`` kernel and a C++ file (the C API), built by the machine's
+real cmake through kiln's wrapper (CMake's CUDA compiler), its hard-coded generic arch
+rewritten to sm_100a and sm_103a, imported where the release lands. The shape of the
+corpus's pkestene/pybind11-cuda (benchmarks/onboarding.py), small enough for CI.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kiln.sources.gitrepo import CommitSpec, make_repo
+from tests.conftest import run_kiln, shared_cache
+from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
+from tests.workspace import write
+
+BASE_URL = "https://cmake.invalid/"
+FILES = {
+    "LICENSE": "MIT License\n\nCopyright (c) 2026 kiln test fixtures\n",
+    "CMakeLists.txt": """\
+cmake_minimum_required(VERSION 3.18)
+project(kilncm LANGUAGES CXX CUDA)
+find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Module)
+add_subdirectory(src)
+""",
+    "src/CMakeLists.txt": """\
+add_library(kilncm MODULE kernel.cu module.cpp)
+target_link_libraries(kilncm PRIVATE Python3::Module)
+# the upstream's own arch: a generic one, rewritten by kiln to the recipe's
+set_target_properties(kilncm PROPERTIES PREFIX "" CUDA_ARCHITECTURES 90)
+""",
+    "src/kernel.cu": """\
+__global__ void kiln_scale(float *x, float a) { x[threadIdx.x] *= a; }
+extern "C" int kiln_launch(float *x, float a) {
+  kiln_scale<<<1, 32>>>(x, a);
+  return 0;
+}
+""",
+    "src/module.cpp": """\
+#include <Python.h>
+extern "C" int kiln_launch(float *x, float a);
+static PyObject *launch_ptr(PyObject *, PyObject *) {
+  return PyLong_FromVoidPtr((void *)&kiln_launch);
+}
+static PyMethodDef methods[] = {{"launch_ptr", launch_ptr, METH_NOARGS, NULL},
+                                {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "kilncm", NULL, -1, methods};
+extern "C" PyMODINIT_FUNC PyInit_kilncm(void) { return PyModule_Create(&mod); }
+""",
+}
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+def test_kiln_add_then_build_releases_a_cmake_project_with_no_edit(
+    tmp_path: Path, build_python: Path
+) -> None:
+    repos = tmp_path / "repos"
+    (commit,) = make_repo(repos / "kilncm.git", [CommitSpec("kilncm", FILES)])
+    mirrors = tmp_path / "mirrors.toml"
+    mirrors.write_text(f'[mirrors]\n"{BASE_URL}" = "{repos}/"\n')
+    ws = write(tmp_path / "ws", {}, profile=PROFILE_NO_TORCH)
+    cache = shared_cache(tmp_path / "cache")
+    added = run_kiln(
+        "add", f"{BASE_URL}kilncm.git@{commit[:7]}", "--workspace", ws, "--cache", cache,
+        "--mirrors", mirrors, "--offline", "--python", build_python, "--toolchain", "system",
+        "--cuda-home", "/usr/local/cuda", "--no-dry-run",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr[-3000:]
+    recipe = tomllib.loads((ws / "vendors" / "kilncm.toml").read_text())["build"]
+    assert recipe["kind"] == "inplace" and recipe["command"][:2] == ["sh", "-c"]
+    assert recipe["outputs"] == ["kilncm*.so"] and recipe["import_check"] == "kilncm"
+    assert (recipe["archs"], recipe["arch_control"]) == (["sm_100a", "sm_103a"], "rewrite")
+    assert "runtime_libraries" not in recipe  # Python3::Module: no libpython needed
+
+    res = _build(tmp_path, ws, mirrors, build_python)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "kilncm: import proof: kilncm imported" in res.stderr, res.stderr[-3000:]
+    manifest = json.loads((tmp_path / "artifacts/test-release/manifest.json").read_text())
+    (tarball,) = [o for o in manifest["vendors"]["kilncm"]["outputs"] if o["kind"] == "tarball"]
+    assert [(so["path"], so["sass"]) for so in tarball["shared_objects"]] == [
+        ("kilncm.so", ["sm_100a", "sm_103a"])
+    ]
