@@ -321,3 +321,28 @@ def test_gate_order_is_only_arrival_without_priorities() -> None:
     ]
     assert compilegate.admitted(budget, [], waiters, "a") == ("local", 0)
     assert compilegate.admitted(budget, [], waiters, "b") == (None, 1)
+
+
+def test_gate_compares_estimates_within_a_step_never_across_steps() -> None:
+    """The public three's cold build: DeepGEMM's one unit (no estimate: setuptools
+    compiles it) came first and waited behind every estimated FlashMLA unit, then ran
+    alone at the end. Its step's place is its arrival; within FlashMLA, the estimates."""
+    budget = {"mem_gib": 40.0, "cpus": 1}
+    waiters: list[compilegate.GateEntry] = [
+        {"id": "fmla-small", "tree": "/w/flashmla", "estimate": 5e5, "since": 3, "mem_gib": 1},
+        {"id": "deepgemm", "tree": "/w/deepgemm", "estimate": 0.0, "since": 1, "mem_gib": 1},
+        {"id": "fmla-big", "tree": "/w/flashmla", "estimate": 9e6, "since": 4, "mem_gib": 1},
+    ]
+    order = [w["id"] for w in compilegate.queue_order(waiters)]
+    assert order == ["deepgemm", "fmla-big", "fmla-small"]
+    assert compilegate.admitted(budget, [], waiters, "deepgemm") == ("local", 0)
+    # a learned priority still outranks arrival (longest first)
+    waiters[2]["priority"] = 120.0
+    assert compilegate.queue_order(waiters)[0]["id"] == "fmla-big"
+    # the check can fail: one tree for all of them, the estimates alone order them
+    same: list[compilegate.GateEntry] = [{**w, "tree": "/w/one", "priority": 0.0} for w in waiters]
+    assert [w["id"] for w in compilegate.queue_order(same)] == [
+        "fmla-big",
+        "fmla-small",
+        "deepgemm",
+    ]

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import threading
 import time
@@ -77,6 +78,8 @@ class GateEntry(TypedDict, total=False):
     since: float
     remote_ok: bool
     where: str  # a holder's: "local" or "remote"
+    tree: str  # the step's tree: estimates are comparable within one tree only
+    estimate: float  # the kit's ninja's estimate of the unit (unitsize.py), 0: none
 
 
 def _alive(folder: Path) -> list[GateEntry]:
@@ -118,10 +121,10 @@ def admitted(
     budget: dict[str, float], holders: list[GateEntry], waiters: list[GateEntry], me: str
 ) -> tuple[str | None, int]:
     """Where waiter ``me`` may start now ("local", "remote" or None: not yet), and its
-    place in the queue: waiters are taken by priority (ties: who came first) and each one
-    that fits beside those already running is counted as started; ``me`` goes when its
-    turn comes and it fits. A compile that may run remotely (``remote_ok``) takes a free
-    remote slot first, a local one when they are all taken: remote slots
+    place in the queue: waiters are taken in :func:`queue_order` and each one that fits
+    beside those already running is counted as started; ``me`` goes when its turn comes
+    and it fits. A compile that may run remotely (``remote_ok``) takes a free remote slot
+    first, a local one when they are all taken: remote slots
     (``remote_slots``, the build servers' CPUs) use no local memory or CPU, which stay
     for the links and for what the build servers cannot run. One job alone always runs (the caller
     checked before the build that one job of every step fits the budget)."""
@@ -131,8 +134,7 @@ def admitted(
     remote = len(holders) - len(local)
     slots = int(budget.get("remote_slots", 0))
     running = len(holders)
-    order = sorted(waiters, key=lambda w: (-w.get("priority", 0.0), w.get("since", 0.0)))
-    for place, w in enumerate(order):
+    for place, w in enumerate(queue_order(waiters)):
         fits = mem + w.get("mem_gib", 0.0) <= budget["mem_gib"] + 1e-9
         fits = fits and cpu + w.get("cpus", 1) <= budget["cpus"]
         if w.get("remote_ok") and remote < slots:
@@ -148,7 +150,33 @@ def admitted(
             running += 1
         elif w["id"] == me:
             return None, place
-    return None, len(order)
+    return None, len(waiters)
+
+
+def queue_order(waiters: list[GateEntry]) -> list[GateEntry]:
+    """Longest first by priority (learned CPU seconds); among equal priorities, the
+    waiters of one step (one tree) form a group that queues where its first waiter
+    arrived, and inside it the kit's ninja's estimates order them (ninja starts them in
+    that order; they reach the gate in whatever order they happen to). An estimate
+    weighs the upstream's own code, so it is never compared across steps: a first
+    build's unit of another step without one (a setuptools compile, a unit reading
+    torch's headers more than its own) is not starved behind every estimated unit, as
+    DeepGEMM's one 82 s unit waited 480 s in the public three's cold build and then ran
+    alone at the end (docs/performance.md)."""
+    first: dict[tuple[str, float], float] = {}
+    for w in waiters:
+        group = (w.get("tree", ""), w.get("priority", 0.0))
+        first[group] = min(first.get(group, math.inf), w.get("since", 0.0))
+    return sorted(
+        waiters,
+        key=lambda w: (
+            -w.get("priority", 0.0),
+            first[(w.get("tree", ""), w.get("priority", 0.0))],
+            w.get("tree", ""),
+            -w.get("estimate", 0.0),
+            w.get("since", 0.0),
+        ),
+    )
 
 
 def _register(path: Path, entry: GateEntry) -> int:
@@ -188,7 +216,13 @@ def _gone(fd: int) -> bool:
 
 @contextlib.contextmanager
 def slot(
-    gate: Path, mem_gib: float, cpus: int, priority: float = 0.0, remote_ok: bool = False
+    gate: Path,
+    mem_gib: float,
+    cpus: int,
+    priority: float = 0.0,
+    remote_ok: bool = False,
+    estimate: float = 0.0,
+    tree: str = "",
 ) -> Iterator[str]:
     """Wait until this job's turn comes and ``mem_gib`` and ``cpus`` fit beside the live
     holders (or a remote slot is free, for a job that may run remotely), hold them while
@@ -200,6 +234,8 @@ def slot(
         "cpus": cpus,
         "priority": priority,
         "since": time.time(),
+        "estimate": estimate,
+        "tree": tree,
     }
     entry["remote_ok"] = remote_ok
     waiting = gate / "waiting" / f"{me}.json"
@@ -280,7 +316,6 @@ def _unit_hint(source: str | None, key: str) -> float | None:
 
 
 ESTIMATES = os.path.join(".kiln", "host", "estimates.json")  # in the tree, never packed
-ESTIMATE_SCALE = 1e-9  # bytes to a tie-break far below any learned second
 
 
 def write_estimates(tree: str, estimates: dict[str, int]) -> None:
@@ -310,9 +345,8 @@ def _estimate(source: str) -> float | None:
 def hinted_priority(source: str | None) -> float:
     """A compile's priority: its learned CPU seconds (else its family's, else the step's
     default) plus its step's learned links (``tail_cpu_s``: what runs after the step's
-    last compile). A unit nothing was learned of adds the kit's ``ninja``'s estimate
-    (``unitsize.py``), scaled to a tie-break: compiles that reach the gate together then
-    go in the order ninja meant, and no learned second is outranked."""
+    last compile). A unit nothing was learned of is ordered among its own step's by the
+    kit's ``ninja``'s estimate at the gate (:func:`unit_estimate`, :func:`queue_order`)."""
     hints = learned_hints()
     tail = hints.get("tail_cpu_s", 0.0)
     tail = float(tail) if isinstance(tail, int | float) else 0.0
@@ -320,8 +354,13 @@ def hinted_priority(source: str | None) -> float:
     if learned is not None:
         return learned + tail
     default = hints.get("default_cpu_s", 0.0)
-    guess = (_estimate(source) or 0.0) * ESTIMATE_SCALE if source else 0.0
-    return (float(default) if isinstance(default, int | float) else 0.0) + tail + guess
+    return (float(default) if isinstance(default, int | float) else 0.0) + tail
+
+
+def unit_estimate(source: str | None) -> float:
+    """The kit's ``ninja``'s estimate of ``source`` (``unitsize.py``: bytes of the
+    upstream's code it reads), 0 where it made none: comparable within one tree only."""
+    return float(_estimate(source) or 0.0) if source else 0.0
 
 
 IN_BUILD_MARGIN = 1.25  # plan.schedule.LEARNED_MARGIN (the kit imports nothing of kiln)
@@ -385,4 +424,13 @@ def from_environment(
     if not gate or not (Path(gate) / "budget.json").is_file():
         return contextlib.nullcontext(None)
     threads = max(threads, 1)
-    return slot(Path(gate), mem_per_thread(source) * threads, threads, priority, remote_ok)
+    tree = dict(compileflags.env_roots()).get("TREE", "")
+    return slot(
+        Path(gate),
+        mem_per_thread(source) * threads,
+        threads,
+        priority,
+        remote_ok,
+        unit_estimate(source),
+        tree,
+    )
