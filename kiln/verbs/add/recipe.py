@@ -531,6 +531,12 @@ def _parallelism(t: Table, f: Findings, b: DecidedBuild) -> None:
         )
         t.add("nvcc_threads", cap)
         b["nvcc_threads"] = cap
+    elif f.device_sources and f.cmake is not None:
+        _say(
+            t,
+            "NVCC_THREADS: the CMake build does not read it (nothing to cap); MAX_JOBS: "
+            "cmake --build -j takes kiln's scheduler's.",
+        )
     elif f.device_sources:
         _say(t, "NVCC_THREADS: setup.py does not read it (nothing to cap).")
     build_ext = f.first("build_extension")
