@@ -23,9 +23,11 @@ BASE_URL = "https://cmake.invalid/"
 FILES = {
     "LICENSE": "MIT License\n\nCopyright (c) 2026 kiln test fixtures\n",
     "CMakeLists.txt": """\
-cmake_minimum_required(VERSION 3.18)
+cmake_minimum_required(VERSION 3.19)
 project(kilncm LANGUAGES CXX CUDA)
 find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Module)
+# the configure step imports with the build's Python what the build venv has: no build tool
+execute_process(COMMAND ${Python3_EXECUTABLE} -c "import sysconfig" COMMAND_ERROR_IS_FATAL ANY)
 add_subdirectory(src)
 """,
     "src/CMakeLists.txt": """\
@@ -76,6 +78,7 @@ def test_kiln_add_then_build_releases_a_cmake_project_with_no_edit(
     assert recipe["outputs"] == ["kilncm*.so"] and recipe["import_check"] == "kilncm"
     assert (recipe["archs"], recipe["arch_control"]) == (["sm_100a", "sm_103a"], "rewrite")
     assert "runtime_libraries" not in recipe  # Python3::Module: no libpython needed
+    assert "build_tools" not in recipe  # `import sysconfig`: the standard library's
 
     res = _build(tmp_path, ws, mirrors, build_python)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -280,3 +280,24 @@ def test_the_estimate_counts_the_upstreams_code_once_and_nothing_outside_it(
     # With the outside folder allowed (the check can fail), huge.h would count.
     wide = unitsize.Closure([f"{tree}/inc", str(outside)])
     assert wide.size(str(tree / "u.cu")) == u + a + b + 100_000
+
+
+def test_torchs_own_headers_count_where_a_unit_includes_them(tmp_path: Path) -> None:
+    """FlashMLA's csrc/api/api.cpp reads 0.5 MB of its own code and 14 MB of torch's: it
+    took 29 CPU-s, third of 24 units, and ranked last without torch's headers counted."""
+    tree, torch_inc = tmp_path / "tree", tmp_path / "site" / "torch" / "include"
+    other = tmp_path / "cuda" / "include"
+    for folder in (tree, torch_inc / "torch", other):
+        folder.mkdir(parents=True)
+    (torch_inc / "torch" / "extension.h").write_text("t" * 50_000)
+    (other / "cuda_runtime.h").write_text("c" * 70_000)
+    (tree / "api.cpp").write_text("#include <torch/extension.h>\n#include <cuda_runtime.h>\n")
+    (tree / "k.cu").write_text("#include <cuda_runtime.h>\n" + "k" * 2_000)
+    build = f"cflags = -I{torch_inc} -I{other}\n"
+    dirs = unitsize.include_dirs(build, str(tree))
+    assert dirs == [str(torch_inc)]  # torch's counted, CUDA's (every unit's alike) not
+    closure = unitsize.Closure(dirs)
+    assert closure.estimate(str(tree / "api.cpp")) > closure.estimate(str(tree / "k.cu"))
+    assert unitsize.Closure([]).estimate(str(tree / "api.cpp")) < unitsize.Closure([]).estimate(
+        str(tree / "k.cu")
+    )  # without torch's headers the order is the other way

@@ -169,13 +169,7 @@ def missing_imports(
     not: not the standard library, not a module of the tree, not in site-packages."""
     if site_packages is None:
         return []
-    have = {p.name.split(".")[0].split("-")[0] for p in site_packages.iterdir()}
-    have |= {"distutils"}  # setuptools provides it where the standard library no longer does
-    # setuptools >= 71 puts its own bundled copies (packaging, more_itertools, jaraco, ...)
-    # on sys.path once imported: setup.py imports them in every build
-    bundled = site_packages / "setuptools" / "_vendor"
-    if bundled.is_dir():
-        have |= {p.name.split(".")[0].split("-")[0] for p in bundled.iterdir()}
+    have = venv_modules(site_packages)
     out: list[tuple[str, Seen]] = []
     for m in modules:
         for name, seen in m.imports:
@@ -185,6 +179,19 @@ def missing_imports(
             if name not in {n for n, _ in out}:
                 out.append((name, seen))
     return out
+
+
+def venv_modules(site_packages: Path) -> set[str]:
+    """The top-level modules the build venv has (with setuptools' bundled copies, which
+    it puts on sys.path once imported)."""
+    have = {p.name.split(".")[0].split("-")[0] for p in site_packages.iterdir()}
+    have |= {"distutils"}  # setuptools provides it where the standard library no longer does
+    # setuptools >= 71 puts its own bundled copies (packaging, more_itertools, jaraco, ...)
+    # on sys.path once imported: setup.py imports them in every build
+    bundled = site_packages / "setuptools" / "_vendor"
+    if bundled.is_dir():
+        have |= {p.name.split(".")[0].split("-")[0] for p in bundled.iterdir()}
+    return have
 
 
 def runtime_requires(tree: Path, modules: list[pysetup.SetupPy]) -> list[tuple[str, str]]:
@@ -214,6 +221,15 @@ def scan(co: Checkout, env: Environment) -> Findings:
     found.build_script = next((s for s in BUILD_SCRIPTS if (tree / s).is_file()), None)
     if found.backend.kind == "cmake":
         found.cmake = cmakelists.read(tree, [s.path for s in co.submodules])
+        if found.cmake is not None:  # what the configure step imports and the venv lacks
+            have = venv_modules(env.site_packages) if env.site_packages else None
+            found.cmake.imports = [
+                (name, seen)
+                for name, seen in found.cmake.imports
+                if have is not None
+                and name.split(".")[0] not in have
+                and name.split(".")[0] not in sys.stdlib_module_names
+            ]
     found.sources = _sources(tree, found, co)
     roots = includes.external_roots(env.cuda_home, env.site_packages, env.python_include)
     found.headers_scanned = env.site_packages is not None
