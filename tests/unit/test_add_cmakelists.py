@@ -4,9 +4,16 @@ library, what the configure step imports with the build's Python."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from kiln.verbs.add import cmakelists
+import pytest
+import tomlkit
+
+from kiln.verbs import add as kiln_add
+from kiln.verbs.add import cmakelists, recipe, scan
+from kiln.verbs.add.pysetup import Seen
+from tests.unit.test_fixcheck import PROFILE, _wheel
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -61,3 +68,36 @@ def test_a_plain_library_keeps_its_prefix_and_is_no_python_module(tmp_path: Path
     assert [t.pattern for t in p.targets] == ["libkern*.so"]
     assert p.python_modules() == [] and p.libpython is None and p.imports == []
     assert cmakelists.read(tmp_path / "k.cu", []) is None  # no CMakeLists.txt at the top
+
+
+def test_a_build_tool_the_configure_step_imports_is_pinned_from_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """add pins what the build imports and the build venv lacks to the newest version on
+    the profile's index (a dry resolve), instead of a comment asking for it by hand;
+    --offline keeps the comment."""
+    folder = tmp_path / "index"
+    folder.mkdir()
+    _wheel(folder, "numpy", "2.4.6", [])
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
+    monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
+    seen = Seen("CMakeLists.txt", 58, 'check_python_libs("numpy")')
+    found = scan.Findings(
+        "https://x.invalid/x.git", "0" * 40, scan.Backend("cmake", "CMakeLists.txt")
+    )
+    found.cmake = cmakelists.Project(imports=[("numpy", seen)])
+    assert kiln_add._pins(found, PROFILE, offline=True) == {}
+    found.pins = kiln_add._pins(found, PROFILE, offline=False)
+    assert found.pins == {"numpy": "2.4.6"}
+    table, decided = tomlkit.table(), recipe.DecidedBuild()
+    recipe._build_tools(table, found, decided)
+    assert decided["build_tools"] == ["numpy==2.4.6"]
+    assert "the CMake configure step imports numpy" in tomlkit.dumps(table)
+    found.pins = {}  # not resolved: the comment, no key
+    table, decided = tomlkit.table(), recipe.DecidedBuild()
+    recipe._build_tools(table, found, decided)
+    assert "build_tools" not in decided
+    said = " ".join(tomlkit.dumps(table).replace("#", " ").split())  # the comment, unwrapped
+    assert 'set by hand: build_tools = ["numpy==VERSION"]' in said

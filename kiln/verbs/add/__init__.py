@@ -76,7 +76,8 @@ def _pins(findings: scan.Findings, profile: Profile, offline: bool) -> dict[str,
     got, _, failed = fixcheck.dry_resolve(profile, wanted)
     if failed:
         log.warning("build tools %s not resolved (%s): the draft says what to set", wanted, failed)
-    return {k: v for k, v in got.items() if k in {w.lower() for w in wanted}}
+    asked = {canonicalize_name(w) for w in wanted}
+    return {canonicalize_name(k): v for k, v in got.items() if canonicalize_name(k) in asked}
 
 
 def add(

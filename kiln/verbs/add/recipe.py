@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 import tomlkit
+from packaging.utils import canonicalize_name
 from tomlkit.items import Table
 
 from kiln.config.fields import ARCH_RE
@@ -589,7 +590,7 @@ def _build_tools(t: Table, f: Findings, b: DecidedBuild) -> None:
             f"{seen}: {who} imports {module}, which the build venv does not have (the build "
             f"runs without isolation)"
         )
-        version = f.pins.get(dist.lower())
+        version = f.pins.get(canonicalize_name(dist))
         if version:
             _say(t, f"{said}: the newest {dist} on the profile's index, for this vendor's build.")
             pins.append(f"{dist}=={version}")

@@ -105,7 +105,7 @@ class Findings:
     # what the wheel will require, as the tree states it (requirement, where it is said)
     requires: list[tuple[str, str]] = field(default_factory=list)
     cmake: cmakelists.Project | None = None  # a CMake project's own files, read
-    # build tools' newest versions on the profile's index (distribution -> version), where
+    # build tools' newest versions on the profile's index (canonical name -> version), where
     # add could resolve them (not --offline): drafted as pins, not left to the user
     pins: dict[str, str] = field(default_factory=dict)
 
