@@ -34,7 +34,7 @@ def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:  # a zombie is gone for our purpose
             return fh.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone between the two looks (ESRCH)
         return False
 
 

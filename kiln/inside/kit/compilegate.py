@@ -160,9 +160,9 @@ def queue_order(waiters: list[GateEntry]) -> list[GateEntry]:
     that order; they reach the gate in whatever order they happen to). An estimate
     weighs the upstream's own code, so it is never compared across steps: a first
     build's unit of another step without one (a setuptools compile, a unit reading
-    torch's headers more than its own) is not starved behind every estimated unit, as
-    DeepGEMM's one 82 s unit waited 480 s in the public three's cold build and then ran
-    alone at the end (docs/performance.md)."""
+    torch's headers more than its own) is not starved behind every estimated unit: one
+    such 82 s unit waited 480 s in a cold build of three steps and then ran alone at the
+    end (docs/performance.md)."""
     first: dict[tuple[str, float], float] = {}
     for w in waiters:
         group = (w.get("tree", ""), w.get("priority", 0.0))

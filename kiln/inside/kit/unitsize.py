@@ -16,11 +16,11 @@ folder and the build file's ``-I``/``-isystem`` folders inside the tree (an esti
 the compiler's search), and torch's own include folders (``.../torch/include``): a unit
 that includes torch's extension headers reads 14 MB of them (torch 2.14's
 ``torch/extension.h``), as much as a CUTLASS kernel reads of CUTLASS, and takes as long
-(FlashMLA's ``csrc/api/api.cpp``, 0.5 MB of its own code, 29 CPU-s: third of its 24
-units; ranked last without torch's, it ran alone at the end of a cold build). They are
-read once per build file (0.2 s). Other headers outside the tree (CUDA's, the C++
-library's) are not counted: every unit reads them alike. An ``#include`` under an
-``#if`` counts as if taken. Each header is read once.
+(an upstream's torch binding, 0.5 MB of its own code, 29 CPU-s: third of its 24 units;
+ranked last without torch's, it ran alone at the end of a cold build:
+docs/performance.md). They are read once per build file (0.2 s). Other headers outside
+the tree (CUDA's, the C++ library's) are not counted: every unit reads them alike. An
+``#include`` under an ``#if`` counts as if taken. Each header is read once.
 """
 
 from __future__ import annotations
