@@ -101,3 +101,26 @@ def test_a_build_tool_the_configure_step_imports_is_pinned_from_the_index(
     assert "build_tools" not in decided
     said = " ".join(tomlkit.dumps(table).replace("#", " ").split())  # the comment, unwrapped
     assert 'set by hand: build_tools = ["numpy==VERSION"]' in said
+
+
+def test_a_module_linking_libpython_is_drafted_its_runtime_library(tmp_path: Path) -> None:
+    """The draft declares libpythonX.Y (the profile's Python) where a target links
+    Python3::Python, and nothing where it links Python3::Module (the check can fail)."""
+    seen = Seen("src/CMakeLists.txt", 8, "Python3::Python")
+    module = cmakelists.Target("gpu_library", False, "", seen)
+    found = scan.Findings(
+        "https://x.invalid/x.git", "0" * 40, scan.Backend("cmake", "CMakeLists.txt")
+    )
+    found.cmake = cmakelists.Project(
+        targets=[module], libpython=seen, modules={"gpu_library": seen}
+    )
+    table, decided = tomlkit.table(), recipe.DecidedBuild()
+    recipe._cmake_module(table, found, {None: PROFILE}, decided)
+    assert decided["import_check"] == "gpu_library"
+    assert decided["runtime_libraries"] == [
+        {"soname": "libpython3.12.so.1.0", "package": "libpython3.12"}
+    ]
+    found.cmake.libpython = None
+    table, decided = tomlkit.table(), recipe.DecidedBuild()
+    recipe._cmake_module(table, found, {None: PROFILE}, decided)
+    assert "runtime_libraries" not in decided and "runtime_libraries" not in table

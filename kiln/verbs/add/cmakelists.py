@@ -128,7 +128,10 @@ def read(tree: Path, submodules: list[str]) -> Project | None:
                 project.imports.append((m.group(2), _seen(tree, path, text, m.start())))
         if m2 := _NUMPY_COMPONENT.search(text):
             project.imports.append(("numpy", _seen(tree, path, text, m2.start())))
-    project.imports = list({name: (name, s) for name, s in project.imports}.values())
+    first: dict[str, tuple[str, Seen]] = {}  # each module once, where first seen
+    for name, seen in project.imports:
+        first.setdefault(name, (name, seen))
+    project.imports = list(first.values())
     project.modules = declared_modules(tree, submodules)
     return project
 

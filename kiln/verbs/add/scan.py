@@ -116,8 +116,10 @@ class Findings:
         needs = list(self.missing_imports)
         if self.cmake is not None:
             needs += [(m.split(".")[0], seen) for m, seen in self.cmake.imports]
-        found = {MODULE_DISTRIBUTIONS.get(m, m): (m, seen) for m, seen in reversed(needs)}
-        return [(m, dist, seen) for dist, (m, seen) in reversed(found.items())]
+        found: dict[str, tuple[str, Seen]] = {}  # a distribution once, where first seen
+        for module, seen in needs:
+            found.setdefault(MODULE_DISTRIBUTIONS.get(module, module), (module, seen))
+        return [(module, dist, seen) for dist, (module, seen) in found.items()]
 
     @property
     def device_sources(self) -> list[str]:
