@@ -19,9 +19,16 @@ KIT = ".kiln"
 ELF_MAGIC = b"\x7fELF"
 ET_REL = 1  # e_type of a relocatable object: what a compile writes
 # A compiler spelt out by path in a build file (nvcc, a g++/gcc/clang of the toolkit's or
-# the system's): what bypasses the wrapper that CC, CXX, NVCC and PATH's nvcc name.
+# the system's): what bypasses the wrapper that CC, CXX, NVCC and PATH's nvcc, gcc, g++,
+# cc and c++ name.
 BY_PATH = re.compile(
     r"(?:\$\{?CUDA_HOME\}?|\$\{?CUDA_PATH\}?|/[\w./-]*)/bin/nvcc\b|CUDA_HOME[^\n]*\"nvcc\""
+    r"|/[\w./-]*/bin/(?:g\+\+|gcc|c\+\+|cc|clang\+\+|clang)(?![\w+-])"
+)
+# A default the environment kiln sets overrides, so never the compile's: make's
+# ``NVCC ?= /usr/local/cuda/bin/nvcc``, the shell's ``${NVCC:-/usr/local/cuda/bin/nvcc}``.
+DEFAULT_ONLY = re.compile(
+    r"^\s*(?:export\s+)?(?:NVCC|CC|CXX|CUDACXX)\s*\?=|\$\{(?:NVCC|CC|CXX|CUDACXX):?-"
 )
 BUILD_FILES = ("*.sh", "Makefile", "makefile", "*.mk", "setup.py", "CMakeLists.txt")
 
@@ -76,7 +83,8 @@ def unrecorded_objects(tree: Path, written: Iterable[str | None], since: float) 
 def compiler_by_path(tree: Path) -> str | None:
     """``FILE:LINE: the line`` of the first of the build's own files (its scripts,
     Makefiles, setup.py, CMakeLists.txt, at the top or one folder down) that spells a
-    compiler out by path, or None."""
+    compiler out by path, or None. A default the environment overrides (``NVCC ?=``,
+    ``${NVCC:-...}``) is not such a line: under kiln it never runs."""
     candidates: list[Path] = []
     for pattern in BUILD_FILES:
         candidates += sorted(tree.glob(pattern)) + sorted(tree.glob(f"*/{pattern}"))
@@ -88,7 +96,11 @@ def compiler_by_path(tree: Path) -> str | None:
         except OSError:
             continue
         for number, line in enumerate(lines, 1):
-            if BY_PATH.search(line) and not line.lstrip().startswith("#"):
+            if (
+                BY_PATH.search(line)
+                and not line.lstrip().startswith("#")
+                and not DEFAULT_ONLY.search(line)
+            ):
                 return f"{path.relative_to(tree)}:{number}: {line.strip()}"
     return None
 
@@ -106,8 +118,8 @@ def bypass_message(vendor: str, objects: list[str], tree: Path) -> str:
             *([f"    {caller}"] if caller else []),
             "  cause: the build runs a compiler by a path of its own"
             + (f" ({where[2].strip()})" if where else "")
-            + ", not the one its environment names ($NVCC, $CXX, $CC, or nvcc by name, "
-            "which find kiln's wrapper first): kiln's arch flags, deterministic flags, "
+            + ", not the one its environment names ($NVCC, $CXX, $CC, or nvcc, gcc, g++, cc "
+            "and c++ by name, which find kiln's wrapper first): kiln's arch flags, deterministic flags, "
             "object cache and compile gate never reached those compiles, so kiln cannot "
             "vouch for the archs or the bytes they made",
             f"  fix: call the compiler as the environment names it in {fix_where} (e.g. "

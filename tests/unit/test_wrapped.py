@@ -35,3 +35,20 @@ def test_the_cmake_exemption_is_only_cmakes_compiler_identification(tmp_path: Pa
     assert not wrapped.cmake_compiler_id(own)
     assert wrapped.cmake_compiler_id(Path("b/CMakeFiles/3.31.0/CompilerIdCXX/a.o"))
     assert shutil.which("gcc")
+
+
+def test_the_line_named_is_a_compiler_path_that_runs_not_a_default(tmp_path: Path) -> None:
+    """``NVCC ?= /usr/local/cuda/bin/nvcc`` and ``${NVCC:-...}`` are defaults kiln's
+    environment overrides: the line named is the recipe's own ``/usr/bin/g++``; with none
+    such, nothing is named."""
+    (tmp_path / "Makefile").write_text(
+        "NVCC ?= /usr/local/cuda/bin/nvcc\n"
+        "x.o: x.cu\n\t$(NVCC) -c x.cu\n"
+        "y.o: y.cpp\n\t/usr/bin/g++ -fPIC -c y.cpp\n"
+    )
+    (tmp_path / "build.sh").write_text('"${NVCC:-/usr/local/cuda/bin/nvcc}" -c z.cu\n')
+    assert wrapped.compiler_by_path(tmp_path) == "Makefile:5: /usr/bin/g++ -fPIC -c y.cpp"
+    (tmp_path / "Makefile").write_text("NVCC ?= /usr/local/cuda/bin/nvcc\ny.o:\n\tg++ -c y.cpp\n")
+    assert wrapped.compiler_by_path(tmp_path) is None
+    (tmp_path / "build.sh").write_text("$CUDA_HOME/bin/nvcc -c z.cu\n")
+    assert wrapped.compiler_by_path(tmp_path) == "build.sh:1: $CUDA_HOME/bin/nvcc -c z.cu"

@@ -20,7 +20,7 @@ from tomlkit.items import Table
 from kiln.config.fields import ARCH_RE
 from kiln.config.models import Profile
 from kiln.errors import ConfigError
-from kiln.verbs.add import license_text, pysetup
+from kiln.verbs.add import license_text, makefile, pysetup
 from kiln.verbs.add.scan import Findings
 
 # What kiln sets for every build itself (plan/environment.py, the scheduler, the compiler
@@ -228,6 +228,7 @@ def _build(f: Findings, profiles: dict[str | None, Profile], r: Recipe) -> Table
     _flags(t, f, b)
     _build_tools(t, f, b)
     _cmake_module(t, f, profiles, b)
+    _make_module(t, f, b)
     _build_system(t, f)
     _arch_table_note(t, f, b)
     _env(t, f, b)
@@ -265,6 +266,9 @@ def _kind(t: Table, f: Findings, b: DecidedBuild) -> None:
         t.add("command", run)
         t.add("outputs", ["**/*.so"])
         b.update({"kind": "inplace", "command": run, "outputs": ["**/*.so"]})
+        return
+    if be.kind == "make" and f.make is not None:
+        _make(t, f, b)
         return
     if be.kind == "cmake" and f.cmake is not None:
         _cmake(t, f, b)
@@ -314,6 +318,72 @@ def _cmake(t: Table, f: Findings, b: DecidedBuild) -> None:
         outputs = ["*.so"]
     t.add("outputs", outputs)
     b.update({"kind": "inplace", "command": list(CMAKE_COMMAND), "outputs": outputs})
+
+
+def make_command(mk: makefile.Makefile) -> list[str]:
+    """make with kiln's jobs, each variable naming nvcc set to kiln's wrapper ($NVCC) on its
+    command line (where a ``?=``, ``=`` or ``:=`` in the file cannot override it), asked
+    for the shared objects alone where the file names them all literally."""
+    asked = [s.target for s in mk.shared]
+    goals = [a for a in asked if a] if asked and all(asked) else []
+    sets = [f'{var}="$NVCC"' for var in dict.fromkeys(v for v, _ in mk.nvcc_vars)]
+    line = " ".join(["make -f", mk.name, '-j "${MAX_JOBS:-1}"', *sets, *goals])
+    return ["sh", "-c", line]
+
+
+def _make(t: Table, f: Findings, b: DecidedBuild) -> None:
+    """A Makefile built in place: make asked for the shared objects, nvcc through kiln's
+    wrapper."""
+    mk = f.make
+    assert mk is not None
+    command = make_command(mk)
+    said = [
+        f"No setup.py, pyproject.toml [build-system] or build script; {mk.name} at the top: "
+        f"built in place by make."
+    ]
+    if mk.shared and all(s.target for s in mk.shared):
+        rules = ", ".join(str(s.seen) for s in mk.shared)
+        said.append(
+            f"Asked for the shared objects its rules make ({rules}), not its default goal "
+            f"(often a test program the release does not ship)."
+        )
+    elif mk.shared:
+        said.append(f"Its default goal ({mk.shared[0].seen}: a name make expands).")
+    for _, seen in mk.nvcc_vars:
+        said.append(f"{seen}: names nvcc; set to kiln's wrapper on make's command line.")
+    for seen in mk.literal_nvcc:
+        said.append(
+            f"{seen}: runs nvcc by its path, past kiln's wrapper: the build names that compile "
+            f"as bypassing it; a patch using $(NVCC) there fixes it."
+        )
+    _say(t, " ".join(said))
+    outputs = [s.pattern for s in mk.shared] or ["**/*.so"]
+    if not mk.shared:
+        _say(t, "No rule names a shared object: every .so of the tree.")
+    t.add("kind", "inplace")
+    t.add("command", command)
+    t.add("outputs", outputs)
+    b.update({"kind": "inplace", "command": command, "outputs": outputs})
+
+
+def _make_module(t: Table, f: Findings, b: DecidedBuild) -> None:
+    """A Makefile's Python module: an output whose file a source declares a module of its
+    name, imported by its path from the top of the tree (a folder without __init__.py is
+    a namespace package: ``lib/example.so`` is ``import lib.example``)."""
+    if f.make is None:
+        return
+    for shared in f.make.shared:
+        module = shared.pattern.removesuffix(".so").rstrip("*").replace("/", ".")
+        stem = module.rsplit(".", 1)[-1]
+        if stem in f.make.modules:
+            _say(
+                t,
+                f"{f.make.modules[stem]}: the Python module {stem}, made at {shared.pattern}: "
+                f"imported where the release lands as {module}.",
+            )
+            t.add("import_check", module)
+            b["import_check"] = module
+            return
 
 
 def _cmake_module(
@@ -532,6 +602,8 @@ def _parallelism(t: Table, f: Findings, b: DecidedBuild) -> None:
         )
         t.add("nvcc_threads", cap)
         b["nvcc_threads"] = cap
+    elif f.device_sources and f.make is not None:
+        _say(t, "NVCC_THREADS: the Makefile does not read it; MAX_JOBS: make -j takes it.")
     elif f.device_sources and f.cmake is not None:
         _say(
             t,
@@ -580,12 +652,17 @@ def _memory(t: Table, f: Findings, b: DecidedBuild) -> None:
 
 def _build_tools(t: Table, f: Findings, b: DecidedBuild) -> None:
     """A module the build imports that the build venv lacks (setup.py's, a CMake configure
-    step's): the build would stop there. Its distribution, pinned to the newest version on
-    the profile's index, is this vendor's build tool (installed for its build alone);
-    where add could not resolve it (--offline), the line says what to set."""
+    step's, a Makefile's): the build would stop there. Its distribution, pinned to the
+    newest version on the profile's index, is this vendor's build tool (installed for its
+    build alone); where add could not resolve it (--offline), the line says what to set."""
     pins = []
     for module, dist, seen in f.build_tool_needs():
-        who = "setup.py" if seen.file.endswith(".py") else "the CMake configure step"
+        if seen.file.endswith(".py"):
+            who = "setup.py"
+        elif seen.file in makefile.NAMES:
+            who = f"the {seen.file}"
+        else:
+            who = "the CMake configure step"
         said = (
             f"{seen}: {who} imports {module}, which the build venv does not have (the build "
             f"runs without isolation)"

@@ -20,7 +20,7 @@ from kiln.inside.causes.places import header_packages
 from kiln.sources.checkout import Checkout
 from kiln.sources.licenses import SUBMODULE_CANDIDATES
 from kiln.toolchain.consumerenv import distributions
-from kiln.verbs.add import cmakelists, includes, license_text, pysetup
+from kiln.verbs.add import cmakelists, includes, license_text, makefile, pysetup
 from kiln.verbs.add.pysetup import Seen
 from kiln.verify import buildsystem
 
@@ -37,8 +37,8 @@ TORCH_GUARD_HEADERS = ("ATen/ATen.h", "torch/csrc/api/include/torch/all.h")
 @dataclass(frozen=True)
 class Backend:
     """``setuptools`` (a setup.py), ``pep517`` (pyproject's [build-system] only),
-    ``script`` (an in-place build script), ``cmake`` (a CMakeLists.txt at the top, no
-    script), or ``none``."""
+    ``script`` (an in-place build script), ``make`` (a Makefile at the top, no script),
+    ``cmake`` (a CMakeLists.txt at the top, neither of those), or ``none``."""
 
     kind: str
     detail: str
@@ -105,6 +105,7 @@ class Findings:
     # what the wheel will require, as the tree states it (requirement, where it is said)
     requires: list[tuple[str, str]] = field(default_factory=list)
     cmake: cmakelists.Project | None = None  # a CMake project's own files, read
+    make: makefile.Makefile | None = None  # a Makefile's rules and variables, read
     # build tools' newest versions on the profile's index (canonical name -> version), where
     # add could resolve them (not --offline): drafted as pins, not left to the user
     pins: dict[str, str] = field(default_factory=dict)
@@ -112,10 +113,12 @@ class Findings:
     def build_tool_needs(self) -> list[tuple[str, str, Seen]]:
         """(module, its distribution, where) of what the build imports that the build
         venv lacks: setup.py's imports, and a CMake configure step's (``import numpy`` with
-        the build's Python)."""
+        the build's Python; a Makefile's ``$(shell python -m X)``)."""
         needs = list(self.missing_imports)
         if self.cmake is not None:
             needs += [(m.split(".")[0], seen) for m, seen in self.cmake.imports]
+        if self.make is not None:
+            needs += [(m.split(".")[0], seen) for m, seen in self.make.imports]
         found: dict[str, tuple[str, Seen]] = {}  # a distribution once, where first seen
         for module, seen in needs:
             found.setdefault(MODULE_DISTRIBUTIONS.get(module, module), (module, seen))
@@ -210,6 +213,18 @@ def runtime_requires(tree: Path, modules: list[pysetup.SetupPy]) -> list[tuple[s
     return found
 
 
+def _lacked(imports: list[tuple[str, Seen]], have: set[str] | None) -> list[tuple[str, Seen]]:
+    """The imports of a build's own files that neither the standard library nor the build
+    venv has (none where the venv is not at hand)."""
+    return [
+        (name, seen)
+        for name, seen in imports
+        if have is not None
+        and name.split(".")[0] not in have
+        and name.split(".")[0] not in sys.stdlib_module_names
+    ]
+
+
 def _cutlass(header: str) -> bool:
     return header.startswith(("cutlass/", "cute/"))
 
@@ -221,17 +236,16 @@ def scan(co: Checkout, env: Environment) -> Findings:
         modules = ["setup.py", *pysetup.local_imports(tree, "setup.py")]
         found.setup = [pysetup.read(tree, m) for m in modules]
     found.build_script = next((s for s in BUILD_SCRIPTS if (tree / s).is_file()), None)
+    have = venv_modules(env.site_packages) if env.site_packages else None
     if found.backend.kind == "cmake":
         found.cmake = cmakelists.read(tree, [s.path for s in co.submodules])
         if found.cmake is not None:  # what the configure step imports and the venv lacks
-            have = venv_modules(env.site_packages) if env.site_packages else None
-            found.cmake.imports = [
-                (name, seen)
-                for name, seen in found.cmake.imports
-                if have is not None
-                and name.split(".")[0] not in have
-                and name.split(".")[0] not in sys.stdlib_module_names
-            ]
+            found.cmake.imports = _lacked(found.cmake.imports, have)
+    if found.backend.kind == "make":
+        found.make = makefile.read(tree)
+        if found.make is not None:
+            found.make.imports = _lacked(found.make.imports, have)
+            found.make.modules = cmakelists.declared_modules(tree, [s.path for s in co.submodules])
     found.sources = _sources(tree, found, co)
     roots = includes.external_roots(env.cuda_home, env.site_packages, env.python_include)
     found.headers_scanned = env.site_packages is not None
@@ -297,10 +311,15 @@ def backend(tree: Path) -> Backend:
     script = next((s for s in BUILD_SCRIPTS if (tree / s).is_file()), None)
     if script:
         return Backend("script", script, (Seen(script, 1, "a build script at the top"),))
+    make = next((n for n in makefile.NAMES if (tree / n).is_file()), None)
+    if make:
+        return Backend("make", make, (Seen(make, 1, "a Makefile at the top"),))
     if (tree / "CMakeLists.txt").is_file():
         return Backend("cmake", "CMakeLists.txt", (Seen("CMakeLists.txt", 1, "a CMake project"),))
     return Backend(
-        "none", "no setup.py, no pyproject.toml [build-system], no build script, no CMakeLists.txt"
+        "none",
+        "no setup.py, no pyproject.toml [build-system], no build script, no Makefile, no "
+        "CMakeLists.txt",
     )
 
 
