@@ -1,6 +1,8 @@
-"""What a wheel step can be refused for before its compile (issue 40): what the wheel
-will require, held against the consumer environment install.sh makes; and what its
-``[build-system] requires``, held against the build venv it is built in.
+"""What a step can be refused for before its compile (issue 40): what the wheel will
+require, held against the consumer environment install.sh makes; what its
+``[build-system] requires``, held against the build venv it is built in; and, for an
+in-place build, the programs its own command runs (cmake, make), looked up where the
+step runs.
 
 The tree's PEP 517 metadata (``python -m kiln.inside metadata``: the backend's
 ``prepare_metadata_for_build_wheel``, setup.py run as the build runs it, in the step's
@@ -18,8 +20,10 @@ diagnosis explains a setup.py that fails.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -131,3 +135,68 @@ def check_build_system(ctx: Context, step: Step) -> None:
     found = buildsystem.problems(tree, installed)
     if found:
         raise ConfigError(buildsystem.refusal(step.spec.vendor, found))
+
+
+# What a shell runs itself, never a program to look up.
+_SHELL_WORDS = frozenset({
+    "cd", "export", "set", "unset", "echo", "printf", "test", "true", "false", "exit",
+    "return", "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done",
+    "case", "esac", "in", "command", "exec", "eval", "source", ".", ":", "[", "{", "}", "!",
+    "env", "time",
+})  # fmt: skip
+# The Debian/Ubuntu package of a build program where its name differs or is worth saying.
+_PACKAGES = {"cmake": "cmake", "make": "make", "ninja": "ninja-build", "meson": "meson"}
+
+
+def command_programs(command: Sequence[str]) -> list[str]:
+    """The programs an in-place ``command`` runs by name: its first word, or for ``sh -c
+    SCRIPT``/``bash -c SCRIPT`` the first word of each of the script's commands (after
+    ``&&``, ``||``, ``;``, ``|`` or a newline; leading ``VAR=value`` assignments skipped).
+    A word with a path, a quote or a ``$`` is the build's own to resolve: not listed."""
+    if len(command) >= 3 and command[0] in ("sh", "bash") and command[1] == "-c":
+        segments = re.split(r"&&|\|\||;|\||\n", command[2])
+    else:
+        segments = [command[0]]
+    found: list[str] = []
+    for segment in segments:
+        words = segment.split()
+        while words and re.fullmatch(r"[A-Za-z_]\w*=\S*", words[0]):
+            words.pop(0)
+        if not words:
+            continue
+        word = words[0]
+        plain = re.fullmatch(r"[A-Za-z][\w.+-]*", word)
+        if plain and word not in _SHELL_WORDS and word not in found:
+            found.append(word)
+    return found
+
+
+def check_programs(ctx: Context, step: Step, command: Sequence[str]) -> None:
+    """Refuse an in-place step before its compile where a program its command runs by
+    name is not on the step's PATH where it runs (this machine for the local runner, the
+    builder image for Docker), instead of the shell's ``cmake: not found`` after it."""
+    programs = command_programs(command)
+    if not programs:
+        return
+    probe = 'for p in "$@"; do command -v "$p" >/dev/null 2>&1 || echo "$p"; done'
+    vendor = step.spec.vendor
+    res = ctx.runner.run(
+        Command(
+            ["sh", "-c", probe, "kiln-programs", *programs],
+            Path(step.spec.tree),
+            step_env(step.env),
+            f"looking up the programs {vendor}'s command runs",
+            check=False,
+        )
+    )
+    missing = [p for p in res.output.split() if p in programs]
+    if not missing:
+        return
+    docker = ctx.runner.kind == "docker"
+    where = "the builder image" if docker else "this machine's PATH"
+    packages = " ".join(_PACKAGES.get(p, p) for p in missing)
+    how = f"apt-get install {packages}" + (" in the image's Dockerfile" if docker else "")
+    raise ConfigError(
+        f"vendors/{vendor}.toml: build.command runs {', '.join(missing)}, not installed "
+        f"where the build runs ({where}): install it there (Debian/Ubuntu: {how})"
+    )

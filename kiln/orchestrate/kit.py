@@ -82,9 +82,9 @@ def install_kit(tree: Path) -> Path:
     # first on the build's PATH: ``nvcc`` by name compiles through the wrapper too
     (kit / "path" / "nvcc").write_text(WRAPPER.format(var="KILN_REAL_NVCC", default="nvcc"))
     (kit / "path" / "nvcc").chmod(0o755)
-    for name, wrapper in BY_NAME_WRAPPERS.items():
+    for name, real in BY_NAME_WRAPPERS.items():
         by_name = kit / "path" / name
-        by_name.write_text(BY_NAME.format(name=name, wrapper=wrapper, var=WRAPPERS[wrapper]))
+        by_name.write_text(BY_NAME.format(name=name, wrapper=real, var=WRAPPERS[real]))
         by_name.chmod(0o755)
     (kit / "order").mkdir(exist_ok=True)
     (kit / "order" / "ninja").write_text(NINJA)

@@ -119,9 +119,9 @@ def bypass_message(vendor: str, objects: list[str], tree: Path) -> str:
             "  cause: the build runs a compiler by a path of its own"
             + (f" ({where[2].strip()})" if where else "")
             + ", not the one its environment names ($NVCC, $CXX, $CC, or nvcc, gcc, g++, cc "
-            "and c++ by name, which find kiln's wrapper first): kiln's arch flags, deterministic flags, "
-            "object cache and compile gate never reached those compiles, so kiln cannot "
-            "vouch for the archs or the bytes they made",
+            "and c++ by name, which find kiln's wrapper first): kiln's arch flags, "
+            "deterministic flags, object cache and compile gate never reached those "
+            "compiles, so kiln cannot vouch for the archs or the bytes they made",
             f"  fix: call the compiler as the environment names it in {fix_where} (e.g. "
             '"${NVCC:-nvcc}" for "$CUDA_HOME/bin/nvcc"): a patch in patches/ with its '
             "series.toml entry",

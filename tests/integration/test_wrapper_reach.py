@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import tomlkit
 
 from kiln.sources.gitrepo import CommitSpec, make_repo
 from tests import landing
-from tests.conftest import artifacts_files
+from tests.conftest import artifacts_files, compiled_units
 from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
 from tests.workspace import write
 
@@ -186,3 +187,33 @@ def test_the_printed_standard_fix_reaches_an_in_place_builds_nvcc(
     path.write_text(path.read_text().replace("[build]\n", f"[build]\n{key} = {value}\n", 1))
     res = _build(tmp_path, ws, mirrors, build_python)
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_a_program_the_command_runs_that_is_missing_is_refused_before_any_compile(
+    tmp_path: Path, upstreams: tuple[Path, dict[str, str]], build_python: Path
+) -> None:
+    """An in-place command running a program the machine lacks (a CMake project's cmake,
+    here a made-up tool) is refused before its compile with the program named, not after
+    it with the shell's ``not found``; installed there, as the fix says, the build goes on."""
+    root, commits = upstreams
+    vendor = _vendor("by-name", commits["by-name"])
+    vendor["build"]["command"] = ["sh", "-c", "kiln-probe-tool --version && ./build.sh"]
+    ws = write(tmp_path / "ws", {"by-name": vendor}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, root / "mirrors.toml", build_python)
+    assert res.returncode != 0
+    assert (
+        "kiln: error: vendors/by-name.toml: build.command runs kiln-probe-tool, not installed "
+        "where the build runs (this machine's PATH): install it there (Debian/Ubuntu: "
+        "apt-get install kiln-probe-tool)"
+    ) in res.stderr, res.stderr[-3000:]
+    assert compiled_units(tmp_path / "artifacts") == []
+    assert artifacts_files(tmp_path / "artifacts") == []
+    # installed where the build runs (on this machine's PATH), the same build releases
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "kiln-probe-tool").write_text("#!/bin/sh\nexit 0\n")
+    (tools / "kiln-probe-tool").chmod(0o755)
+    path = f"{tools}:{os.environ['PATH']}"
+    res = _build(tmp_path, ws, root / "mirrors.toml", build_python, env={"PATH": path})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "by-name: " in res.stderr and "verified (sm_100a, sm_103a)" in res.stderr

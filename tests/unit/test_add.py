@@ -810,3 +810,35 @@ def test_a_hard_coded_a_arch_says_why_its_family_is_not_drafted(
     text = added.path.read_text().replace("\n# ", " ")
     assert "Not sm_103a: of the family of the hard-coded sm_100a, but an 'a' target's code" in text
     assert "a patch asking for the family target (sm_100f) builds sm_103a too" in text
+
+
+def test_a_gpu_probe_with_its_own_switch_drafts_the_switch(tmp_path: Path) -> None:
+    """rusty1s/pytorch_spline_conv's shape: CUDA code only where torch.cuda.is_available()
+    or FORCE_CUDA=1. No GPU answers where kiln builds: the draft sets FORCE_CUDA = "1".
+    Without a switch of its own (pytorch/extension-cpp's), the comment says a patch is
+    the fix and nothing is set."""
+    (tmp_path / "k.cu").write_text("__global__ void k() {}\n")
+    probe = """\
+        import os
+        import torch
+        WITH_CUDA = torch.cuda.is_available()
+        {switch}
+        """
+    s = _setup(tmp_path, probe.format(switch="WITH_CUDA = os.getenv('FORCE_CUDA', '0') == '1'"))
+    assert s.gpu_probe is not None and s.gpu_probe.line == 3
+    f = Findings("u", "c", Backend("setuptools", "setup.py"), setup=[s], sources=[("k.cu", None)])
+    table, decided = tomlkit.table(), recipe.DecidedBuild()
+    decided["arch_toggles"] = {}
+    recipe._env(table, f, decided)
+    assert decided["env"] == {"FORCE_CUDA": "1"}
+    said = " ".join(tomlkit.dumps(table).replace("#", " ").split())
+    assert "forces the CUDA build" in said
+    s = _setup(tmp_path, probe.format(switch="DEBUG = os.getenv('DEBUG', '0') == '1'"))
+    f = Findings("u", "c", Backend("setuptools", "setup.py"), setup=[s], sources=[("k.cu", None)])
+    table, decided = tomlkit.table(), recipe.DecidedBuild()
+    decided["arch_toggles"] = {}
+    recipe._env(table, f, decided)
+    assert decided["env"] == {}
+    said = " ".join(tomlkit.dumps(table).replace("#", " ").split())
+    assert "no variable of its own forces it" in said and "a patch" in said
+    assert _setup(tmp_path, "import os\n").gpu_probe is None

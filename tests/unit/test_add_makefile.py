@@ -9,6 +9,7 @@ from pathlib import Path
 
 import tomlkit
 
+from kiln.orchestrate import beforecompile
 from kiln.verbs.add import makefile, recipe, scan
 from kiln.verbs.add.pysetup import Seen
 
@@ -99,3 +100,16 @@ def test_no_makefile_no_reading(tmp_path: Path) -> None:
     assert scan.backend(tmp_path).kind == "cmake"
     (tmp_path / "Makefile").write_text("all:\n\tcmake -S . -B b\n")
     assert scan.backend(tmp_path).kind == "make"  # a Makefile at the top drives the build
+
+
+def test_the_programs_an_in_place_command_runs_are_those_looked_up() -> None:
+    """What the before-compile check looks up (kiln/orchestrate/beforecompile.py): the
+    drafted CMake and make commands' programs; an assignment, a shell word, a path or a
+    ``$`` is not a program to look up."""
+    assert beforecompile.command_programs(recipe.CMAKE_COMMAND) == ["cmake"]
+    mk = makefile.Makefile("Makefile")
+    assert beforecompile.command_programs(recipe.make_command(mk)) == ["make"]
+    assert beforecompile.command_programs(["./build.sh"]) == []
+    assert beforecompile.command_programs(["bash", "build.sh"]) == ["bash"]
+    script = 'CC=gcc cd x && ninja -C b; "$CMAKE" --build b | tee log || ./run.sh\nmeson'
+    assert beforecompile.command_programs(["sh", "-c", script]) == ["ninja", "tee", "meson"]

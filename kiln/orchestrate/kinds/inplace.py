@@ -23,6 +23,7 @@ from typing import Final
 
 from kiln.config.models import Profile, Vendor
 from kiln.errors import ConfigError, VerifyError
+from kiln.orchestrate import beforecompile
 from kiln.orchestrate.context import run_step, timed
 from kiln.orchestrate.kinds.buildkind import Job
 from kiln.orchestrate.kit import KIT
@@ -135,6 +136,8 @@ class InplaceKind:
         ctx, vendor, step, stage, co = job.ctx, job.vendor, job.step, job.stage, job.co
         applied, timings = job.applied, job.timings
         tree = Path(step.spec.tree)
+        with timed(timings, "verify"):  # a second, before minutes of compiling
+            beforecompile.check_programs(ctx, step, vendor.build.command or [])
         with timed(timings, "build"):
             run_step(ctx, step)
         with timed(timings, "verify"):

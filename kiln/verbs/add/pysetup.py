@@ -111,6 +111,9 @@ class SetupPy:
     network: list[Seen] = field(default_factory=list)  # reached with no variable to stop it
     torch_extension: Seen | None = None  # torch.utils.cpp_extension's CUDAExtension/CppExtension
     build_extension: Seen | None = None  # torch's BuildExtension (ninja, MAX_JOBS)
+    # torch.cuda.is_available(): setup.py asks for a GPU where it builds (none answers on a
+    # build machine: it builds no CUDA code unless a variable of its own forces it)
+    gpu_probe: Seen | None = None
     sources: list[tuple[str, Seen]] = field(default_factory=list)
     std_flags: list[tuple[int, Seen]] = field(default_factory=list)
     threads_flag: Seen | None = None
@@ -447,6 +450,15 @@ class _Reader:
                             for e in k.value.elts
                             if isinstance(e, ast.Constant) and isinstance(e.value, str)
                         ]
+            if (
+                isinstance(node, ast.Call)
+                and _called(node) == "is_available"
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Attribute | ast.Name)
+                and ast.unparse(node.func.value).endswith("cuda")
+                and not self.out.gpu_probe
+            ):
+                self.out.gpu_probe = self.seen(node)
             if isinstance(node, ast.Call) and _called(node).endswith("Extension"):
                 named = [k.value for k in node.keywords if k.arg == "name"]
                 first = named[0] if named else (node.args[0] if node.args else None)

@@ -751,6 +751,11 @@ def _torch_cxx(f: Findings) -> tuple[int | None, str]:
     return None, "the build venv's torch headers could not be read"
 
 
+# setup.py's own switch that builds CUDA code where no GPU answers (torchvision's,
+# PyTorch Geometric's, detectron2's, mmcv's spelling)
+FORCE_CUDA = ("FORCE_CUDA",)
+
+
 def _env(t: Table, f: Findings, b: DecidedBuild) -> None:
     toggles = {v for env in b["arch_toggles"].values() for v in env}
     chosen: dict[str, tuple[str, str]] = {}
@@ -763,6 +768,15 @@ def _env(t: Table, f: Findings, b: DecidedBuild) -> None:
         for pin in module.download_guards:
             if pin.name not in chosen and pin.name not in KILN_SETS:
                 chosen[pin.name] = (pin.value, f"{pin.seen}: {pin.why}.")
+    probe = f.first("gpu_probe")
+    force = next((r for r in f.env_reads if r.name in FORCE_CUDA), None)
+    if probe and force and force.name not in chosen:
+        chosen[force.name] = (
+            "1",
+            f"{probe}: setup.py asks whether a GPU answers to decide on its CUDA code; none "
+            f"does where kiln builds, so its own switch ({force.seen.file}:{force.seen.line}) "
+            f"forces the CUDA build.",
+        )
     b["env"] = {k: v for k, (v, _) in chosen.items()}
     env = tomlkit.table()
     if chosen:
@@ -788,6 +802,14 @@ def _env(t: Table, f: Findings, b: DecidedBuild) -> None:
             env.add(tomlkit.comment(f'{name} = ""  # {where}, default {default}'))
     if kiln_read:
         _say(env, f"Read by setup.py, set by kiln for every build: {', '.join(kiln_read)}.")
+    if probe and not force and f.device_sources:
+        _say(
+            env,
+            f"{probe}: setup.py asks whether a GPU answers to decide on its CUDA code, and "
+            f"no variable of its own forces it: where kiln builds none answers, so it builds "
+            f"no CUDA code and the wheel is refused for want of the archs. The fix is a "
+            f"patch that builds CUDA whatever the machine (patches/series.toml).",
+        )
     for seen in [s for m in f.setup for s in m.network]:
         _say(
             env,
