@@ -147,9 +147,11 @@ def _first_error(stderr: str) -> str:
 
 
 def compile_counts(logs: Path) -> tuple[int, int]:
-    """(units compiled, units compiled more than once) from the wrapper's records."""
+    """(units compiled, units compiled more than once) from the wrapper's records: a
+    unit is a source with its command line (one source built into two modules with other
+    flags is two units; the same command twice is one unit compiled again)."""
     compiled = [
-        j.get("source")
+        (j.get("source"), j.get("args_sha"))
         for f in sorted(logs.rglob("*.jobs"))
         for j in jobs.job_stats(f)
         if j.get("result") == "compiled" and j.get("source")

@@ -17,6 +17,7 @@ class JobLine(TypedDict, total=False):
     compiler: str
     source: str | None  # the unit, relative to the tree (None: a link or a probe)
     out: str | None  # the file it wrote, absolute (kiln/verify/wrapped.py looks for it)
+    args_sha: str  # its command line's sha256 (16 hex digits): the same unit compiled again
     result: str  # "compiled", "objcache-hit" or "other"
     rc: int
     rss_kib: int  # the run's largest process's peak

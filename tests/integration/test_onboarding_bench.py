@@ -68,3 +68,22 @@ def test_the_onboarding_benchmark_takes_a_corpus_from_add_to_a_proven_wheel(
     assert row["archs"] and all(v == ["sm_100a", "sm_103a"] for v in row["archs"].values()), row
     table = (out / "onboarding.md").read_text()
     assert "| landing-good | setup.py, nvcc by $NVCC | " in table
+
+
+def test_a_unit_is_a_source_with_its_command(tmp_path: Path) -> None:
+    """One source compiled into two modules with other flags (rusty1s/pytorch_spline_conv's
+    cpu and cuda builds of csrc/basis.cpp) is two units; the same command twice is one
+    unit compiled again (the count can fail)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import onboarding
+
+    lines = [
+        {"source": "csrc/basis.cpp", "args_sha": "a", "result": "compiled"},
+        {"source": "csrc/basis.cpp", "args_sha": "b", "result": "compiled"},
+        {"source": "", "result": "other"},  # a link
+    ]
+    (tmp_path / "x.jobs").write_text("".join(json.dumps(j) + "\n" for j in lines))
+    assert onboarding.compile_counts(tmp_path) == (2, 0)
+    lines.append({"source": "csrc/basis.cpp", "args_sha": "a", "result": "compiled"})
+    (tmp_path / "x.jobs").write_text("".join(json.dumps(j) + "\n" for j in lines))
+    assert onboarding.compile_counts(tmp_path) == (3, 1)

@@ -270,6 +270,9 @@ def _record(
             "compiler": os.path.basename(call.compiler),
             "source": _tree_relative(call.source),
             "out": _written(call),
+            # the compile's own command: one source built twice with other flags (two
+            # modules of one setup.py) is two units, not one compiled again
+            "args_sha": hashlib.sha256("\0".join(call.args).encode()).hexdigest()[:16],
             "result": result,
             "rc": rc,
             "rss_kib": use.ru_maxrss,

@@ -782,8 +782,9 @@ def _env(t: Table, f: Findings, b: DecidedBuild) -> None:
     if chosen:
         _say(
             env,
-            "Set: what setup.py asserts (the build fails otherwise), and what keeps it off "
-            "the network without changing anything else.",
+            "Set: what setup.py asserts (the build fails otherwise), what keeps it off the "
+            "network without changing anything else, and what makes it build its CUDA code "
+            "where no GPU answers.",
         )
     for name, (value, why) in chosen.items():
         _say(env, why)
