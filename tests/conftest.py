@@ -16,6 +16,7 @@ import pytest
 
 from kiln.config.models import Profile
 from kiln.orchestrate.options import Options
+from kiln.plan.jobs import JobLine, job_stats
 from kiln.toolchain import buildenv, cudapypi
 from tests import fleet, require
 from tests import upstreams as fixture_upstreams
@@ -205,10 +206,12 @@ def run_kiln(
 BEFORE_ANY_COMPILE_S = 120.0
 
 
-def compiled_units(artifacts: Path) -> list[str]:
-    """The compiler runs the build's steps recorded (its logs' ``*.jobs``): none for a
-    build refused before it compiled."""
-    return [ln for jobs in artifacts.rglob("*.jobs") for ln in jobs.read_text().splitlines()]
+def compiled_units(artifacts: Path) -> list[JobLine]:
+    """The compiles the build's steps recorded (its logs' ``*.jobs`` lines naming a
+    source): none for a build refused before it compiled. A line without a source is a
+    link or a probe (ctypes' find_library runs ``gcc`` by name, and gcc by name is kiln's
+    wrapper too), not a compile."""
+    return [j for jobs in artifacts.rglob("*.jobs") for j in job_stats(jobs) if j.get("source")]
 
 
 def artifacts_files(artifacts: Path) -> list[str]:
