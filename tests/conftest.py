@@ -209,8 +209,7 @@ BEFORE_ANY_COMPILE_S = 120.0
 def compiled_units(artifacts: Path) -> list[JobLine]:
     """The compiles the build's steps recorded (its logs' ``*.jobs`` lines naming a
     source): none for a build refused before it compiled. A line without a source is a
-    link or a probe (ctypes' find_library runs ``gcc`` by name, and gcc by name is kiln's
-    wrapper too), not a compile."""
+    link or a probe (``$CC`` asked for its version), not a compile."""
     return [j for jobs in artifacts.rglob("*.jobs") for j in job_stats(jobs) if j.get("source")]
 
 

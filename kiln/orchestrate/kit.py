@@ -39,21 +39,6 @@ WRAPPER = """#!/bin/sh
 if [ "${{KILN_WRAPPED:-}}" = 1 ]; then m=compileflags.py; else m=objcache.py; fi
 exec "${{KILN_OBJCACHE_PYTHON:-python3}}" -S "$(dirname "$0")/../$m" "${{{var}:-{default}}}" "$@"
 """
-# ``gcc``, ``g++``, ``cc`` and ``c++`` by name (a Makefile's or a build script's own
-# recipe) compile through the wrapper too: the real one is that name again, found on PATH
-# without this folder (so the wrapper never finds itself).
-BY_NAME = """#!/bin/sh
-# kiln: {name} by name compiles through the wrapper (../bin/{wrapper}); the real {name} is
-# the next one on PATH
-here=${{0%/*}}
-rest=
-IFS=:
-for d in $PATH; do [ "$d" = "$here" ] || rest="${{rest:+$rest:}}$d"; done
-unset IFS
-export PATH="$rest" {var}={name}
-exec "$here/../bin/{wrapper}" "$@"
-"""
-BY_NAME_WRAPPERS = {"gcc": "gcc", "cc": "gcc", "g++": "g++", "c++": "g++"}
 NINJA = """#!/bin/sh
 # kiln: the build file's units longest first, then the real ninja (see ../ninjaorder.py)
 exec "${KILN_OBJCACHE_PYTHON:-python3}" -S "$(dirname "$0")/../ninjaorder.py" "$@"
@@ -82,10 +67,6 @@ def install_kit(tree: Path) -> Path:
     # first on the build's PATH: ``nvcc`` by name compiles through the wrapper too
     (kit / "path" / "nvcc").write_text(WRAPPER.format(var="KILN_REAL_NVCC", default="nvcc"))
     (kit / "path" / "nvcc").chmod(0o755)
-    for name, real in BY_NAME_WRAPPERS.items():
-        by_name = kit / "path" / name
-        by_name.write_text(BY_NAME.format(name=name, wrapper=real, var=WRAPPERS[real]))
-        by_name.chmod(0o755)
     (kit / "order").mkdir(exist_ok=True)
     (kit / "order" / "ninja").write_text(NINJA)
     (kit / "order" / "ninja").chmod(0o755)

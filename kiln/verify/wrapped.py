@@ -19,8 +19,7 @@ KIT = ".kiln"
 ELF_MAGIC = b"\x7fELF"
 ET_REL = 1  # e_type of a relocatable object: what a compile writes
 # A compiler spelt out by path in a build file (nvcc, a g++/gcc/clang of the toolkit's or
-# the system's): what bypasses the wrapper that CC, CXX, NVCC and PATH's nvcc, gcc, g++,
-# cc and c++ name.
+# the system's): what bypasses the wrapper that CC, CXX, NVCC and PATH's nvcc name.
 BY_PATH = re.compile(
     r"(?:\$\{?CUDA_HOME\}?|\$\{?CUDA_PATH\}?|/[\w./-]*)/bin/nvcc\b|CUDA_HOME[^\n]*\"nvcc\""
     r"|/[\w./-]*/bin/(?:g\+\+|gcc|c\+\+|cc|clang\+\+|clang)(?![\w+-])"
@@ -118,8 +117,8 @@ def bypass_message(vendor: str, objects: list[str], tree: Path) -> str:
             *([f"    {caller}"] if caller else []),
             "  cause: the build runs a compiler by a path of its own"
             + (f" ({where[2].strip()})" if where else "")
-            + ", not the one its environment names ($NVCC, $CXX, $CC, or nvcc, gcc, g++, cc "
-            "and c++ by name, which find kiln's wrapper first): kiln's arch flags, "
+            + ", not the one its environment names ($NVCC, $CXX, $CC, or nvcc by name, "
+            "which find kiln's wrapper first): kiln's arch flags, "
             "deterministic flags, object cache and compile gate never reached those "
             "compiles, so kiln cannot vouch for the archs or the bytes they made",
             f"  fix: call the compiler as the environment names it in {fix_where} (e.g. "

@@ -132,7 +132,7 @@ bin/%.o: src/%.cu
 
 bin/module.o: src/module.cpp
 \t@mkdir -p bin
-\tg++ -fPIC -I$(PYINC) -c $< -o $@
+\t$(CXX) -fPIC -I$(PYINC) -c $< -o $@
 """,
 }
 

@@ -495,9 +495,8 @@ def wrapper_env(
         "PYTORCH_NVCC": str(kit / "bin" / "nvcc"),
         # CMake's CUDA compiler (CMAKE_CUDA_COMPILER's default), scikit-build-core's too
         "CUDACXX": str(kit / "bin" / "nvcc"),
-        # ``nvcc``, ``gcc``, ``g++``, ``cc`` and ``c++`` by name (a build.sh, a Makefile)
-        # find these wrappers first (kiln/orchestrate/kit.py: the C and C++ ones take
-        # their folder off PATH, then run the real compiler by name)
+        # ``nvcc`` by name (a build.sh, a Makefile) finds this wrapper first; only nvcc:
+        # the C and C++ wrappers run the real ones by name
         "PATH": f"{kit / 'path'}:{Path(python).parent}:{base.get('PATH', '/usr/bin:/bin')}",
     }
 
