@@ -9,6 +9,7 @@ from pathlib import Path
 
 import tomlkit
 
+from kiln.config.models import Profile
 from kiln.orchestrate import beforecompile
 from kiln.verbs.add import makefile, recipe, scan
 from kiln.verbs.add.pysetup import Seen
@@ -113,3 +114,22 @@ def test_the_programs_an_in_place_command_runs_are_those_looked_up() -> None:
     assert beforecompile.command_programs(["bash", "build.sh"]) == ["bash"]
     script = 'CC=gcc cd x && ninja -C b; "$CMAKE" --build b | tee log || ./run.sh\nmeson'
     assert beforecompile.command_programs(["sh", "-c", script]) == ["ninja", "tee", "meson"]
+
+
+def test_the_makefiles_own_arch_lines_are_cited_where_the_archs_are_decided(
+    tmp_path: Path,
+) -> None:
+    mk = _read(tmp_path, PYBINDTESTS)
+    found = scan.Findings("https://x.invalid/x.git", "0" * 40, scan.Backend("make", "makefile"))
+    found.make, found.sources = mk, [("src/example.cu", None)]
+    table, decided = tomlkit.table(), recipe.DecidedBuild()
+    profile = Profile(cuda="13.2", python="3.12", archs=["sm_100a", "sm_103a"])
+    recipe._archs(table, found, {None: profile}, decided)
+    said = " ".join(tomlkit.dumps(table).replace("#", " ").split())
+    assert decided["arch_control"] == "rewrite"
+    assert "makefile:2: `COMPUTE_CAPABILITY?=80`" in said
+    assert "makefile spells its own arch flags" in said
+    mk.arch_lines = []  # none spelt: the generic reading, no line cited
+    table, decided = tomlkit.table(), recipe.DecidedBuild()
+    recipe._archs(table, found, {None: profile}, decided)
+    assert "no arch flag kiln can see" in " ".join(tomlkit.dumps(table).replace("#", " ").split())

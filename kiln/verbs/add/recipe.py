@@ -569,11 +569,17 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: Decide
             )
         _choose(t, b, why, keep, "torch-arch-list")
         return
+    if f.make is not None and f.make.arch_lines:
+        for seen in f.make.arch_lines[:4]:
+            _say(t, f"{seen}")
+        how = f"{f.make.name} spells its own arch flags (above)"
+    else:
+        how = "no arch flag kiln can see (not torch's extension build): nvcc's own default "
+        how += "or the build system's list decides"
     _say(
         t,
-        f"{len(device)} CUDA source(s) and no arch flag kiln can see (not torch's "
-        f"extension build): nvcc's own default or the build system's list decides, so "
-        f"kiln's wrapper rewrites every compile's arch flags to {where}.",
+        f"{len(device)} CUDA source(s) and {how}, so kiln's wrapper rewrites every "
+        f"compile's arch flags to {where}.",
     )
     t.add("archs", list(common))
     t.add("arch_control", "rewrite")
