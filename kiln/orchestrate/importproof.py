@@ -134,8 +134,15 @@ def _tool_said(tail: list[str]) -> str:
 
 def planned_environment(ctx: Context) -> ConsumerEnv:
     """This build's consumer environment, made or not: its inputs are the workspace's
-    runtime requirements, the build's Python and what the build runs in."""
+    runtime requirements, the build's Python and what the build runs in. Where the build
+    runs here, uv links it from the cache that filled the build venv (torch unpacked
+    once on the machine, :func:`kiln.toolchain.uvtool.shared_cache`)."""
     ws = ctx.ws
+    shared = (
+        uvtool.shared_cache(ctx.tc.python, ctx.opts.cache / "envs")
+        if ctx.runner.kind == "local"
+        else None
+    )
     return consumerenv.plan(
         ctx.opts.cache,
         ws.profile.python,
@@ -144,6 +151,7 @@ def planned_environment(ctx: Context) -> ConsumerEnv:
         ws.profile.torch_index,
         f"{ctx.runner.kind}:{ctx.runner.builder or ''}",
         uvtool.binary(),
+        shared,
     )
 
 
@@ -196,7 +204,7 @@ def environment(ctx: Context) -> ConsumerEnv:
                     f"making {what}",
                     log_file,
                     cwd=env.root.parent,
-                    writable=[env.root.parent],
+                    writable=[env.root.parent, *_outside(env.links_from, env.root.parent)],
                     readonly=[Path(env.uv)] if env.uv else [],
                     add_env=settings.env,
                     network=True,
@@ -219,6 +227,11 @@ def environment(ctx: Context) -> ConsumerEnv:
 
     fsutil.made_once(env.root, env.made, make, "the consumer environment")
     return env
+
+
+def _outside(path: Path, folder: Path) -> list[Path]:
+    """``[path]`` where it is not under ``folder`` (a runner binds it on its own), else []."""
+    return [] if path.is_relative_to(folder) else [path]
 
 
 def _overlay(ctx: Context, env: ConsumerEnv, root: Path, log_file: Path) -> tuple[Path, Path]:

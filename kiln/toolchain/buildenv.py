@@ -90,7 +90,9 @@ def make_venv(
     )
     python = venv / "bin" / "python"
     if uv:
-        install = uvtool.install_command(uv, python, venv.parent, uvtool.host_settings(), pip_args)
+        install = uvtool.install_command(
+            uv, python, uvtool.cache_of(venv.parent), uvtool.host_settings(), pip_args
+        )
     else:
         install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         install += pip_args

@@ -80,6 +80,12 @@ class ConsumerEnv:
     pip_args: tuple[str, ...]
     key: str
     uv: str | None = None  # kiln's uv binary; None: pip installs the requirements
+    uv_cache: Path | None = None  # the uv cache it links from; None: its folder's own
+
+    @property
+    def links_from(self) -> Path:
+        """The uv cache the requirements are linked from (:mod:`kiln.toolchain.uvtool`)."""
+        return self.uv_cache or uvtool.cache_of(self.root.parent)
 
     @property
     def python(self) -> Path:
@@ -114,7 +120,7 @@ class ConsumerEnv:
             install = uvtool.install_command(
                 self.uv,
                 self.python,
-                self.root.parent,
+                self.links_from,
                 settings,
                 [*self.pip_args, "-r", requirements],
             )
@@ -159,9 +165,12 @@ def plan(
     torch_index: str | None,
     where: str,
     uv: str | None = None,
+    uv_cache: Path | None = None,
 ) -> ConsumerEnv:
     """The environment for these inputs (``where``: what the build runs in, e.g. the
-    runner and its builder image, so that a container's environment is never used here)."""
+    runner and its builder image, so that a container's environment is never used here;
+    ``uv_cache``: the uv cache to link from, where not the environments folder's own; the
+    same files either way, so not part of its identity)."""
     args = pip_requirement_args(requirements, torch_index)
     spec = {
         "python": python_version,
@@ -175,7 +184,7 @@ def plan(
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     root = cache / "envs" / f"consumer-py{python_version}-{digest}"
-    return ConsumerEnv(root, base_python, requirements, tuple(args), digest, uv)
+    return ConsumerEnv(root, base_python, requirements, tuple(args), digest, uv, uv_cache)
 
 
 def mark_made(env: ConsumerEnv) -> None:

@@ -43,11 +43,12 @@ def installer(uv: str | None) -> str:
 
 
 def install_command(
-    uv: str, python: Path, envs: Path, settings: pipconfig.UvSettings, args: list[str]
+    uv: str, python: Path, cache: Path, settings: pipconfig.UvSettings, args: list[str]
 ) -> list[str]:
-    """``uv pip install ARGS`` into the venv of ``python``, linking from ``envs``' cache,
-    with pip's settings (never a uv.toml of the machine's: ``--no-config``) and
-    bytecode compiled as pip compiles it (imports read ``.pyc``, not the sources)."""
+    """``uv pip install ARGS`` into the venv of ``python``, linking from the uv cache
+    ``cache`` (:func:`cache_of`, :func:`shared_cache`), with pip's settings (never a
+    uv.toml of the machine's: ``--no-config``) and bytecode compiled as pip compiles it
+    (imports read ``.pyc``, not the sources)."""
     return [
         uv,
         "pip",
@@ -57,13 +58,40 @@ def install_command(
         "--python",
         str(python),
         "--cache-dir",
-        str(envs / CACHE),
+        str(cache),
         "--link-mode",
         "hardlink",
         "--compile-bytecode",
         *settings.args,
         *args,
     ]
+
+
+def cache_of(envs: Path) -> Path:
+    """The uv cache of the environments folder ``envs``."""
+    return envs / CACHE
+
+
+def shared_cache(build_python: str, envs: Path) -> Path:
+    """The uv cache a venv under ``envs`` links from: the one that filled the build venv
+    of ``build_python`` where that venv is one kiln made (its folder's ``.uv-cache``,
+    holding torch already) on the filesystem of ``envs`` (hard links cross no
+    filesystem), so a consumer environment made in another kiln cache (a cold run's
+    empty one, a test's) links torch's 5 GB instead of unpacking them again; else
+    ``envs``' own. The files are the same wheels' either way: uv checks the hashes of
+    what it links against the requirements'."""
+    own = cache_of(envs)
+    theirs = cache_of(Path(build_python).parent.parent.parent)
+    if not theirs.is_dir() or theirs.resolve() == own.resolve():
+        return own
+    where = envs
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        same = theirs.stat().st_dev == where.stat().st_dev and os.access(theirs, os.W_OK)
+    except OSError:
+        return own
+    return theirs if same else own
 
 
 def host_settings() -> pipconfig.UvSettings:

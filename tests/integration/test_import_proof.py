@@ -252,3 +252,35 @@ def test_a_consumer_environment_that_cannot_be_made_says_what_pip_said(
         "kiln-no-such-distribution was not found in the provided package locations"
     ) in res.stderr, res.stderr[-3000:]
     assert artifacts_files(tmp_path / "artifacts") == []
+
+
+def test_a_cold_caches_consumer_environment_links_torch_from_the_build_venvs_uv_cache(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """A kiln cache with no environments of its own (a cold run's), the build venv kiln
+    made in another: the consumer environment's torch is linked from the uv cache that
+    filled the build venv (the same inodes as the build venv's files), not unpacked again,
+    and the build is proven with it."""
+    profile = {**PROFILE_NO_TORCH, "torch": PROFILE["torch"]}
+    ws = write(
+        tmp_path / "ws", {"good": landing.vendor("good", cases.commits["good"])}, profile=profile
+    )
+    cache = tmp_path / "cache"
+    (cache / "envs").mkdir(parents=True)  # its own folder, not the session's (shared_cache)
+    res = run_kiln(
+        *build_args(
+            ws,
+            tmp_path,
+            *("--cuda-home", "/usr/local/cuda", "--no-compiler-cache"),
+            mirrors=cases.mirrors,
+            toolchain="system",
+            python=build_python,
+            cache=shared_cache(cache),
+        )
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    made = sorted((cache / "envs").glob("consumer-*/lib/python3*/site-packages/torch/__init__.py"))
+    assert len(made) == 1, sorted(p.name for p in (cache / "envs").iterdir())
+    theirs = sorted(build_python.parent.parent.glob("lib/python3*/site-packages/torch/__init__.py"))
+    assert made[0].stat().st_ino == theirs[0].stat().st_ino
+    assert not (cache / "envs" / ".uv-cache").exists()

@@ -3,8 +3,10 @@ environment's commands with and without uv (kiln/toolchain/consumerenv.py)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from kiln.toolchain import consumerenv, pipconfig, uvtool
@@ -145,3 +147,60 @@ def test_uv_makes_a_real_environment_that_shares_the_cache(tmp_path: Path) -> No
     a, b = (e.site_packages() / "six.py" for e in made)
     assert a.stat().st_ino == b.stat().st_ino
     subprocess.run([str(made[1].python), "-c", "import six"], check=True)
+
+
+def _kiln_venv(cache: Path) -> str:
+    """A build venv's python path as kiln lays it out (``CACHE/envs/NAME/bin/python``),
+    with its folder's uv cache."""
+    (cache / "envs" / uvtool.CACHE).mkdir(parents=True)
+    return str(cache / "envs" / "py3.11-torch" / "bin" / "python")
+
+
+def test_a_consumer_environment_links_from_the_cache_that_filled_the_build_venv(
+    tmp_path: Path,
+) -> None:
+    """A cold run's empty kiln cache, with a build venv kiln made in another cache on
+    the same filesystem: uv links from the build venv's cache (torch unpacked once)."""
+    python = _kiln_venv(tmp_path / "kept")
+    cold = tmp_path / "cold"
+    kept = tmp_path / "kept" / "envs" / ".uv-cache"
+    assert uvtool.shared_cache(python, cold / "envs") == kept
+    env = consumerenv.plan(
+        cold, "3.11", python, "six==1.16.0\n", None, "local:", uvtool.binary(),
+        uvtool.shared_cache(python, cold / "envs"),
+    )  # fmt: skip
+    (_, _), (install, _) = env.commands(pipconfig.UvSettings())
+    assert install[install.index("--cache-dir") + 1] == str(kept)
+    # the cache it links from is not part of its identity: the same files either way
+    plain = consumerenv.plan(cold, "3.11", python, "six==1.16.0\n", None, "local:", uvtool.binary())
+    assert env.root == plain.root
+
+
+def test_the_environments_own_cache_where_the_build_venv_has_none_to_share(
+    tmp_path: Path,
+) -> None:
+    """Not a venv kiln made (no uv cache beside it), or the build venv's own cache:
+    the environments folder's own cache."""
+    own = tmp_path / "cold" / "envs" / ".uv-cache"
+    assert uvtool.shared_cache(sys.executable, tmp_path / "cold" / "envs") == own
+    python = _kiln_venv(tmp_path / "cold")
+    assert uvtool.shared_cache(python, tmp_path / "cold" / "envs") == own
+    bare = tmp_path / "bare" / "envs" / "py3.11" / "bin" / "python"
+    assert uvtool.shared_cache(str(bare), tmp_path / "cold" / "envs") == own
+
+
+def test_no_cache_of_another_filesystem_is_linked_from(tmp_path: Path) -> None:
+    """Hard links cross no filesystem: a build venv's cache on another one (tmpfs here)
+    is not used."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        import pytest
+
+        pytest.skip("no second filesystem here")
+    other = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        python = _kiln_venv(other)
+        own = tmp_path / "envs" / ".uv-cache"
+        assert uvtool.shared_cache(python, tmp_path / "envs") == own
+    finally:
+        shutil.rmtree(other)
