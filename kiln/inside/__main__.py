@@ -1,4 +1,4 @@
-"""``python -m kiln.inside step|metadata|probe|prove ...``: what runners run.
+"""``python -m kiln.inside step|probe|prove ...``: what runners run.
 
 Standard library only (as all of ``kiln.inside``): in a builder container kiln's
 dependencies are not installed; the container gets kiln's source, read-only, on
@@ -21,12 +21,6 @@ def _step(args: argparse.Namespace) -> None:
     from kiln.inside import step
 
     step.run(step.StepSpec.from_file(args.spec), step.own_environment(os.environ))
-
-
-def _metadata(args: argparse.Namespace) -> None:
-    from kiln.inside import step
-
-    step.metadata(step.StepSpec.from_file(args.spec), args.out, step.own_environment(os.environ))
 
 
 def _probe(args: argparse.Namespace) -> None:
@@ -54,10 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("step", help="run one build step from its JSON spec")
     p.add_argument("spec", type=Path)
     p.set_defaults(func=_step)
-    p = sub.add_parser("metadata", help="write a step's wheel metadata, before its compile")
-    p.add_argument("spec", type=Path)
-    p.add_argument("out", type=Path)
-    p.set_defaults(func=_metadata)
     p = sub.add_parser("probe", help="print this machine's toolchain facts as JSON")
     p.add_argument("--python", default=None)
     p.add_argument("--cuda-home", default=None)

@@ -14,7 +14,10 @@ the user's build Python, so this module calls the hook itself, as ``pyproject_ho
 directory is the tree. The wheel's content is the one ``pip wheel`` makes (both run
 ``setup.py bdist_wheel``; the three public upstreams of examples/public gave the same
 wheel bytes either way); build isolation is off, as with ``--no-build-isolation``, and the
-release's ``build-<release>.sh`` still names ``pip wheel``, which a user has.
+release's ``build-<release>.sh`` still names ``pip wheel``, which a user has. Where kiln
+checks the wheel's requirements before its compile, the same interpreter calls
+``prepare_metadata_for_build_wheel`` first (:data:`HOOK`): setup.py's second run finds
+torch imported already.
 """
 
 from __future__ import annotations
@@ -23,33 +26,51 @@ from pathlib import Path
 
 LEGACY_BACKEND = "setuptools.build_meta:__legacy__"
 
-# The backend named in [build-system], loaded as pyproject_hooks loads it: both hooks run
-# as ``python -c HOOK BACKEND OUT_DIR [BACKEND_PATH...]`` in the tree.
-_BACKEND = """\
-import importlib, os, sys
-spec, out, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+# The backend named in [build-system], loaded as pyproject_hooks loads it, run as
+# ``python -c HOOK BACKEND OUT_DIR METADATA_DIR [BACKEND_PATH...]`` in the tree. With a
+# METADATA_DIR (not ""), the wheel's metadata comes first, in the same interpreter
+# (``prepare_metadata_for_build_wheel``: setup.py runs, nothing compiles; torch, which
+# setup.py imports, is then imported once for both), its ``.dist-info`` name is written
+# to ``METADATA_DIR/ready`` ("" where the backend has no such hook or it failed), and
+# the hook waits for kiln's ``METADATA_DIR/verdict``: ``go`` builds the wheel, anything
+# else exits with STOPPED before any compile (kiln holds the wheel's requirements
+# against where it lands: kiln.orchestrate.beforecompile).
+HOOK = """\
+import importlib, os, sys, time, traceback
+spec, out, meta, paths = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 sys.path[:0] = [os.path.abspath(p) for p in paths]
 module, _, attrs = spec.partition(":")
 backend = importlib.import_module(module)
 for attr in filter(None, attrs.split(".")):
     backend = getattr(backend, attr)
+if meta:
+    name, hook = "", getattr(backend, "prepare_metadata_for_build_wheel", None)
+    if hook is None:
+        print("kiln: the backend has no prepare_metadata_for_build_wheel hook", flush=True)
+    else:
+        try:
+            name = hook(meta)
+            print("kiln: metadata " + os.path.join(meta, name), flush=True)
+        except Exception:
+            traceback.print_exc()
+            print("kiln: the metadata hook failed (the proof checks the wheel)", flush=True)
+    with open(os.path.join(meta, "ready.part"), "w") as fh:
+        fh.write(name)
+    os.replace(os.path.join(meta, "ready.part"), os.path.join(meta, "ready"))
+    verdict = os.path.join(meta, "verdict")
+    while not os.path.exists(verdict):
+        time.sleep(0.05)
+    with open(verdict) as fh:
+        said = fh.read().strip()
+    if said != "go":
+        print("kiln: stopped before the compile: " + said, flush=True)
+        sys.exit(%d)
+print("kiln: built " + backend.build_wheel(out), flush=True)
 """
-HOOK = _BACKEND + 'print("kiln: built " + backend.build_wheel(out), flush=True)\n'
-
-# The wheel's metadata alone (seconds: setup.py runs, nothing compiles), so what the wheel
-# will require is known before the compile. Exit 3: the backend has no such hook (PEP 517
-# lets it leave it out; then only the built wheel says).
-METADATA_HOOK = (
-    _BACKEND
-    + """\
-hook = getattr(backend, "prepare_metadata_for_build_wheel", None)
-if hook is None:
-    print("kiln: the backend has no prepare_metadata_for_build_wheel hook", flush=True)
-    sys.exit(3)
-print("kiln: metadata " + os.path.join(out, hook(out)), flush=True)
-"""
-)
-NO_METADATA_HOOK = 3
+STOPPED = 75  # the hook's exit code where kiln refused the wheel before its compile
+HOOK %= STOPPED
+READY = "ready"  # in METADATA_DIR: the .dist-info's name, "" where none was written
+VERDICT = "verdict"  # in METADATA_DIR: "go", else why the build stops
 
 
 def backend_of(tree: Path) -> tuple[str, list[str]] | None:
@@ -69,20 +90,13 @@ def backend_of(tree: Path) -> tuple[str, list[str]] | None:
     return str(system.get("build-backend", LEGACY_BACKEND)), list(system.get("backend-path", []))
 
 
-def command(python: str, tree: Path, out_dir: Path) -> list[str] | None:
-    """The argv that builds ``tree``'s wheel into ``out_dir`` through its backend, once."""
+def command(
+    python: str, tree: Path, out_dir: Path, metadata_dir: Path | None = None
+) -> list[str] | None:
+    """The argv that builds ``tree``'s wheel into ``out_dir`` through its backend, once
+    (its metadata first into ``metadata_dir``, where given, for kiln's verdict)."""
     found = backend_of(tree)
     if found is None:
         return None
     backend, paths = found
-    return [python, "-c", HOOK, backend, str(out_dir), *paths]
-
-
-def metadata_command(python: str, tree: Path, out_dir: Path) -> list[str] | None:
-    """The argv that writes ``tree``'s wheel metadata (a ``.dist-info`` folder) into
-    ``out_dir`` through its backend's ``prepare_metadata_for_build_wheel``."""
-    found = backend_of(tree)
-    if found is None:
-        return None
-    backend, paths = found
-    return [python, "-c", METADATA_HOOK, backend, str(out_dir), *paths]
+    return [python, "-c", HOOK, backend, str(out_dir), str(metadata_dir or ""), *paths]

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,13 +136,15 @@ def run(
     echo: bool = False,
     timeout: float | None = None,
     idle_timeout: float | None = None,
+    returns: Collection[int] = (),
 ) -> Result:
     """Run ``cmd``; return its combined stdout+stderr.
 
     ``log_file`` receives the command line and the full output (appended).
     ``echo`` also streams the output to stderr, line by line (long builds).
-    With ``check`` a non-zero exit raises ``error`` naming ``what`` (or the
-    command), the exit code, the output's last lines and the log path.
+    With ``check`` a non-zero exit (other than those in ``returns``, which the caller
+    reads itself) raises ``error`` naming ``what`` (or the command), the exit code, the
+    output's last lines and the log path.
     ``idle_timeout``: a command that prints nothing for that long is stalled: it is
     killed and ``error`` raised, whatever ``check`` says (a fetch whose server accepted
     the connection and then went silent would otherwise wait for ever).
@@ -206,7 +208,7 @@ def run(
             )
     finally:
         out.close()
-    if check and rc != 0:
+    if check and rc != 0 and rc not in returns:
         raise error(out.failure(what or line, rc, log_file), output=out.output)
     return Result(rc, out.output)
 

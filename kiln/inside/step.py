@@ -37,6 +37,9 @@ class StepSpec:
     # What this machine's pip CUDA offers (kiln.inside.kit.pipcuda.discover, from the
     # probe): the step makes the link-names folder from it before the build starts.
     pip_cuda: pipcuda.PipCuda | None = None
+    # A wheel step whose requirements kiln checks before its compile: the folder its
+    # metadata goes to, and kiln's verdict comes from (kiln.inside.pep517.HOOK).
+    metadata_dir: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -70,22 +73,41 @@ def clean_tree(tree: Path) -> None:
             shutil.rmtree(stale)
 
 
-def build_wheel(python: str, tree: Path, out_dir: Path, env: Mapping[str, str] | None) -> Path:
+def build_wheel(
+    python: str,
+    tree: Path,
+    out_dir: Path,
+    env: Mapping[str, str] | None,
+    metadata_dir: Path | None = None,
+) -> Path:
     """The tree's wheel, built in the tree with build isolation off: through its PEP 517
-    backend called once (:mod:`kiln.inside.pep517`), else ``pip wheel --no-build-isolation``;
-    returns the one wheel it made."""
+    backend called once (:mod:`kiln.inside.pep517`; its metadata first into
+    ``metadata_dir``, for kiln's verdict, where given), else ``pip wheel
+    --no-build-isolation``; returns the one wheel it made. Where kiln refused the
+    metadata, exits with :data:`pep517.STOPPED` (kiln's own screen says why)."""
     clean_tree(tree)
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
-    hook = pep517.command(python, tree, out_dir)
+    hook = pep517.command(python, tree, out_dir, metadata_dir)
     pip = [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir"]
     what = "the PEP 517 build_wheel hook" if hook else "pip wheel"
     argv = hook or [*pip, "--verbose", "--wheel-dir", str(out_dir), str(tree)]
-    proc.run(argv, cwd=tree, env=env, echo=True, what=what, error=BuildError)
+    if hook is None and metadata_dir is not None:  # no hook to wait: kiln checks nothing
+        _say_ready(metadata_dir)
+    stops = (pep517.STOPPED,) if hook is not None and metadata_dir is not None else ()
+    res = proc.run(argv, cwd=tree, env=env, echo=True, what=what, error=BuildError, returns=stops)
+    if res.returncode == pep517.STOPPED and stops:
+        raise SystemExit(pep517.STOPPED)
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if len(made) != 1:
         raise BuildError(f"{what} made {len(made)} wheels in {out_dir}, expected one")
     return made[0]
+
+
+def _say_ready(metadata_dir: Path) -> None:
+    """No metadata will come (``pip wheel`` runs): kiln's check has nothing to read."""
+    metadata_dir.mkdir(parents=True, exist_ok=True)
+    (metadata_dir / pep517.READY).write_text("")
 
 
 def _die_with_parent() -> None:
@@ -166,23 +188,6 @@ def _materialize(spec: StepSpec, env: Mapping[str, str] | None) -> None:
             raise failed from None
 
 
-def metadata(spec: StepSpec, out_dir: Path, env: Mapping[str, str] | None = None) -> None:
-    """The wheel's metadata, before the compile: the tree's PEP 517
-    ``prepare_metadata_for_build_wheel`` in the step's environment (setup.py runs, as in
-    the build; nothing compiles), its ``.dist-info`` written into ``out_dir``. Exits
-    with :data:`pep517.NO_METADATA_HOOK` where the backend has no such hook."""
-    _materialize(spec, env)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    hook = pep517.metadata_command(spec.python, Path(spec.tree), out_dir)
-    if hook is None:
-        raise SystemExit(pep517.NO_METADATA_HOOK)
-    res = proc.run(
-        hook, cwd=Path(spec.tree), env=env, echo=True, what="the PEP 517 metadata hook", check=False
-    )
-    if res.returncode:
-        raise SystemExit(res.returncode)
-
-
 def _run(spec: StepSpec, env: Mapping[str, str] | None) -> None:
     tree = Path(spec.tree)
     _materialize(spec, env)
@@ -197,4 +202,5 @@ def _run(spec: StepSpec, env: Mapping[str, str] | None) -> None:
             error=BuildError,
         )
     else:
-        build_wheel(spec.python, tree, Path(spec.out_dir), env)
+        meta = Path(spec.metadata_dir) if spec.metadata_dir else None
+        build_wheel(spec.python, tree, Path(spec.out_dir), env, meta)

@@ -4,32 +4,38 @@ require, held against the consumer environment install.sh makes; what its
 in-place build, the programs its own command runs (cmake, make), looked up where the
 step runs.
 
-The tree's PEP 517 metadata (``python -m kiln.inside metadata``: the backend's
-``prepare_metadata_for_build_wheel``, setup.py run as the build runs it, in the step's
-own environment and runner; seconds, nothing compiled) gives the wheel's
-``Requires-Dist``. They are held against what the consumer environment holds: the
-environment itself where it is made; else the pins of install.sh's requirements, where
-they answer (a whole lock, or pins naming every requirement); else the environment is
-made now, once (it is made for the import proof anyway). The import proof checks the
-same again after the build, on the wheel itself (kiln's torch pin included); this one
-finds it before minutes of compiling. A tree whose metadata cannot be read here (its
-backend has no metadata hook, or setup.py fails) is built as before: the build's own
-diagnosis explains a setup.py that fails.
+The tree's PEP 517 metadata gives the wheel's ``Requires-Dist``: the step writes it
+first, in the interpreter that then builds the wheel (the backend's
+``prepare_metadata_for_build_wheel``, in the step's own environment and runner; setup.py
+runs, nothing compiles), and waits while kiln checks (:class:`RequirementsCheck`). They
+are held against what the consumer environment holds: the environment itself where it
+is made; else the pins of install.sh's requirements, where they answer (a whole lock,
+or pins naming every requirement); else the environment is made now, once (it is made
+for the import proof anyway). The import proof checks the same again after the build,
+on the wheel itself (kiln's torch pin included); this one finds it before minutes of
+compiling. A tree whose metadata cannot be read (its backend has no metadata hook, or
+the hook fails) is built as before: the proof checks the wheel.
+
+Why in the step, not a process of its own before it: setup.py's start (torch imported,
+the link stub made) cost a second interpreter 4 CPU-seconds per step, 13 for the three
+public upstreams, before their first compile (process accounting of a cold build).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import shutil
-import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from kiln.errors import ConfigError
+from kiln import fsutil
+from kiln.errors import BuildError, ConfigError, KilnError
 from kiln.inside import pep517
 from kiln.orchestrate import importproof
 from kiln.orchestrate.context import Context, Step
@@ -38,44 +44,6 @@ from kiln.toolchain import consumerenv, vendortools
 from kiln.verify import buildsystem, imports
 
 log = logging.getLogger(__name__)
-
-
-def wheel_requires(ctx: Context, step: Step) -> list[str] | None:
-    """The ``Requires-Dist`` of the wheel ``step`` will build, read from its tree's
-    metadata; None where it cannot be read before the build (said in the log)."""
-    vendor = step.spec.vendor
-    spec_file = step.log_file.with_suffix(".step.json")
-    spec_file.write_text(step.spec.to_json())
-    scratch = ctx.opts.work / ".kiln-metadata"
-    scratch.mkdir(parents=True, exist_ok=True)
-    out = Path(tempfile.mkdtemp(prefix=f"{vendor}-", dir=scratch))
-    log_file = ctx.logs / f"{vendor}-metadata.log"
-    log_file.unlink(missing_ok=True)
-    try:
-        res = ctx.runner.run(
-            Command(
-                [step.spec.python, "-m", "kiln.inside", "metadata", spec_file, out],
-                Path(step.spec.tree),
-                step_env(step.env),
-                f"reading {vendor}'s wheel metadata",
-                log_file=log_file,
-                writable=[Path(step.spec.tree), out, ctx.logs],
-                mem_gib=step.mem_gib,
-                check=False,
-            )
-        )
-        found = sorted(out.glob("*.dist-info/METADATA"))
-        if res.returncode != 0 or len(found) != 1:
-            why = (
-                "its build backend has no metadata hook"
-                if res.returncode == pep517.NO_METADATA_HOOK
-                else f"the metadata hook exited {res.returncode} (log: {log_file})"
-            )
-            log.info("%s: requirements not checked before the compile: %s", vendor, why)
-            return None
-        return imports.requires_dist(found[0].read_text(encoding="utf-8", errors="replace"))
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def environment_versions(ctx: Context, names: list[str]) -> dict[str, str]:
@@ -95,30 +63,96 @@ def environment_versions(ctx: Context, names: list[str]) -> dict[str, str]:
     return consumerenv.distributions(env.site_packages())
 
 
-def check_requirements(ctx: Context, step: Step) -> None:
-    """Refuse the step before its compile when the wheel it builds requires what the
-    consumer environment does not hold (:class:`kiln.errors.ImportFailed`, the import
-    proof's ``requirements-unmet`` screen with the lines to add)."""
-    requires = wheel_requires(ctx, step)
-    if not requires:
-        return
+def unmet_requirements(ctx: Context, requires: list[str]) -> list[tuple[Requirement, str | None]]:
+    """What of ``requires`` (``Requires-Dist`` lines) the consumer environment does not
+    hold."""
     names: list[str] = []
     for text in requires:
         try:
             names.append(canonicalize_name(Requirement(text).name))
         except InvalidRequirement:
             continue
-    unmet = imports.unmet_requirements(requires, environment_versions(ctx, names))
-    if unmet:
-        vendor = step.spec.vendor
-        raise importproof.requirements_refused(
-            ctx, vendor, unmet, ctx.logs / f"{vendor}-metadata.log", before_compile=True
-        )
-    log.info(
-        "%s: the wheel's requirements (%s) are met where it lands: checked before the compile",
-        step.spec.vendor,
-        ", ".join(requires),
-    )
+    return imports.unmet_requirements(requires, environment_versions(ctx, names))
+
+
+class RequirementsCheck:
+    """The wheel's ``Requires-Dist`` held against the consumer environment while its step
+    waits, before its compile (a context manager around the step's run).
+
+    The step writes the tree's metadata first, in the interpreter that then builds the
+    wheel (:data:`kiln.inside.pep517.HOOK`: one setup.py start and one torch import for
+    both), names its ``.dist-info`` in ``METADATA_DIR/ready`` and waits for the verdict
+    this check writes: ``go``, or why it stops. A thread here waits for ``ready`` (or
+    for the step's end: a step that failed before it has its own error) and checks. A
+    refusal is raised by :meth:`refusal` once the step has stopped: the import proof's
+    ``requirements-unmet`` screen, with the lines to add."""
+
+    def __init__(self, ctx: Context, step: Step) -> None:
+        self.ctx, self.step = ctx, step
+        self.folder = Path(step.spec.out_dir) / ".kiln-metadata"
+        self._ended = threading.Event()
+        self._unmet: list[tuple[Requirement, str | None]] = []
+        self._error: KilnError | None = None
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="requirements")
+
+    def __enter__(self) -> Step:
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        self._thread.start()
+        spec = dataclasses.replace(self.step.spec, metadata_dir=str(self.folder))
+        return dataclasses.replace(self.step, spec=spec)
+
+    def __exit__(self, *exc: object) -> None:
+        self._ended.set()
+        self._thread.join()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _watch(self) -> None:
+        ready = self.folder / pep517.READY
+        while not ready.is_file():
+            if self._ended.wait(0.05):
+                return
+        verdict = "go"
+        try:
+            verdict = self._check(ready.read_text().strip())
+        except KilnError as exc:  # the consumer environment could not be made, say
+            self._error, verdict = exc, str(exc).splitlines()[0]
+        except Exception as exc:  # never a step left waiting for ever
+            self._error = BuildError(f"checking {self.step.spec.vendor}'s requirements: {exc!r}")
+            verdict = str(self._error)
+        fsutil.write_atomic(self.folder / pep517.VERDICT, verdict)
+
+    def _check(self, name: str) -> str:
+        vendor = self.step.spec.vendor
+        if not name:
+            log.info("%s: requirements not checked before the compile: no metadata", vendor)
+            return "go"
+        meta = self.folder / name / "METADATA"
+        requires = imports.requires_dist(meta.read_text(encoding="utf-8", errors="replace"))
+        self._unmet = unmet_requirements(self.ctx, requires) if requires else []
+        if self._unmet:
+            return "the wheel requires what the consumer environment does not hold"
+        if requires:
+            log.info(
+                "%s: the wheel's requirements (%s) are met where it lands: checked before "
+                "the compile",
+                vendor,
+                ", ".join(requires),
+            )
+        return "go"
+
+    def refusal(self) -> KilnError | None:
+        """Why this check stopped the step, once it has ended; None where it did not."""
+        self._ended.set()
+        self._thread.join()
+        if self._error is not None:
+            return self._error
+        if self._unmet:
+            vendor = self.step.spec.vendor
+            return importproof.requirements_refused(
+                self.ctx, vendor, self._unmet, self.step.log_file, before_compile=True
+            )
+        return None
 
 
 def check_build_system(ctx: Context, step: Step) -> None:

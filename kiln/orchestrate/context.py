@@ -9,13 +9,13 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.config.workspace import Workspace
-from kiln.errors import BuildError
+from kiln.errors import BuildError, KilnError
 from kiln.inside.step import StepSpec
 from kiln.orchestrate import failure, fixcheck, progress
 from kiln.orchestrate.options import Options
@@ -131,8 +131,12 @@ def timed(timings: dict[str, float], step: str) -> Iterator[None]:
                 pass  # a report's input: never a reason to fail the build
 
 
-def run_step(ctx: Context, step: Step) -> None:
-    """``python -m kiln.inside step SPEC`` through the runner (here, or in the container)."""
+def run_step(
+    ctx: Context, step: Step, refused: Callable[[], KilnError | None] | None = None
+) -> None:
+    """``python -m kiln.inside step SPEC`` through the runner (here, or in the container).
+    ``refused``: where the step failed, kiln's own reason to have stopped it, if any
+    (:mod:`kiln.orchestrate.beforecompile`), said instead of the build's failure."""
     spec_file = step.log_file.with_suffix(".step.json")
     spec_file.write_text(step.spec.to_json())
     tree, out_dir = Path(step.spec.tree), Path(step.spec.out_dir)
@@ -159,6 +163,9 @@ def run_step(ctx: Context, step: Step) -> None:
             )
         )
     except BuildError as exc:
+        reason = refused() if refused is not None else None
+        if reason is not None:
+            raise reason from None
         raise failure.explain(
             exc,
             step.spec.vendor,

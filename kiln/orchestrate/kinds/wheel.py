@@ -36,10 +36,12 @@ class WheelKind:
         applied, timings = job.applied, job.timings
         with timed(timings, "verify"):  # seconds, before minutes of compiling
             beforecompile.check_build_system(ctx, step)
-            if ctx.opts.import_proof:
-                beforecompile.check_requirements(ctx, step)
         with timed(timings, "build"):
-            run_step(ctx, step)
+            if ctx.opts.import_proof:  # the step waits for it before its compile
+                with (check := beforecompile.RequirementsCheck(ctx, step)) as waiting:
+                    run_step(ctx, waiting, check.refusal)
+            else:
+                run_step(ctx, step)
         made = sorted(Path(step.spec.out_dir).glob("*.whl"))
         if len(made) != 1:
             raise BuildError(
