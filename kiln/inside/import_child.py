@@ -59,6 +59,9 @@ class ProveSpec(TypedDict):
     work: str
     out: NotRequired[str]  # where main() writes the results (:class:`Proved`, as JSON)
     jobs: NotRequired[int]  # at once (default: the CPUs)
+    # Where the imports read and write their bytecode (``-X pycache_prefix``): the
+    # consumer environment is made without it and stays read-only here.
+    pycache: NotRequired[str | None]
 
 
 class TorchFacts(TypedDict, total=False):
@@ -144,17 +147,24 @@ def stub_folder(work: Path, cuda_home: str | None) -> tuple[Path, str]:
 
 def _environment(stub: Path | None) -> dict[str, str]:
     env = {k: os.environ[k] for k in KEPT if k in os.environ}
-    env.update({"LD_BIND_NOW": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+    env.update({"LD_BIND_NOW": "1", "PYTHONUNBUFFERED": "1"})
     if stub is not None:
         env["LD_LIBRARY_PATH"] = str(stub)
     return env
 
 
 def import_one(
-    python: str, module: ModuleSpec, env: dict[str, str], timeout_s: float, cwd: Path
+    python: str,
+    module: ModuleSpec,
+    env: dict[str, str],
+    timeout_s: float,
+    cwd: Path,
+    pycache: str | None = None,
 ) -> Imported:
-    """One module imported in a process of its own; its result."""
-    argv = [python, "-I", "-c", IMPORT_CODE, module["name"], *module.get("preload", [])]
+    """One module imported in a process of its own; its result. ``pycache``: the folder
+    its bytecode is read from and written to (``-I`` ignores ``PYTHON*`` variables)."""
+    prefix = ["-X", f"pycache_prefix={pycache}"] if pycache else []
+    argv = [python, "-I", *prefix, "-c", IMPORT_CODE, module["name"], *module.get("preload", [])]
     started = time.monotonic()
     try:
         res = proc.run(argv, cwd=cwd, env=env, check=False, timeout=timeout_s)
@@ -198,7 +208,9 @@ def run(spec: ProveSpec) -> Proved:
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(
             pool.map(
-                lambda m: import_one(spec["python"], m, env, float(spec["timeout_s"]), work),
+                lambda m: import_one(
+                    spec["python"], m, env, float(spec["timeout_s"]), work, spec.get("pycache")
+                ),
                 modules,
             )
         )

@@ -649,7 +649,9 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
             work=str(root / "work"),
             out=str(out_file),
             jobs=ctx.budget.cpus,
+            pycache=str(env.pycache),
         )
+        env.pycache.mkdir(parents=True, exist_ok=True)
         spec_file.write_text(json.dumps(spec))
         found = import_child.Proved(driver="found" if driver else "none", modules=[])
         if todo:
@@ -660,7 +662,7 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
                 log_file,
                 kiln=True,
                 cwd=root,
-                writable=[root],
+                writable=[root, env.pycache],
                 readonly=[env.root],
             )
             # the child's results, as import_child.run made them

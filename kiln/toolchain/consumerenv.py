@@ -13,8 +13,11 @@ builder container for the Docker runner), and reuses it. uv installs them
 (:mod:`kiln.toolchain.uvtool`: hard links from one cache, so torch's 5 GB are on disk
 once; measured by ``benchmarks/consumerenv.py``: 20 s the first time, 11 s for another
 environment of a cached lock, most of it compiling bytecode, where pip took 70 s and
-5 GB for each); the files are the wheels' own, their hashes checked as pip
-checks them. Where kiln's uv is missing, pip makes it.
+5 GB for each), linked from the uv cache that filled the build venv where there is one
+(:func:`kiln.toolchain.uvtool.shared_cache`); the files are the wheels' own, their
+hashes checked as pip checks them. Where kiln's uv is missing, pip makes it. uv
+compiles no bytecode here: the proofs compile what they import, once, beside the
+environment (:attr:`ConsumerEnv.pycache`).
 
 Each proof then puts one wheel (or one unpacked tree) into a small venv of its own
 that sees this one's packages after its own (:func:`overlay_pth`), so the shared
@@ -83,6 +86,14 @@ class ConsumerEnv:
     uv_cache: Path | None = None  # the uv cache it links from; None: its folder's own
 
     @property
+    def pycache(self) -> Path:
+        """Where the import proofs keep this environment's bytecode: made without it
+        (compiling all of torch's 4,000 modules cost 20 CPU-seconds beside the compiles
+        of a cold build), the proofs compile what they import, once, into this folder
+        beside it (``-X pycache_prefix``), and the environment stays read-only."""
+        return self.root.parent / f"{self.root.name}.pycache"
+
+    @property
     def links_from(self) -> Path:
         """The uv cache the requirements are linked from (:mod:`kiln.toolchain.uvtool`)."""
         return self.uv_cache or uvtool.cache_of(self.root.parent)
@@ -123,6 +134,7 @@ class ConsumerEnv:
                 self.links_from,
                 settings,
                 [*self.pip_args, "-r", requirements],
+                bytecode=False,
             )
         else:
             install = [str(self.python), "-m", "pip", "install", *PIP_QUIET, *self.pip_args]

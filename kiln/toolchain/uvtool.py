@@ -43,12 +43,17 @@ def installer(uv: str | None) -> str:
 
 
 def install_command(
-    uv: str, python: Path, cache: Path, settings: pipconfig.UvSettings, args: list[str]
+    uv: str,
+    python: Path,
+    cache: Path,
+    settings: pipconfig.UvSettings,
+    args: list[str],
+    bytecode: bool = True,
 ) -> list[str]:
     """``uv pip install ARGS`` into the venv of ``python``, linking from the uv cache
     ``cache`` (:func:`cache_of`, :func:`shared_cache`), with pip's settings (never a
-    uv.toml of the machine's: ``--no-config``) and bytecode compiled as pip compiles it
-    (imports read ``.pyc``, not the sources)."""
+    uv.toml of the machine's: ``--no-config``) and, with ``bytecode``, every module's
+    bytecode compiled as pip compiles it (imports read ``.pyc``, not the sources)."""
     return [
         uv,
         "pip",
@@ -61,7 +66,7 @@ def install_command(
         str(cache),
         "--link-mode",
         "hardlink",
-        "--compile-bytecode",
+        *(["--compile-bytecode"] if bytecode else []),
         *settings.args,
         *args,
     ]

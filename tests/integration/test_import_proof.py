@@ -284,3 +284,8 @@ def test_a_cold_caches_consumer_environment_links_torch_from_the_build_venvs_uv_
     theirs = sorted(build_python.parent.parent.glob("lib/python3*/site-packages/torch/__init__.py"))
     assert made[0].stat().st_ino == theirs[0].stat().st_ino
     assert not (cache / "envs" / ".uv-cache").exists()
+    # no bytecode compiled for all of it: the proof's imports keep theirs beside it
+    env = made[0].parents[4]
+    assert not (made[0].parent / "__pycache__").exists()
+    kept = sorted(Path(f"{env}.pycache").rglob("*.pyc"))
+    assert any(p.parent.name == "landing" for p in kept), kept[:5]

@@ -95,19 +95,28 @@ def _verdict_after_ready(meta: Path, verdict: str) -> threading.Thread:
     return thread
 
 
+def _hook_with_verdict(
+    tmp_path: Path, verdict: str, backend: str = COUNTING
+) -> tuple[subprocess.CompletedProcess[str], Path, Path, Path]:
+    """The hook run with a metadata folder, kiln's ``verdict`` given once it is ready:
+    (its result, the tree, the wheel folder, the metadata folder)."""
+    tree, out, meta = _counting_tree(tmp_path, backend), tmp_path / "out", tmp_path / "meta"
+    out.mkdir()
+    meta.mkdir()
+    answer = _verdict_after_ready(meta, verdict)
+    argv = pep517.command(sys.executable, tree, out, meta)
+    assert argv is not None
+    res = subprocess.run(argv, cwd=tree, capture_output=True, text=True, check=False, timeout=60)
+    answer.join()
+    return res, tree, out, meta
+
+
 def test_with_a_metadata_folder_the_same_interpreter_writes_metadata_then_waits_to_build(
     tmp_path: Path,
 ) -> None:
     """The metadata first, named in ``ready``; the wheel only once kiln said go: both
     hooks in one interpreter (one setup.py start, one torch import)."""
-    tree, out, meta = _counting_tree(tmp_path), tmp_path / "out", tmp_path / "meta"
-    out.mkdir()
-    meta.mkdir()
-    answer = _verdict_after_ready(meta, "go")
-    argv = pep517.command(sys.executable, tree, out, meta)
-    assert argv is not None
-    res = subprocess.run(argv, cwd=tree, capture_output=True, text=True, check=False, timeout=60)
-    answer.join()
+    res, tree, out, meta = _hook_with_verdict(tmp_path, "go")
     assert res.returncode == 0, res.stdout + res.stderr
     assert (meta / pep517.READY).read_text() == "demo-1.0.dist-info"
     assert (meta / "demo-1.0.dist-info" / "METADATA").is_file()
@@ -116,14 +125,7 @@ def test_with_a_metadata_folder_the_same_interpreter_writes_metadata_then_waits_
 
 
 def test_a_refusing_verdict_stops_the_hook_before_build_wheel(tmp_path: Path) -> None:
-    tree, out, meta = _counting_tree(tmp_path), tmp_path / "out", tmp_path / "meta"
-    out.mkdir()
-    meta.mkdir()
-    answer = _verdict_after_ready(meta, "the wheel requires what is not there")
-    argv = pep517.command(sys.executable, tree, out, meta)
-    assert argv is not None
-    res = subprocess.run(argv, cwd=tree, capture_output=True, text=True, check=False, timeout=60)
-    answer.join()
+    res, tree, out, _ = _hook_with_verdict(tmp_path, "the wheel requires what is not there")
     assert res.returncode == pep517.STOPPED, res.stdout + res.stderr
     assert "kiln: stopped before the compile: the wheel requires what is not there" in res.stdout
     assert (tree / "calls.log").read_text() == "metadata\n"
@@ -132,14 +134,7 @@ def test_a_refusing_verdict_stops_the_hook_before_build_wheel(tmp_path: Path) ->
 
 def test_a_backend_without_the_metadata_hook_says_ready_with_no_metadata(tmp_path: Path) -> None:
     backend = COUNTING.replace("def prepare_metadata_for_build_wheel", "def _no_metadata_hook")
-    tree, out, meta = _counting_tree(tmp_path, backend), tmp_path / "out", tmp_path / "meta"
-    out.mkdir()
-    meta.mkdir()
-    answer = _verdict_after_ready(meta, "go")
-    argv = pep517.command(sys.executable, tree, out, meta)
-    assert argv is not None
-    res = subprocess.run(argv, cwd=tree, capture_output=True, text=True, check=False, timeout=60)
-    answer.join()
+    res, tree, _, meta = _hook_with_verdict(tmp_path, "go", backend)
     assert res.returncode == 0, res.stdout + res.stderr
     assert (meta / pep517.READY).read_text() == ""
     assert "kiln: the backend has no prepare_metadata_for_build_wheel hook" in res.stdout

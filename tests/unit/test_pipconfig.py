@@ -100,7 +100,7 @@ def test_uv_installs_with_hardlinks_from_a_cache_beside_the_environments(tmp_pat
     assert install[install.index("--cache-dir") + 1] == str(tmp_path / "envs" / ".uv-cache")
     assert install[install.index("--link-mode") + 1] == "hardlink"
     assert "--require-hashes" in install and "--no-index" in install
-    assert "--compile-bytecode" in install and "--no-config" in install
+    assert "--compile-bytecode" not in install and "--no-config" in install  # the proofs do
 
 
 def test_pip_installs_where_kiln_has_no_uv(tmp_path: Path) -> None:
