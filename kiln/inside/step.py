@@ -96,8 +96,8 @@ def build_wheel(
         _say_ready(metadata_dir)
     stops = (pep517.STOPPED,) if hook is not None and metadata_dir is not None else ()
     res = proc.run(argv, cwd=tree, env=env, echo=True, what=what, error=BuildError, returns=stops)
-    if res.returncode == pep517.STOPPED and stops:
-        raise SystemExit(pep517.STOPPED)
+    if res.returncode in stops:
+        raise SystemExit(res.returncode)
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if len(made) != 1:
         raise BuildError(f"{what} made {len(made)} wheels in {out_dir}, expected one")
