@@ -426,9 +426,12 @@ class Build(Strict):
     )
     mem_per_job_gib: Annotated[float, Field(gt=0)] = Field(
         4.0,
-        description="Estimated peak memory of one compile job (one nvcc thread) in GiB, "
-        "for scheduling; replaced by the last run's measured peak once there is one (most "
-        "translation units stay under 2.5 GiB, large CUTLASS ones near 9).",
+        description="Estimated peak memory of one compile in GiB, with its nvcc threads "
+        "and over all its processes (nvcc with `--threads 2` runs two `cicc` at once), as "
+        "kiln measures it: what a compile reserves at the compile gate until kiln has "
+        "seen or learned what units of its kind take (most translation units stay under "
+        "2.5 GiB, large CUTLASS ones near 9 per thread). kiln says once when a build "
+        "measured it far off.",
         examples=[9.5],
     )
     after: list[str] = Field(

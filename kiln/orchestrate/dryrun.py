@@ -450,8 +450,8 @@ def render(p: DryRun) -> str:
             f"  {jobs}{threads}; {units} units ({v.units_from}"
             + ("" if known else ": counted once fetched")
             + "); "
-            f"{s.mem_per_job_gib:g} GiB per compile ({s.estimate_source}), "
-            f"gate reserves {s.gate_mem_gib:g} GiB",
+            f"{s.mem_per_job_gib:g} GiB per compile, its nvcc threads included "
+            f"({s.estimate_source})",
         ]
         lines += [f"  would fetch {f}" for f in v.sources.fetch] or ["  nothing to fetch"]
     preflight_refused = any(x.stage == "preflight" for x in p.refusals)

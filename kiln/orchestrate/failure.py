@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import cast
 
 from kiln.errors import BuildError, FailureRecord
+from kiln.inside.causes.resources import OOM_FIX
 from kiln.orchestrate import fixcheck, github
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def explain(
         record["cause"] = {
             "row": "out-of-memory",
             "cause": str(exc).splitlines()[0],
-            "fix": "lower --jobs or raise the limit (build.mem_per_job_gib or --mem-limit)",
+            "fix": OOM_FIX,
         }
         _write(path, record, log_file)
         return exc

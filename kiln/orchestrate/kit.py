@@ -27,6 +27,7 @@ KIT_FILES = (
     "rebuild.py",
     "ninjaorder.py",
     "unitsize.py",
+    "treemem.py",
 )
 WRAPPERS = {"gcc": "KILN_REAL_CC", "g++": "KILN_REAL_CXX", "nvcc": "KILN_REAL_NVCC"}
 WRAPPER_DEFAULTS = {"gcc": "gcc", "g++": "g++", "nvcc": "nvcc"}

@@ -137,6 +137,34 @@ class Release:
     manifest: Manifest
     built: tuple[str, ...]  # the vendors this run built (the timings report's)
     bound_line: str  # what bounded the build, for the summary
+    cache_line: str = ""  # what the compiler cache answered, for the summary
+
+
+def cache_line(entries: dict[str, VendorEntry]) -> str:
+    """The compiler cache's answers of the vendors this run compiled, one line: hits and
+    misses in all and per vendor ("" where none compiled through a compiler cache)."""
+    counts = {
+        name: (e.caches.compiler.hits or 0, e.caches.compiler.misses or 0)
+        for name, e in sorted(entries.items())
+        if e.caches is not None
+        and e.caches.compiler is not None
+        and e.caches.compiler.tool
+        and e.caches.compiler.hits is not None
+    }
+    if not counts:
+        return ""
+    tools = sorted(
+        {
+            e.caches.compiler.tool
+            for e in entries.values()
+            if e.caches and e.caches.compiler and e.caches.compiler.tool
+        }
+    )
+    hits, misses = sum(h for h, _ in counts.values()), sum(m for _, m in counts.values())
+    each = ", ".join(f"{n} {h}/{m}" for n, (h, m) in counts.items())
+    return (
+        f"compiler cache ({', '.join(tools)}): {hits} hits, {misses} misses (hits/misses: {each})"
+    )
 
 
 def load(opts: Options, stack: contextlib.ExitStack | None = None) -> Loaded:
@@ -565,7 +593,14 @@ def write_release(built: Built, stack: contextlib.ExitStack | None = None) -> Re
         log.info("signed: %s (key %s)", envelope.name, head.signing.keyid[:16])
     if head.opts.save_learned:
         learned.save(head.ws.root, head.peaks, list(head.selected))
-    return Release(head, stage, m, tuple(sorted(built.entries)), bound.describe(limit, paths))
+    return Release(
+        head,
+        stage,
+        m,
+        tuple(sorted(built.entries)),
+        bound.describe(limit, paths),
+        cache_line(fresh),
+    )
 
 
 def _path_figures(used: Schedule) -> bound.PathFigures:
@@ -644,7 +679,9 @@ def timings_report(head: Header, logs: Path, done: Release | None) -> None:
         log.warning("timings: no report: %s", exc)
 
 
-def summarize(display: progress.Display, bound_line: str) -> None:
-    """The summary table, where any step started (with what bounded the build, once known)."""
+def summarize(display: progress.Display, release: Release | None) -> None:
+    """The summary table, where any step started (with what bounded the build and what
+    the compiler cache answered, once known)."""
     if any(s.state != "queued" for s in display.steps.values()):
-        display.print_summary(bound_line)
+        lines = [release.bound_line, release.cache_line] if release is not None else []
+        display.print_summary(*[line for line in lines if line])

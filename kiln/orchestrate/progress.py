@@ -150,17 +150,17 @@ class Display:
             table.add_row(*(Text(cell) for cell in row))  # text, not rich markup
         return table
 
-    def print_summary(self, bound_line: str = "") -> None:
-        """The summary table, and below it ``bound_line`` (what bounded the build: a
-        build that released has one)."""
+    def print_summary(self, *lines: str) -> None:
+        """The summary table, and below it ``lines`` (a build that released has what
+        bounded it, and what the compiler cache answered), each one line for grep."""
         console = self.console if self.live else Console(file=sys.stderr, width=100)
         console.print(self.summary())
-        if bound_line:
-            console.print(Text(bound_line), soft_wrap=True)  # one line, for grep
+        for line in lines:
+            console.print(Text(line), soft_wrap=True)
         github.write_step_summary(
             "kiln build summary",
             self.SUMMARY_COLUMNS,
             self.summary_rows(),
             self.failures(),
-            bound_line,
+            "\n\n".join(lines),
         )

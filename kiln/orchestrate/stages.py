@@ -90,7 +90,7 @@ def build(opts: Options) -> Path:
             raise
         finally:
             if prepared is not None:
-                pipeline.summarize(prepared.ctx.display, release.bound_line if release else "")
+                pipeline.summarize(prepared.ctx.display, release)
         assert isinstance(value, Path) and release is not None and prepared is not None
         if timings:
             pipeline.timings_report(prepared.head, prepared.ctx.logs, release)

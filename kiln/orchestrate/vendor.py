@@ -174,16 +174,15 @@ def _measured(ctx: Context, vendor: Vendor, logs: StepLogs) -> schedule.Measured
     pipeline merges it into the store once the steps are done."""
     stats = jobs.job_stats(logs.jobs)
     ran = schedule.summarize_jobs(stats)
-    cc = compilercache.read_stats(logs.ccache)
     tail = schedule.learned_tail(stats)
     # sccache compiles in its server, not below kiln's wrapper: the wrapper's figures are
     # sccache's client's, nothing to learn a unit's memory or CPU from.
+    # (ccache's hits are records of their own: only what compiled is learned from)
     learns = ctx.ccache.tool != "sccache" or not ctx.ccache.enabled
-    if learns and ran["compiles"] and (not ctx.ccache.enabled or cc["misses"]):
+    if learns and ran["compiles"]:
         if ran["peak_job_gib"] <= 0:
             return None
-        units = schedule.learned_units(stats) if not cc["hits"] else {}
-        return schedule.Measured(ran["peak_job_gib"], units, tail)
+        return schedule.Measured(ran["peak_job_gib"], schedule.learned_units(stats), tail)
     if learns and tail:
         return schedule.Measured(None, None, tail)
     return None
@@ -326,8 +325,9 @@ def _environment(
         {
             "KILN_GATE_HINTS": str(hints),
             "KILN_GATE_DIR": str(ctx.gate),
-            # per nvcc thread: a compile reserves it times its own --threads
-            "KILN_GATE_MEM_GIB": str(choice.mem_per_job_gib),
+            # per compile: what a unit of a kind nothing was learned or seen of reserves
+            # (a learned step's figures are per unit, family and kind: KILN_GATE_HINTS)
+            "KILN_GATE_MEM_GIB": str(vendor.build.mem_per_job_gib),
             "KILN_JOB_STATS": str(logs.jobs),
             "KILN_STEP_MEM": str(logs.mem),
             "KILN_STEP_FAILURE": str(logs.failure),
@@ -398,7 +398,6 @@ def _build(
         fsutil.set_mtimes(tree, co.commit_time)
     choice = schedule.choose(vendor, tree, ctx.peaks, ctx.budget, ctx.ccache.remote_slots)
     setup = _environment(ctx, vendor, tree, co, choice)
-    container_gib = min(ctx.budget.mem_gib, choice.gate_mem_gib * choice.max_jobs + 1.0)
     b = vendor.build
     step = Step(
         StepSpec(
@@ -412,7 +411,9 @@ def _build(
         ),
         setup.env,
         ctx.logs / f"{vendor.name}-build.log",
-        ctx.opts.mem_limit_gib or max(container_gib, choice.gate_mem_gib),
+        # The step's limit guards the machine; the compile gate keeps what runs within
+        # the budget, a compile at a time, from what the compiles hold as they run.
+        ctx.opts.mem_limit_gib or ctx.budget.mem_gib,
     )
     step.log_file.unlink(missing_ok=True)
     detail = f"jobs {choice.max_jobs}" + (
@@ -436,6 +437,9 @@ def _build(
         outputs.extend(_patch_outputs(ctx, applied, stage))
         used, compiler = _measure(ctx, vendor, setup.logs, choice, timings)
         measured = _measured(ctx, vendor, setup.logs)
+        note = schedule.far_off_note(vendor, jobs.job_stats(setup.logs.jobs))
+        if note:
+            log.warning("%s", note)
         entry = VendorEntry(
             source=SourceInfo(
                 url=co.url,

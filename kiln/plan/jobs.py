@@ -18,15 +18,18 @@ class JobLine(TypedDict, total=False):
     source: str | None  # the unit, relative to the tree (None: a link or a probe)
     out: str | None  # the file it wrote, absolute (kiln/verify/wrapped.py looks for it)
     args_sha: str  # its command line's sha256 (16 hex digits): the same unit compiled again
-    result: str  # "compiled", "objcache-hit" or "other"
+    # "compiled"; "cache-hit" (ccache answered: nothing compiled), "objcache-hit";
+    # "oom-killed" (killed for memory beside others, then compiled again alone); "other"
+    result: str
     rc: int
-    rss_kib: int  # the run's largest process's peak
+    rss_kib: int  # the run's peak over its process tree (nvcc's threads included)
     cpu_s: float
     wall_s: float
     start: float  # epoch seconds, after the gate wait
     waited_s: float  # at the compile gate
     where: str  # "remote": an sccache-dist server ran it
     threads: int  # nvcc --threads, where more than one
+    cache: str  # the compiler cache's answer where ccache ran in front: "hit" or "miss"
 
 
 def job_stats(path: Path) -> list[JobLine]:

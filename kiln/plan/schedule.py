@@ -1,9 +1,11 @@
 """The build plan: how many compile jobs each step gets and how much memory the
 whole run may use.
 
-Parallelism is sized from memory, not cores. Each step has an estimated peak per
-compile job: the measured peak for the same recipe and archs (times a margin) when kiln
-has learned one (this cache's ``peaks.json``, or another build's learned data:
+Parallelism is sized from memory, not cores. Every memory figure is per compile, with
+its nvcc threads, over its whole process tree (what the compiler wrapper measures:
+``kiln/inside/kit/treemem.py``). Each step has an estimated peak per compile: the
+measured peak for the same recipe and archs (times a margin) when kiln has learned one
+(this cache's ``peaks.json``, or another build's learned data:
 ``kiln/orchestrate/learned.py``), else the recipe's ``mem_per_job_gib``. The run's budget is
 the memory available now minus a safety margin (``--mem-budget`` overrides) and its CPU
 slots the cores (``--jobs`` overrides). Every independent step starts at once with
@@ -19,7 +21,7 @@ import hashlib
 import json
 import os
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypedDict, cast
@@ -41,6 +43,7 @@ class LearnedEntry(TypedDict, total=False):
     peak_job_gib: float
     tail_cpu_s: float
     units: dict[str, dict[str, float]]  # per unit: cpu_s, rss_gib
+    memory: str  # "tree": per compile over its process tree; absent: its largest process
 
 
 class UnitHint(TypedDict):
@@ -53,6 +56,7 @@ class GateHints(TypedDict):
 
     units: dict[str, UnitHint]
     families: dict[str, UnitHint]
+    kinds: dict[str, UnitHint]  # by suffix: never one kind's figures for another kind
     default_cpu_s: float
     tail_cpu_s: float
 
@@ -63,6 +67,8 @@ class JobSummary(TypedDict):
     compiles: int
     compiles_remote: int
     objcache_hits: int
+    cache_hits: int
+    oom_reruns: int
     compile_cpu_s: float
     compile_wall_s: float
     gate_wait_s: float
@@ -73,6 +79,8 @@ GIB = 1024**3
 SAFETY_MARGIN_GIB = 1.0  # for kiln itself, the page cache and whatever else runs
 SAFETY_FRACTION = 0.10
 LEARNED_MARGIN = 1.25  # measured peaks vary between runs of the same compile
+TREE = "tree"  # LearnedEntry.memory: what this kiln measures (per compile, its process tree)
+FAR_OFF = 2.0  # a recipe's memory figure this many times off what was measured is said
 
 
 @dataclass(frozen=True)
@@ -162,7 +170,7 @@ class PeakStore:
         JSON kiln wrote; each figure is still checked where it is read."""
         entry = self.data.get(vendor.name)
         if isinstance(entry, dict) and entry.get("recipe") == recipe_fingerprint(vendor):
-            return cast(LearnedEntry, entry)
+            return per_compile(cast(LearnedEntry, entry), vendor)
         return None
 
     def adopt(
@@ -222,6 +230,7 @@ class PeakStore:
             "peak_job_gib": round(peak_job_gib, 3),
             "tail_cpu_s": round(tail, 1),
             "units": dict(sorted(known.items())),
+            "memory": TREE,
         }
 
     def merge(self, vendor: Vendor, measured: Measured) -> None:
@@ -267,15 +276,66 @@ class PeakStore:
             self.data = now
 
 
+def recipe_threads(vendor: Vendor) -> int:
+    """The most nvcc threads a unit of this recipe runs with (its cap, at most its archs)."""
+    b = vendor.build
+    return max(1, min(b.nvcc_threads or 1, max(len(b.archs), 1)))
+
+
+def per_compile(entry: LearnedEntry, vendor: Vendor) -> LearnedEntry:
+    """``entry`` with its memory figures per compile: an older kiln recorded each
+    compile's largest process (one of the ``cicc`` its nvcc threads run side by side), so
+    its CUDA units' figures are taken times the recipe's threads, the safe side; an
+    entry this kiln wrote is as it is."""
+    if entry.get("memory") == TREE:
+        return entry
+    threads = recipe_threads(vendor)
+    units = {
+        src: {**u, "rss_gib": round(float(u.get("rss_gib", 0.0)) * threads, 3)}
+        if src.endswith(".cu") and isinstance(u, dict)
+        else u
+        for src, u in (entry.get("units") or {}).items()
+    }
+    peak = entry.get("peak_job_gib")
+    out: LearnedEntry = {**entry, "units": units, "memory": TREE}
+    if isinstance(peak, int | float):
+        out["peak_job_gib"] = round(float(peak) * threads, 3)
+    return out
+
+
+def far_off_note(vendor: Vendor, stats: list[JobLine]) -> str | None:
+    """One sentence where the recipe's ``mem_per_job_gib`` is far (``FAR_OFF`` times) from
+    what this step's compiles measured per compile (None: near enough, or nothing
+    measured): the measured value, the unit, and the line that matches it."""
+    compiled = [
+        s for s in stats if s.get("result") == "compiled" and s.get("rc") == 0 and s.get("rss_kib")
+    ]
+    if not compiled:
+        return None
+    top = max(compiled, key=lambda s: s.get("rss_kib", 0))
+    measured = top.get("rss_kib", 0) / 2**20
+    figure = vendor.build.mem_per_job_gib
+    if measured <= 0 or (figure <= measured * FAR_OFF and measured <= figure * FAR_OFF):
+        return None
+    suggested = max(round(measured * LEARNED_MARGIN * 4) / 4, 0.25)
+    return (
+        f"{vendor.name}: build.mem_per_job_gib = {figure:g} GiB per compile, but its "
+        f"compiles took at most {measured:.2f} GiB ({top.get('source') or 'a compile'}, "
+        f"over its process tree); `mem_per_job_gib = {suggested:g}` in "
+        f"vendors/{vendor.name}.toml plans a first build by it (what was measured is "
+        f"learned and planned from already)"
+    )
+
+
 @dataclass(frozen=True)
 class Choice:
     """What the scheduler chose for one step (recorded in the manifest)."""
 
     max_jobs: int
     nvcc_threads: int | None  # None: the recipe does not let kiln set NVCC_THREADS
-    mem_per_job_gib: float  # the estimate per compile job at one nvcc thread
-    estimate_source: str  # "recipe", "learned" or "--mem-limit"
-    gate_mem_gib: float  # what one compile of this step reserves in the gate
+    mem_per_job_gib: float  # the estimate per compile, with its nvcc threads
+    estimate_source: str  # "recipe" or "learned"
+    gate_mem_gib: float  # what the step's heaviest compile reserves in the gate
     translation_units: int
 
     def to_json(self) -> dict[str, object]:
@@ -314,8 +374,8 @@ def check_fits(vendors: list[Vendor], peaks: PeakStore, budget: Budget) -> None:
 def step_slots(budget: Budget, lightest_gib: float, remote_slots: int = 0, threads: int = 1) -> int:
     """The most compiles one step can get at one moment: the run's CPU slots (a step
     alone gets them all) over the CPU slots one compile holds (its nvcc ``threads``),
-    fewer where the memory budget holds fewer of its lightest compile, plus the build
-    servers' slots (sccache-dist: no local CPU or memory).
+    fewer where the memory budget holds fewer of its lightest compile (per compile, with
+    its threads), plus the build servers' slots (sccache-dist: no local CPU or memory).
 
     Why not more: ninja offers MAX_JOBS units in its order (longest first) and they
     reach the gate within a second, in no set order; the first to arrive take the free
@@ -324,23 +384,20 @@ def step_slots(budget: Budget, lightest_gib: float, remote_slots: int = 0, threa
     longest: the build's wall (docs/performance.md)."""
     threads = max(threads, 1)
     by_cpu = max(budget.cpus // threads, 1)
-    per_compile = lightest_gib * threads
-    by_mem = int(budget.mem_gib // per_compile) if per_compile > 0 else by_cpu
+    by_mem = int(budget.mem_gib // lightest_gib) if lightest_gib > 0 else by_cpu
     return max(1, min(by_cpu, by_mem)) + max(remote_slots, 0)
 
 
-def nvcc_threads(vendor: Vendor, per_job: float, budget: Budget) -> int | None:
+def nvcc_threads(vendor: Vendor) -> int | None:
     """NVCC_THREADS for a recipe that lets kiln set it: the recipe's cap, no more than its
     archs (nvcc's threads compile the targets of one unit side by side). Each unit then
     runs with no more than its own targets (the compiler wrapper lowers ``--threads``
-    per unit) and reserves that many CPU slots and that much memory at the gate: the
-    figure depends on the recipe and the unit alone, never on this machine's cores, so
-    compiler-cache keys are the same on every builder."""
-    b = vendor.build
-    if b.nvcc_threads is None:
+    per unit) and reserves that many CPU slots at the gate: the figure depends on the
+    recipe and the unit alone, never on this machine's cores, so compiler-cache keys are
+    the same on every builder. Its memory figures are per compile, threads included."""
+    if vendor.build.nvcc_threads is None:
         return None
-    threads = max(1, min(b.nvcc_threads, max(len(b.archs), 1)))
-    return 1 if per_job * threads > budget.mem_gib else threads
+    return recipe_threads(vendor)
 
 
 def choose(
@@ -372,8 +429,7 @@ def choose(
         tus = len(learned_units)
     else:
         tus = units if units is not None else count_translation_units(tree)
-    threads = nvcc_threads(vendor, per_job, budget)
-    per_compile = per_job * (threads or 1)
+    threads = nvcc_threads(vendor)
     lightest = min(
         (
             float(u["rss_gib"]) * LEARNED_MARGIN
@@ -384,7 +440,7 @@ def choose(
     )
     slots = step_slots(budget, lightest, remote_slots, threads or 1)
     jobs = max(1, min(max(tus, 1) if known else slots, slots, b.max_jobs or slots))
-    return Choice(jobs, threads, per_job, source, round(per_compile, 3), tus)
+    return Choice(jobs, threads, per_job, source, round(per_job, 3), tus)
 
 
 def family(source: str) -> str:
@@ -393,17 +449,38 @@ def family(source: str) -> str:
     return f"{posixpath.dirname(source)}/*{posixpath.splitext(source)[1]}"
 
 
+def _grouped(out: dict[str, UnitHint], key: Callable[[str], str]) -> dict[str, UnitHint]:
+    """The units' hints by ``key``: the mean CPU time and the largest reservation."""
+    grouped: dict[str, list[UnitHint]] = {}
+    for src, u in out.items():
+        grouped.setdefault(key(src), []).append(u)
+    return {
+        name: UnitHint(
+            cpu_s=round(sum(u["cpu_s"] for u in members) / len(members), 3),
+            mem_gib=max(u["mem_gib"] for u in members),
+        )
+        for name, members in sorted(grouped.items())
+    }
+
+
+def kind(source: str) -> str:
+    """A unit's kind: its suffix (the compile gate's ``kind_of``)."""
+    return posixpath.splitext(source)[1]
+
+
 def gate_hints(vendor: Vendor, peaks: PeakStore) -> GateHints:
     """What the compile gate learns of this step's units (``KILN_GATE_HINTS``): per unit
-    its CPU seconds and memory to reserve per nvcc thread (its learned peak times a
-    margin; the wrapper multiplies by the unit's threads); per family (``family``) the
-    mean CPU time and the largest reservation of its learned units, for units without
-    figures of their own; then the step's estimate and the mean CPU time of all known
-    units. ``tail_cpu_s``, the step's learned links, is added to each unit's priority:
-    the longest path from a compile to its step's end, as critical-path list scheduling
-    ranks jobs, so a step with a long link finishes its compiles early enough for that
-    link to run beside other steps' compiles instead of alone at the end (a 12 s link
-    after another step's last 7 s unit: docs/performance.md)."""
+    its CPU seconds and memory to reserve per compile (its learned peak over its process
+    tree, nvcc threads included, times a margin); per family (``family``) and per kind
+    (its suffix) the mean CPU time and the largest reservation of its learned units, for
+    units without figures of their own (a kind nothing was learned of gets the recipe's
+    guess: a step's C++ figures never stand in for its CUDA units); then the mean CPU
+    time of all known units. ``tail_cpu_s``, the step's learned links, is added to each
+    unit's priority: the longest path from a compile to its step's end, as
+    critical-path list scheduling ranks jobs, so a step with a long link finishes its
+    compiles early enough for that link to run beside other steps' compiles instead of
+    alone at the end (a 12 s link after another step's last 7 s unit:
+    docs/performance.md)."""
     units = peaks.units(vendor)
     out = {
         src: UnitHint(
@@ -413,20 +490,11 @@ def gate_hints(vendor: Vendor, peaks: PeakStore) -> GateHints:
         for src, u in units.items()
         if isinstance(u, dict) and u.get("rss_gib")
     }
-    grouped: dict[str, list[UnitHint]] = {}
-    for src, u in out.items():
-        grouped.setdefault(family(src), []).append(u)
-    families = {
-        name: UnitHint(
-            cpu_s=round(sum(u["cpu_s"] for u in members) / len(members), 3),
-            mem_gib=max(u["mem_gib"] for u in members),
-        )
-        for name, members in sorted(grouped.items())
-    }
     mean = sum(u["cpu_s"] for u in out.values()) / len(out) if out else 0.0
     return {
         "units": out,
-        "families": families,
+        "families": _grouped(out, family),
+        "kinds": _grouped(out, kind),
         "default_cpu_s": round(mean, 3),
         "tail_cpu_s": peaks.tail(vendor),
     }
@@ -480,6 +548,10 @@ def summarize_jobs(stats: list[JobLine]) -> JobSummary:
         # where kiln's gate sent them: build servers (sccache-dist), the rest ran here
         "compiles_remote": sum(1 for s in compiled if s.get("where") == "remote"),
         "objcache_hits": sum(1 for s in stats if s.get("result") == "objcache-hit"),
+        # the compiler cache's (ccache) answers, per compile: a hit compiled nothing
+        "cache_hits": sum(1 for s in stats if s.get("result") == "cache-hit"),
+        # compiles the kernel killed for memory, compiled again alone
+        "oom_reruns": sum(1 for s in stats if s.get("result") == "oom-killed"),
         "compile_cpu_s": round(sum(s.get("cpu_s", 0.0) for s in compiled), 3),
         "compile_wall_s": round(sum(s.get("wall_s", 0.0) for s in compiled), 3),
         "gate_wait_s": round(sum(s.get("waited_s", 0.0) for s in stats), 3),

@@ -270,10 +270,19 @@ class Schedule(Model):
     compiles: int | None = None
     compiles_remote: int | None = Field(None, description="of them, run by sccache-dist servers")
     objcache_hits: int | None = None
+    cache_hits: int | None = Field(
+        default=None, description="compiles the compiler cache (ccache) answered: none compiled"
+    )
+    oom_reruns: int | None = Field(
+        default=None,
+        description="compiles the kernel killed for memory beside others, compiled again alone",
+    )
     compile_cpu_s: float | None = None
     compile_wall_s: float | None = None
     gate_wait_s: float | None = None
-    peak_job_gib: float | None = None
+    peak_job_gib: float | None = Field(
+        default=None, description="the step's largest compile, over its process tree"
+    )
     peak_rss_gib: float | None = None
     longest_unit: str | None = Field(
         default=None, description="the unit that took the longest here (its path in the tree)"
@@ -292,7 +301,10 @@ class Schedule(Model):
 
 class LearnedUnit(Model):
     cpu_s: float = Field(description="CPU seconds of its compile")
-    rss_gib: float = Field(description="peak RSS of its largest process (one nvcc thread)")
+    rss_gib: float = Field(
+        description="its compile's peak memory over its process tree, nvcc threads included "
+        "(an older kiln's: its largest process)"
+    )
 
 
 class LearnedVendor(Model):
@@ -304,12 +316,21 @@ class LearnedVendor(Model):
         "they were learned with; figures of another recipe are never used"
     )
     archs: list[Arch] = Field(default_factory=list)
-    peak_job_gib: float = Field(description="the largest compile process of the step")
+    peak_job_gib: float = Field(
+        description="the step's largest compile: per compile, over its process tree ('tree'), "
+        "or its largest process (absent: an older kiln's)"
+    )
     tail_cpu_s: float = Field(
         default=0.0, description="CPU seconds of the step's links (what follows its last compile)"
     )
     units: dict[str, LearnedUnit] = Field(
         default_factory=dict, description="per translation unit, by its path in the tree"
+    )
+    memory: Literal["tree"] | None = Field(
+        default=None,
+        description="'tree': each memory figure is per compile, over its process tree (its "
+        "nvcc threads included); absent: an older kiln's figure of the compile's largest "
+        "process, taken times the recipe's threads for CUDA units",
     )
 
 

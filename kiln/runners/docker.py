@@ -28,7 +28,7 @@ from kiln.config.models import Profile
 from kiln.errors import BuildError, ConfigError, DockerUnavailable, ToolchainError
 from kiln.inside import proc
 from kiln.inside.facts import Facts
-from kiln.runners.memlimit import oom_error
+from kiln.runners.memlimit import absorbed, oom_error
 from kiln.runners.protocol import KILN_SRC, Command, parse_probe, probe_command, step_env
 from kiln.toolchain.checks import Toolchain, check_cuda
 from kiln.toolchain.provision import Provision
@@ -300,8 +300,10 @@ class DockerRunner:
                 )
             else:
                 container.remove(force=True)
-        if oom:
+        if oom and rc != 0:
             raise oom_error(what, mem_gib, log_file)
+        if oom:
+            absorbed(what, 1)
         if check and rc != 0:
             raise BuildError(out.failure(what, rc, log_file, where))
         return proc.Result(rc, out.output)

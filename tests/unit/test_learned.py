@@ -157,5 +157,6 @@ def test_the_new_fields_are_in_the_committed_schema() -> None:
         "peak_job_gib",
         "tail_cpu_s",
         "units",
+        "memory",
     }
     assert "critical_path_s" in defs["Schedule"]["properties"]

@@ -68,12 +68,12 @@ printf '%s\\n' "$@" >> "$REPORT.args"
 @pytest.mark.parametrize(
     ("gencodes", "threads"), [(GENCODE_90, 1), ([*GENCODE_90, *GENCODE_100], 2)]
 )
-def test_a_unit_reserves_its_threads_and_their_memory_at_the_gate(
+def test_a_unit_reserves_its_threads_and_its_memory_at_the_gate(
     tmp_path: Path, gencodes: list[str], threads: int
 ) -> None:
     """Through the real wrapper: a one-target unit of a step with NVCC_THREADS=2 runs
-    with --threads 1 and holds one CPU slot and one thread's memory; a two-target unit
-    two of each (before, every compile of the step held two)."""
+    with --threads 1 and holds one CPU slot; a two-target unit two (before, every compile
+    of the step held two). Its memory is its own figure, per compile, either way."""
     gate = tmp_path / "gate"
     compilegate.write_budget(gate, mem_gib=100.0, cpus=8)
     nvcc = tmp_path / "bin" / "nvcc"
@@ -98,7 +98,7 @@ def test_a_unit_reserves_its_threads_and_their_memory_at_the_gate(
         [sys.executable, str(Path(objcache.__file__)), *argv], cwd=tmp_path, env=env, check=True
     )
     held = json.loads((tmp_path / "report").read_text())
-    assert (held["cpus"], held["mem_gib"]) == (threads, 1.5 * threads)
+    assert (held["cpus"], held["mem_gib"]) == (threads, 1.5)
     got = (tmp_path / "report.args").read_text().split()
     assert got[got.index("--threads") + 1] == str(threads)
     (line,) = (tmp_path / "jobs").read_text().splitlines()
@@ -109,7 +109,8 @@ def test_a_unit_without_figures_of_its_own_is_planned_from_its_family(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A new file beside learned ones reserves what its family (its folder's units of
-    its suffix) took, not the step's heaviest unit; elsewhere the step's estimate."""
+    its suffix) took, not the step's heaviest unit; elsewhere its kind's largest; a kind
+    nothing was learned of (C++ beside learned CUDA units) the recipe's guess."""
     peaks = schedule.PeakStore(tmp_path / "peaks.json")
     v = _vendor()
     unit: JobLine = {"result": "compiled", "rc": 0}
@@ -122,46 +123,55 @@ def test_a_unit_without_figures_of_its_own_is_planned_from_its_family(
     hints = tmp_path / "hints.json"
     hints.write_text(json.dumps(schedule.gate_hints(v, peaks)))
     monkeypatch.setenv("KILN_GATE_HINTS", str(hints))
-    monkeypatch.setenv("KILN_GATE_MEM_GIB", "11.25")  # the step's: 9 GiB x the margin
-    assert compilegate.mem_per_thread("csrc/decode/new.cu") == 2.5  # its family's largest
+    monkeypatch.setenv("KILN_GATE_MEM_GIB", "3")  # the recipe's guess
+    monkeypatch.delenv("KILN_JOB_STATS", raising=False)
+    assert compilegate.mem_per_compile("csrc/decode/new.cu") == 2.5  # its family's largest
     assert compilegate.hinted_priority("csrc/decode/new.cu") == 30.0  # its family's mean
-    assert compilegate.mem_per_thread("csrc/other/new.cu") == 11.25  # no family: the step's
-    assert compilegate.mem_per_thread("csrc/fmha/bwd.cu") == 11.25  # its own
+    assert compilegate.mem_per_compile("csrc/other/new.cu") == 11.25  # its kind's largest
+    assert compilegate.mem_per_compile("csrc/fmha/bwd.cu") == 11.25  # its own
+    assert compilegate.mem_per_compile("csrc/api/api.cpp") == 3.0  # a kind never seen
 
 
 def test_a_first_build_reserves_what_the_units_family_took_in_this_build(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Nothing learned: a unit reserves the recipe's estimate until a compile of its
-    family finishes in this build, then that compile's peak times the margin; failed
-    compiles, other families and compiles sent to build servers teach nothing, and
-    learned data still comes first."""
+    """Nothing learned: a unit reserves the recipe's guess until a compile of its kind
+    finishes in this build, then the heaviest of its kind, then of its family, times the
+    margin; failed compiles, cache hits, compiles killed for memory, other kinds and
+    compiles sent to build servers teach nothing, and learned data still comes first."""
     stats = tmp_path / "step.jobs"
     monkeypatch.setenv("KILN_JOB_STATS", str(stats))
     monkeypatch.setenv("KILN_GATE_MEM_GIB", "9.5")
     monkeypatch.delenv("KILN_GATE_HINTS", raising=False)
-    assert compilegate.mem_per_thread("csrc/decode/inst/b.cu") == 9.5  # no file yet
+    assert compilegate.mem_per_compile("csrc/decode/inst/b.cu") == 9.5  # no file yet
     unit = {"result": "compiled", "rc": 0}
     lines = [
         {**unit, "source": "csrc/decode/inst/fp16.cu", "rc": 1, "rss_kib": 1 << 20},
-        {**unit, "source": "csrc/fmha/bwd.cu", "rss_kib": 9 << 20},
+        {**unit, "source": "csrc/decode/inst/fp32.cu", "result": "oom-killed", "rss_kib": 1},
+        {**unit, "source": "csrc/decode/inst/bf16.cu", "result": "cache-hit", "rss_kib": 1},
         {**unit, "source": "csrc/decode/inst/v32.cu", "rss_kib": 3 << 20, "where": "remote"},
+        {**unit, "source": "csrc/api.cpp", "rss_kib": 2 << 20},
         {"result": "other", "rc": 0, "source": "", "rss_kib": 5 << 20},
     ]
     stats.write_text("".join(json.dumps(r) + "\n" for r in lines) + "not json\n")
-    assert compilegate.mem_per_thread("csrc/decode/inst/b.cu") == 9.5  # nothing of its own
-    stats.write_text(
-        stats.read_text()
-        + json.dumps({**unit, "source": "csrc/decode/inst/a.cu", "rss_kib": 2 << 20})
-        + "\n"
-    )
-    assert compilegate.mem_per_thread("csrc/decode/inst/b.cu") == 2.0 * 1.25
-    assert compilegate.mem_per_thread("csrc/decode/other.cu") == 9.5  # another family
+    assert compilegate.mem_per_compile("csrc/decode/inst/b.cu") == 9.5  # no .cu of its own
+    assert compilegate.mem_per_compile("csrc/other.cpp") == 2.5  # a .cpp finished
+
+    def finished(source: str, gib: int) -> None:
+        stats.write_text(
+            stats.read_text() + json.dumps({**unit, "source": source, "rss_kib": gib << 20}) + "\n"
+        )
+
+    finished("csrc/fmha/bwd.cu", 8)
+    assert compilegate.mem_per_compile("csrc/decode/inst/b.cu") == 10.0  # its kind's heaviest
+    finished("csrc/decode/inst/a.cu", 2)
+    assert compilegate.mem_per_compile("csrc/decode/inst/b.cu") == 2.0 * 1.25  # its family
+    assert compilegate.mem_per_compile("csrc/decode/other.cu") == 10.0  # another family
     assert compilegate.IN_BUILD_MARGIN == schedule.LEARNED_MARGIN
     hints = tmp_path / "hints.json"
     hints.write_text(json.dumps({"units": {"csrc/decode/inst/b.cu": {"mem_gib": 4.0}}}))
     monkeypatch.setenv("KILN_GATE_HINTS", str(hints))
-    assert compilegate.mem_per_thread("csrc/decode/inst/b.cu") == 4.0  # learned first
+    assert compilegate.mem_per_compile("csrc/decode/inst/b.cu") == 4.0  # learned first
 
 
 BUILD_NINJA = """ninja_required_version = 1.3
@@ -301,3 +311,66 @@ def test_torchs_own_headers_count_where_a_unit_includes_them(tmp_path: Path) -> 
     assert unitsize.Closure([]).estimate(str(tree / "api.cpp")) < unitsize.Closure([]).estimate(
         str(tree / "k.cu")
     )  # without torch's headers the order is the other way
+
+
+def test_the_gate_counts_what_running_compiles_hold_now_and_the_machines_room() -> None:
+    """Issue 53 (1): a holder counts for the larger of its reservation and what its
+    processes hold now; a waiter also needs the machine's room beside what the holders
+    may still grow to; an ``alone`` waiter (killed for memory once) holds back those
+    behind it until it can run by itself."""
+    budget = {"mem_gib": 10.0, "cpus": 8}
+    waiter: compilegate.GateEntry = {"id": "w", "mem_gib": 5.0, "priority": 1.0, "since": 1}
+    grown: compilegate.GateEntry = {"id": "h", "mem_gib": 2.0, "live_gib": 6.0}
+    assert compilegate.admitted(budget, [grown], [waiter], "w") == (None, 0)  # 6 + 5 > 10
+    small: compilegate.GateEntry = {**grown, "live_gib": 1.0}
+    assert compilegate.admitted(budget, [small], [waiter], "w") == ("local", 0)  # 2 + 5
+    # the machine's room: 6 GiB now, the holder may grow by 3 more, 0.5 kept free
+    growing: compilegate.GateEntry = {"id": "h", "mem_gib": 4.0, "live_gib": 1.0}
+    three: compilegate.GateEntry = {**waiter, "mem_gib": 3.0}
+    two: compilegate.GateEntry = {**waiter, "mem_gib": 2.0}
+    assert compilegate.admitted(budget, [growing], [three], "w", room=6.0) == (None, 0)
+    assert compilegate.admitted(budget, [growing], [two], "w", room=6.0) == ("local", 0)
+    assert compilegate.admitted(budget, [growing], [three], "w", room=None) == ("local", 0)
+    # with nothing running, one compile always runs (however little room)
+    assert compilegate.admitted(budget, [], [three], "w", room=0.1) == ("local", 0)
+    alone: compilegate.GateEntry = {
+        "id": "a",
+        "mem_gib": 10.0,
+        "priority": compilegate.ALONE,
+        "since": 2,
+        "alone": True,
+    }
+    assert compilegate.admitted(budget, [small], [alone, two], "a") == (None, 0)
+    assert compilegate.admitted(budget, [small], [alone, two], "w") == (None, 1)  # held back
+    assert compilegate.admitted(budget, [], [alone, two], "a") == ("local", 0)
+
+
+def test_a_holder_reports_its_process_tree_to_the_gate(tmp_path: Path) -> None:
+    """What a running compile reports (its process tree, sampled) is what the next
+    waiter's scan reads of it; gone with the slot."""
+    gate = tmp_path / "gate"
+    compilegate.write_budget(gate, mem_gib=8.0, cpus=2)
+    with compilegate.slot(gate, 1.0, 1, room=lambda: None) as held:
+        assert held.where == "local" and held.live is not None
+        held.report(3 << 20)
+        (holder,) = compilegate._alive(gate / "holders")
+        assert (holder["mem_gib"], holder["live_gib"]) == (1.0, 3.0)
+        assert compilegate.held_gib(holder) == 3.0
+        held.report((3 << 20) + 1024)  # moved by less than 64 MiB: not written again
+        assert compilegate._read_live(held.live) == 3.0
+    assert list((gate / "holders").iterdir()) == []
+
+
+def test_the_tree_sampler_sums_a_compiles_processes(tmp_path: Path) -> None:
+    """nvcc with --threads 2 runs two cicc at once: the sampled peak is their sum, not
+    the larger of the two (what ru_maxrss says)."""
+    from kiln.inside.kit import treemem
+
+    child = "import time; b = bytearray({} << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(2)"
+    script = " & ".join(f"{sys.executable} -c {child.format(n)!r}" for n in (300, 200))
+    proc = subprocess.Popen(["sh", "-c", f"{script} & wait"])
+    seen: list[int] = []
+    with treemem.TreeSampler(proc.pid, seen.append, interval=0.2) as sampler:
+        proc.wait()
+    assert sampler.peak_kib > 480 << 10, sampler.peak_kib  # both at once
+    assert seen and max(seen) == sampler.peak_kib

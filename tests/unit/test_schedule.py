@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kiln.config.models import Vendor
+from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError
 from kiln.inside.kit import compilegate
 from kiln.orchestrate import runlock as buildlock
@@ -70,7 +71,8 @@ def test_a_step_offers_no_more_compiles_than_it_can_run_at_once(tmp_path: Path) 
     two = _vendor(nvcc_threads=2, archs=["sm_100a", "sm_103a"], mem_per_job_gib=1.0)
     threaded = schedule.choose(two, many, peaks, schedule.Budget(100, 16, "t"))
     assert (threaded.nvcc_threads, threaded.max_jobs) == (2, 8)
-    assert schedule.choose(two, many, peaks, schedule.Budget(6.0, 16, "t")).max_jobs == 3
+    # the figure is per compile, its threads included: 6 GiB hold 6 of 1 GiB
+    assert schedule.choose(two, many, peaks, schedule.Budget(6.0, 16, "t")).max_jobs == 6
 
 
 @pytest.mark.parametrize("cpus", [1, 2, 16, 64])
@@ -184,7 +186,7 @@ def test_nvcc_threads_only_where_the_recipe_allows_and_cores_are_spare(tmp_path:
         _vendor(nvcc_threads=8, mem_per_job_gib=1.0), one_tu, peaks, schedule.Budget(64, 8, "t")
     )
     assert threaded.nvcc_threads == 2  # at most one thread per arch
-    assert threaded.gate_mem_gib == 2.0  # memory scales with the threads
+    assert threaded.gate_mem_gib == 1.0  # the recipe's figure is per compile, threads included
     plain = schedule.choose(_vendor(), one_tu, peaks, schedule.Budget(64, 8, "t"))
     assert plain.nvcc_threads is None  # the upstream does not read NVCC_THREADS
 
@@ -390,3 +392,56 @@ def test_second_build_on_the_same_folders_refuses_or_waits(tmp_path: Path) -> No
         released.touch()
     out, _ = waiting.communicate(timeout=30)
     assert waiting.returncode == 0 and "got the lock; the holder had let go: True" in out
+
+
+def test_an_older_kilns_per_process_figures_are_taken_per_compile(tmp_path: Path) -> None:
+    """Learned data written before figures were per compile (its CUDA units' largest
+    process: one of the cicc its nvcc threads run side by side) is taken times the
+    recipe's threads for .cu units, the safe side; C++ units and data written per
+    compile stay as they are."""
+    v = _vendor(nvcc_threads=2, archs=["sm_100a", "sm_103a"])
+    old: schedule.LearnedEntry = {
+        "recipe": schedule.recipe_fingerprint(v),
+        "archs": ["sm_100a", "sm_103a"],
+        "peak_job_gib": 3.0,
+        "units": {"k.cu": {"cpu_s": 9.0, "rss_gib": 3.0}, "api.cpp": {"cpu_s": 5, "rss_gib": 2.0}},
+    }
+    peaks = schedule.PeakStore(tmp_path / "peaks.json")
+    peaks.adopt({"v": old}, [v], override=True)
+    assert peaks.units(v) == {
+        "k.cu": {"cpu_s": 9.0, "rss_gib": 6.0},
+        "api.cpp": {"cpu_s": 5, "rss_gib": 2.0},
+    }
+    assert peaks.learned(v) == 6.0
+    new = {**old, "memory": "tree"}
+    peaks.adopt({"v": new}, [v], override=True)
+    assert peaks.units(v)["k.cu"]["rss_gib"] == 3.0
+    merged = peaks.merged(v, schedule.Measured(4.0, {"n.cu": {"cpu_s": 1.0, "rss_gib": 4.0}}))
+    assert merged is not None and merged["memory"] == "tree"
+
+
+def test_the_public_flashmla_plans_eight_compiles_at_once_on_16_cores() -> None:
+    """Issue 53: with nothing learned, --jobs 16 --mem-budget 100 gives FlashMLA (two
+    archs, two nvcc threads a compile) 8 compiles at once: its figure is per compile
+    (before, per thread times the threads: 19 GiB each, 5 at once)."""
+    ws = Workspace(REPO / "examples" / "public")
+    flashmla = ws.vendors["flashmla"]
+    empty = schedule.PeakStore(Path("/nonexistent/peaks.json"))
+    choice = schedule.choose(
+        flashmla, Path("/nonexistent"), empty, schedule.Budget(100, 16, "t"), units=24
+    )
+    assert choice.estimate_source == "recipe"
+    assert choice.max_jobs >= 8, choice
+
+
+def test_a_recipe_figure_far_from_what_was_measured_is_said_with_the_measured_value() -> None:
+    v = _vendor(mem_per_job_gib=9.5)
+    unit: JobLine = {"result": "compiled", "rc": 0, "source": "csrc/a.cu"}
+    note = schedule.far_off_note(v, [{**unit, "rss_kib": 3 << 19}])  # 1.5 GiB measured
+    assert note is not None
+    assert "build.mem_per_job_gib = 9.5 GiB per compile" in note
+    assert "at most 1.50 GiB (csrc/a.cu" in note and "`mem_per_job_gib = 2`" in note
+    assert schedule.far_off_note(v, [{**unit, "rss_kib": 6 << 20}]) is None  # near enough
+    low = schedule.far_off_note(_vendor(mem_per_job_gib=1.0), [{**unit, "rss_kib": 6 << 20}])
+    assert low is not None and "at most 6.00 GiB" in low  # too low is said too
+    assert schedule.far_off_note(v, [{**unit, "result": "cache-hit", "rss_kib": 1}]) is None

@@ -10,14 +10,22 @@ from pathlib import Path
 
 from kiln.inside.causes.cause import Cause, Failure
 
+# What a step killed for memory is told (the runners' out-of-memory error and this row):
+# a compile killed while others ran beside it was compiled again alone already (the
+# compiler wrapper), so what is left to do is give the step more memory.
+OOM_FIX = (
+    "raise --mem-limit (the step's limit; without it, the memory budget: --mem-budget) "
+    "or build where there is more memory"
+)
+
 
 def killed(f: Failure) -> Cause | None:
     text = f.output
     if re.search(r"died due to signal 9|signal 9 \(Kill|\bKilled\b", text):
         return Cause(
             "killed",
-            "a compiler was killed (signal 9): most likely out of memory",
-            "lower --jobs or raise build.mem_per_job_gib / --mem-limit",
+            "a compiler was killed (signal 9): most likely out of memory, also when compiled alone",
+            OOM_FIX,
         )
     return None
 

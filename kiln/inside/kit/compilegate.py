@@ -16,8 +16,17 @@ before any compile (their step waits on them). The per-unit estimates come from 
 kiln learned of the same recipe (``KILN_GATE_HINTS``: a JSON file kiln writes per step,
 from this cache or another build's learned data); a unit without one gets its
 family's (its folder's units of its suffix), else the step's estimate. An nvcc compile
-holds as many CPU slots as its ``--threads`` (the wrapper sets them per unit) and that
-many times its memory per thread.
+holds as many CPU slots as its ``--threads`` (the wrapper sets them per unit); every
+memory figure is per compile with its threads, over its whole process tree (what the
+wrapper measures: ``treemem.py``).
+
+What a running compile holds is read as it runs: each holder reports its process
+tree's memory (``holders/<id>.live``, a few times a second), and counts for the larger of
+that and what it reserved. A waiter is admitted only where its reservation fits the
+budget beside them and the machine has the room now (``MemAvailable``, or the room under
+the step's cgroup limit) for it and for what the holders may still grow to. A compile
+the kernel killed for memory comes back as an ``alone`` waiter: it reserves the whole
+budget, goes first, and holds back those behind it until it can run by itself.
 
 The gate is a folder: ``budget.json`` ({"mem_gib", "cpus"}), ``lock`` (flock'ed
 while the holders are counted), ``holders/<id>.json`` and ``waiting/<id>.json``,
@@ -45,19 +54,24 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, cast
 
 try:
-    from kiln.inside.kit import compileflags
+    from kiln.inside.kit import compileflags, treemem
 except ImportError:  # run from a tree's .kiln/: the kit's copies beside it
     import compileflags  # type: ignore[no-redef]
+    import treemem  # type: ignore[no-redef]
 
 POLL_S = 0.25  # how often a waiter whose turn may come next looks at ``changed``
 IDLE_POLL_S = 2.0  # ... and one further back in the queue (many wait: keep them cheap)
 RESCAN_S = 30.0  # look again at least this often, even when nothing says it changed
+ROOM_RESCAN_S = 2.0  # ... and the first in line this often (the machine's room may grow)
 FIRST = 1e12  # the priority of non-compiles (links)
+ALONE = FIRST * 2  # a compile killed for memory, compiled again by itself
+ROOM_RESERVE_GIB = 0.5  # left free beside what the holders may still grow to
 
 
 def write_budget(gate: Path, mem_gib: float, cpus: int, remote_slots: int = 0) -> None:
@@ -80,6 +94,8 @@ class GateEntry(TypedDict, total=False):
     where: str  # a holder's: "local" or "remote"
     tree: str  # the step's tree: estimates are comparable within one tree only
     estimate: float  # the kit's ninja's estimate of the unit (unitsize.py), 0: none
+    alone: bool  # killed for memory once: runs only with no other local compile
+    live_gib: float  # a holder's process tree now (its ``.live`` file, added on reading)
 
 
 def _alive(folder: Path) -> list[GateEntry]:
@@ -96,12 +112,34 @@ def _alive(folder: Path) -> list[GateEntry]:
             except BlockingIOError:  # its process is alive and holds it
                 with contextlib.suppress(ValueError, OSError):
                     entry = cast(GateEntry, json.loads(os.pread(fd, 4096, 0) or b"{}"))
-                    alive.append({**entry, "id": path.stem})
+                    live = _read_live(path.with_suffix(".live"))
+                    alive.append({**entry, "id": path.stem, **({"live_gib": live} if live else {})})
                 continue
             path.unlink(missing_ok=True)  # nobody holds it: a dead process's leftover
+            path.with_suffix(".live").unlink(missing_ok=True)
         finally:
             os.close(fd)
     return alive
+
+
+def _read_live(path: Path) -> float:
+    """A holder's process tree now (GiB), 0 where it has reported nothing yet."""
+    try:
+        return float(path.read_text() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+def held_gib(h: GateEntry) -> float:
+    """What a running compile counts for: what it reserved, or what its processes hold
+    now where that is more (a guess too low is seen as the compile grows past it)."""
+    return max(h.get("mem_gib", 0.0), h.get("live_gib", 0.0))
+
+
+def growth_gib(holders: list[GateEntry]) -> float:
+    """What the running compiles may still take: each one's reservation beyond what its
+    processes hold now."""
+    return sum(max(h.get("mem_gib", 0.0) - h.get("live_gib", 0.0), 0.0) for h in holders)
 
 
 def _bump(gate: Path) -> None:
@@ -118,25 +156,41 @@ def _changed_stamp(gate: Path) -> tuple[int, int]:
 
 
 def admitted(
-    budget: dict[str, float], holders: list[GateEntry], waiters: list[GateEntry], me: str
+    budget: dict[str, float],
+    holders: list[GateEntry],
+    waiters: list[GateEntry],
+    me: str,
+    room: float | None = None,
 ) -> tuple[str | None, int]:
     """Where waiter ``me`` may start now ("local", "remote" or None: not yet), and its
     place in the queue: waiters are taken in :func:`queue_order` and each one that fits
     beside those already running is counted as started; ``me`` goes when its turn comes
-    and it fits. A compile that may run remotely (``remote_ok``) takes a free remote slot
-    first, a local one when they are all taken: remote slots
+    and it fits. Fitting is twofold: its reservation beside what each holder holds
+    (:func:`held_gib`) within the budget, and, with ``room`` (the memory the machine can
+    give now, :func:`treemem.room_gib`), room for it beside what the holders may still
+    grow to (:func:`growth_gib`). A compile that may run remotely (``remote_ok``) takes a
+    free remote slot first, a local one when they are all taken: remote slots
     (``remote_slots``, the build servers' CPUs) use no local memory or CPU, which stay
-    for the links and for what the build servers cannot run. One job alone always runs (the caller
-    checked before the build that one job of every step fits the budget)."""
+    for the links and for what the build servers cannot run. One job alone always runs
+    (the caller checked before the build that one job of every step fits the budget);
+    an ``alone`` waiter that does not fit yet holds back every waiter behind it."""
     local = [h for h in holders if h.get("where", "local") == "local"]
-    mem = sum(h.get("mem_gib", 0.0) for h in local)
+    mem = sum(held_gib(h) for h in local)
     cpu = sum(h.get("cpus", 1) for h in local)
+    free = None if room is None else room - growth_gib(local) - ROOM_RESERVE_GIB
     remote = len(holders) - len(local)
     slots = int(budget.get("remote_slots", 0))
     running = len(holders)
+    held_back = False  # by an ``alone`` waiter ahead that cannot run yet
     for place, w in enumerate(queue_order(waiters)):
-        fits = mem + w.get("mem_gib", 0.0) <= budget["mem_gib"] + 1e-9
+        if held_back:
+            if w["id"] == me:
+                return None, place
+            continue
+        want = w.get("mem_gib", 0.0)
+        fits = mem + want <= budget["mem_gib"] + 1e-9
         fits = fits and cpu + w.get("cpus", 1) <= budget["cpus"]
+        fits = fits and (free is None or want <= free + 1e-9)
         if w.get("remote_ok") and remote < slots:
             if w["id"] == me:
                 return "remote", place
@@ -145,11 +199,14 @@ def admitted(
         elif fits or not running:
             if w["id"] == me:
                 return "local", place
-            mem += w.get("mem_gib", 0.0)
+            mem += want
             cpu += w.get("cpus", 1)
+            free = None if free is None else free - want
             running += 1
         elif w["id"] == me:
             return None, place
+        else:
+            held_back = bool(w.get("alone"))
     return None, len(waiters)
 
 
@@ -214,6 +271,28 @@ def _gone(fd: int) -> bool:
     return os.fstat(fd).st_nlink == 0
 
 
+@dataclass
+class Held:
+    """A slot held: where the compile runs, and how it reports its process tree's memory
+    as it runs (the gate counts a holder for the larger of that and its reservation)."""
+
+    where: str | None
+    live: Path | None = None
+    _shown: float = -1.0
+
+    def report(self, kib: int) -> None:
+        """Write the holder's live figure where it moved by 64 MiB or more (renamed into
+        place: a reader never sees half a number)."""
+        gib = kib / 2**20
+        if self.live is None or abs(gib - self._shown) < 1 / 16:
+            return
+        self._shown = gib
+        tmp = self.live.with_name(f".{self.live.name}.{os.getpid()}")
+        with contextlib.suppress(OSError):
+            tmp.write_text(f"{gib:.3f}")
+            os.replace(tmp, self.live)
+
+
 @contextlib.contextmanager
 def slot(
     gate: Path,
@@ -223,12 +302,18 @@ def slot(
     remote_ok: bool = False,
     estimate: float = 0.0,
     tree: str = "",
-) -> Iterator[str]:
+    alone: bool = False,
+    room: Callable[[], float | None] = treemem.room_gib,
+) -> Iterator[Held]:
     """Wait until this job's turn comes and ``mem_gib`` and ``cpus`` fit beside the live
-    holders (or a remote slot is free, for a job that may run remotely), hold them while
-    the body runs; the body gets where it runs ("local" or "remote")."""
+    holders and in the machine's ``room`` (or a remote slot is free, for a job that may
+    run remotely), hold them while the body runs; the body gets the slot (where it runs,
+    and where it reports its memory). ``alone``: the job runs with no other local
+    compile (it reserves the whole budget and goes first)."""
     budget = json.loads((gate / "budget.json").read_text())
     me = uuid.uuid4().hex
+    if alone:
+        mem_gib, priority, remote_ok = float(budget["mem_gib"]), ALONE, False
     entry: GateEntry = {
         "mem_gib": mem_gib,
         "cpus": cpus,
@@ -238,6 +323,8 @@ def slot(
         "tree": tree,
     }
     entry["remote_ok"] = remote_ok
+    if alone:
+        entry["alone"] = True
     waiting = gate / "waiting" / f"{me}.json"
     waiting.parent.mkdir(exist_ok=True)
     with open(gate / "lock", "a") as lock:
@@ -258,7 +345,7 @@ def slot(
                         os.close(wfd)
                         wfd = _register(waiting, entry)
                     holders = _alive(gate / "holders")
-                    where, place = admitted(budget, holders, _alive(gate / "waiting"), me)
+                    where, place = admitted(budget, holders, _alive(gate / "waiting"), me, room())
                     if where:
                         held: GateEntry = {**entry, "where": where}
                         if where == "remote":  # no local memory or CPU
@@ -269,17 +356,23 @@ def slot(
                     if h["id"] not in watched:
                         watched.add(h["id"])
                         _watch_holder(gate / "holders" / f"{h['id']}.json", woke)
-                # Those next in line look often; the rest of a long queue rarely.
+                # Those next in line look often; the rest of a long queue rarely. The
+                # next in line also looks again soon without news: the machine's room
+                # (not announced by anyone) may be what holds it back.
                 near = place < max(int(budget["cpus"]), 1)
+                if place == 0:
+                    looked = min(looked, time.monotonic() - RESCAN_S + ROOM_RESCAN_S)
             woke.wait(POLL_S if near else IDLE_POLL_S)
     finally:
         waiting.unlink(missing_ok=True)
         os.close(wfd)
     _bump(gate)
+    live = gate / "holders" / f"{me}.live"
     try:
-        yield where
+        yield Held(where, live if where == "local" else None)
     finally:
         (gate / "holders" / f"{me}.json").unlink(missing_ok=True)
+        live.unlink(missing_ok=True)
         os.close(fd)
         _bump(gate)
 
@@ -366,71 +459,105 @@ def unit_estimate(source: str | None) -> float:
 IN_BUILD_MARGIN = 1.25  # plan.schedule.LEARNED_MARGIN (the kit imports nothing of kiln)
 
 
-def family_peak_here(source: str) -> float | None:
-    """The largest peak (GiB, one process: what one nvcc thread took) of the compiles of
-    ``source``'s family that already finished in this build (``KILN_JOB_STATS``), times
-    the margin; None where none has. What a first build learns as it goes: its recipe's
-    estimate is its heaviest unit's (a CUTLASS FMHA unit's 9.2 GiB), which stood in for
-    every unit of a step whose others took 1-2.6 GiB, so fewer ran at once than memory
-    allowed. Compiles sent to build servers (their local peak is sccache's) do not count."""
+def kind_of(source: str) -> str:
+    """A unit's kind: its suffix (``.cu``, ``.cpp``): what one kind of unit takes says
+    nothing of another (a step's C++ units of 1-2 GiB beside CUDA units of 7)."""
+    return os.path.splitext(source)[1]
+
+
+def peaks_here(source: str) -> tuple[float | None, float | None]:
+    """The largest peaks (GiB, per compile over its process tree) of the compiles of
+    ``source``'s family and of its kind that already finished in this build
+    (``KILN_JOB_STATS``), times the margin; None where none has. What a first build
+    learns as it goes: its recipe's guess is its heaviest unit's (a CUTLASS FMHA unit's
+    9.2 GiB), which stood in for every unit of a step whose others took 1-2.6 GiB, so
+    fewer ran at once than memory allowed. Compiles sent to build servers (their local
+    peak is sccache's), cache hits and compiles killed for memory do not count."""
     path = os.environ.get("KILN_JOB_STATS")
     if not path:
-        return None
-    want = _family(source)
-    peak = None
+        return None, None
+    family, kind = _family(source), kind_of(source)
+    by_family = by_kind = None
     try:
         with open(path) as fh:
             lines = fh.readlines()
     except OSError:
-        return None
+        return None, None
     for line in lines:
         try:
             r = json.loads(line)
         except ValueError:
             continue
-        if (
+        if not (
             isinstance(r, dict)
             and r.get("result") == "compiled"
             and r.get("rc") == 0
             and r.get("where", "local") == "local"
             and isinstance(r.get("rss_kib"), int | float)
-            and _family(str(r.get("source") or "")) == want
         ):
-            peak = max(peak or 0.0, float(r["rss_kib"]) / 2**20)
-    return None if peak is None else round(peak * IN_BUILD_MARGIN, 3)
+            continue
+        unit = str(r.get("source") or "")
+        peak = float(r["rss_kib"]) / 2**20
+        if kind_of(unit) == kind:
+            by_kind = max(by_kind or 0.0, peak)
+            if _family(unit) == family:
+                by_family = max(by_family or 0.0, peak)
+    margin = IN_BUILD_MARGIN
+    return (
+        None if by_family is None else round(by_family * margin, 3),
+        None if by_kind is None else round(by_kind * margin, 3),
+    )
 
 
-def mem_per_thread(source: str | None) -> float:
-    """What one nvcc thread of this unit reserves: its learned peak (or its family's)
-    times the margin; else the largest of its family's compiles that finished in this
-    build (``family_peak_here``); else the step's estimate (``KILN_GATE_MEM_GIB``)."""
-    learned = _unit_hint(source, "mem_gib") if source else None
-    if learned is not None:
-        return learned
-    here = family_peak_here(source) if source else None
-    if here is not None:
-        return here
+def _kind_hint(source: str) -> float | None:
+    """The largest learned reservation of ``source``'s kind in this step (None: none)."""
+    kinds = learned_hints().get("kinds")
+    entry = kinds.get(kind_of(source)) if isinstance(kinds, dict) else None
+    if isinstance(entry, dict) and isinstance(entry.get("mem_gib"), int | float):
+        return float(entry["mem_gib"])
+    return None
+
+
+def mem_per_compile(source: str | None) -> float:
+    """What this compile reserves (with its nvcc threads, over its process tree), from
+    the most particular figure there is: its own learned peak times the margin, else its
+    family's; else the heaviest of its family that finished in this build; else the
+    heaviest of its kind learned, else finished in this build; else, for a kind nothing
+    was seen of, the recipe's guess (``KILN_GATE_MEM_GIB``)."""
+    if source:
+        learned = _unit_hint(source, "mem_gib")
+        if learned is not None:
+            return learned
+        family_here, kind_here = peaks_here(source)
+        for found in (family_here, _kind_hint(source), kind_here):
+            if found is not None:
+                return found
     return float(os.environ.get("KILN_GATE_MEM_GIB", "0") or 0)
 
 
 def from_environment(
-    source: str | None = None, priority: float = 0.0, remote_ok: bool = False, threads: int = 1
-) -> contextlib.AbstractContextManager[str | None]:
+    source: str | None = None,
+    priority: float = 0.0,
+    remote_ok: bool = False,
+    threads: int = 1,
+    alone: bool = False,
+) -> contextlib.AbstractContextManager[Held]:
     """The slot this compile needs, from the step's environment: ``threads`` CPU slots
-    (nvcc's ``--threads`` for this unit; 1 for anything else) and that many times its
-    memory per thread; a no-op outside kiln's builds (e.g. ``rebuild.py`` on an
-    installed tree)."""
+    (nvcc's ``--threads`` for this unit; 1 for anything else) and its memory
+    (:func:`mem_per_compile`); ``alone``: by itself (killed for memory once). Outside
+    kiln's builds (e.g. ``rebuild.py`` on an installed tree) no slot: ``Held(None)``."""
     gate = os.environ.get("KILN_GATE_DIR")
     if not gate or not (Path(gate) / "budget.json").is_file():
-        return contextlib.nullcontext(None)
+        return contextlib.nullcontext(Held(None))
     threads = max(threads, 1)
     tree = dict(compileflags.env_roots()).get("TREE", "")
     return slot(
         Path(gate),
-        mem_per_thread(source) * threads,
+        mem_per_compile(source),
         threads,
         priority,
         remote_ok,
         unit_estimate(source),
         tree,
+        alone,
     )

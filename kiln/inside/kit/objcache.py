@@ -42,15 +42,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 try:
-    from kiln.inside.kit import compileflags, compilegate, cudashim
+    from kiln.inside.kit import compileflags, compilegate, cudashim, treemem
 except ImportError:  # run as .kiln/objcache.py of a shipped tree: the kit's copies beside it
     import compileflags  # type: ignore[no-redef]
     import compilegate  # type: ignore[no-redef]
     import cudashim  # type: ignore[no-redef]
+    import treemem  # type: ignore[no-redef]
 
 # Where the CUDA home with the fixed-module-ID cudafe++ lies in a tree (cudashim.py);
 # machine-specific like everything under .kiln/host, never packed.
@@ -185,22 +188,38 @@ def _launcher(call: Call) -> list[str]:
 
 
 SPECS = os.path.join(".kiln", "host", "prefix-maps.specs")
+PREFIX_ENV = "KILN_PREFIX_"  # + a root's name (TREE, SITE, CUDA): its path, for the specs
 
 
-def with_specs_file(args: list[str], nvcc: bool) -> list[str]:
+def _specs_maps(args: list[str]) -> list[tuple[str, str, str]]:
+    """kiln's own prefix maps in ``args`` (those of a root: an upstream's own stay where
+    they are), as (the argument, the root's name, the target)."""
+    names = {path: name for name, path in compileflags.env_roots()}
+    found = []
+    for a in args:
+        if a.startswith("-ffile-prefix-map="):
+            old, _, target = a.removeprefix("-ffile-prefix-map=").rpartition("=")
+            if old in names:
+                found.append((a, names[old], target))
+    return found
+
+
+def with_specs_file(args: list[str], nvcc: bool) -> tuple[list[str], dict[str, str]]:
     """The prefix maps (``-ffile-prefix-map=/abs/tree=.``) moved into a GCC specs file the
-    compile names by a path relative to its working directory: sccache 0.16 hashes
-    arguments as written, so the tree's absolute path in them would make every tree's
-    compile a miss. The same options reach cc1 either way: the same object bytes."""
+    compile names by a path relative to its working directory, and the environment that
+    file reads: a compiler cache hashes arguments as written (ccache 4.8 and later also
+    nvcc's ``-Xcompiler`` ones; sccache 0.16 all), so the tree's absolute path in them
+    made every other folder's compile a miss. The file names no path: each map reads its
+    root from the environment (``%:getenv(KILN_PREFIX_TREE =.)``), so its bytes, which
+    ccache hashes for g++, are the same in every tree. The same options reach cc1 either
+    way: the same object bytes."""
     tree = dict(compileflags.env_roots()).get("TREE")
-    maps = [a for a in args if a.startswith("-ffile-prefix-map=")]
+    maps = _specs_maps(args)
     if not tree or not maps:
-        return args
-    text = "*cpp_options:\n+ {0}\n\n*cc1_options:\n+ {0}\n\n".format(
-        " ".join(m.replace("-ffile-prefix-map=", "-fmacro-prefix-map=", 1) for m in maps)
-        + " "
-        + " ".join(m.replace("-ffile-prefix-map=", "-fdebug-prefix-map=", 1) for m in maps)
-    )
+        return args, {}
+    cpp = " ".join(f"-fmacro-prefix-map=%:getenv({PREFIX_ENV}{n} ={t})" for _, n, t in maps)
+    debug = " ".join(f"-fdebug-prefix-map=%:getenv({PREFIX_ENV}{n} ={t})" for _, n, t in maps)
+    text = f"*cpp_options:\n+ {cpp}\n\n*cc1_options:\n+ {cpp} {debug}\n\n"
     path = os.path.join(tree, SPECS)
     try:
         with open(path) as fh:
@@ -209,15 +228,23 @@ def with_specs_file(args: list[str], nvcc: bool) -> list[str]:
         same = False
     if not same:
         _write_atomic(Path(path), text.encode())
+    moved = {a for a, _, _ in maps}
+    roots = dict(compileflags.env_roots())
+    env = {f"{PREFIX_ENV}{n}": roots[n] for _, n, _ in maps}
     flag = "-specs=" + os.path.relpath(path, os.getcwd())
     out: list[str] = []
     for i, a in enumerate(args):
-        if a in maps:
+        if a in moved:
             if nvcc and out and out[-1] == "-Xcompiler" and i and args[i - 1] == "-Xcompiler":
                 out.pop()
             continue
         out.append(a)
-    return [*out, "-Xcompiler", flag] if nvcc else [*out, flag]
+    return ([*out, "-Xcompiler", flag] if nvcc else [*out, flag]), env
+
+
+def gcc_like(compiler: str) -> bool:
+    """Whether ``compiler`` (or nvcc's host compiler) reads GCC specs files: not clang."""
+    return "clang" not in os.path.basename(compiler)
 
 
 def _tree_relative(path: str | None) -> str:
@@ -246,25 +273,34 @@ def _written(call: Call) -> str | None:
     return None
 
 
+@dataclass
+class Ran:
+    """What one run of the real compiler measured (``_record`` writes it)."""
+
+    rc: int
+    started: float  # monotonic, after the gate wait
+    ended: float
+    peak_kib: int = 0  # its process tree's peak
+    cpu_s: float = 0.0
+    cache: str | None = None  # the compiler cache's answer: "hit", "miss", None (none)
+
+
 def _record(
     call: Call,
-    rc: int,
-    started: float,
+    ran: Ran,
     result: str,
     waited: float = 0.0,
-    ended: float | None = None,
     where: str | None = None,
     threads: int = 1,
 ) -> None:
-    """One line per compiler run into the step's stats (``KILN_JOB_STATS``): the
-    largest process's peak RSS and the CPU time of the run (for the scheduler's learned
-    estimates and the benchmark's floor), when it started after its gate wait (for the
-    most compiles that ran at once) and how long it waited."""
+    """One line per compiler run into the step's stats (``KILN_JOB_STATS``): its peak
+    memory over its process tree and its CPU time (for the scheduler's learned estimates
+    and the benchmark's floor), when it started after its gate wait (for the most
+    compiles that ran at once), how long it waited, and what the compiler cache
+    answered."""
     stats = os.environ.get("KILN_JOB_STATS")
     if not stats:
         return
-    use = resource.getrusage(resource.RUSAGE_CHILDREN)
-    ended = time.monotonic() if ended is None else ended
     line = json.dumps(
         {
             "compiler": os.path.basename(call.compiler),
@@ -274,14 +310,15 @@ def _record(
             # modules of one setup.py) is two units, not one compiled again
             "args_sha": hashlib.sha256("\0".join(call.args).encode()).hexdigest()[:16],
             "result": result,
-            "rc": rc,
-            "rss_kib": use.ru_maxrss,
-            "cpu_s": round(use.ru_utime + use.ru_stime, 3),
-            "wall_s": round(ended - started, 3),
-            "start": round(time.time() - (time.monotonic() - started), 3),
+            "rc": ran.rc,
+            "rss_kib": ran.peak_kib,
+            "cpu_s": round(ran.cpu_s, 3),
+            "wall_s": round(ran.ended - ran.started, 3),
+            "start": round(time.time() - (time.monotonic() - ran.started), 3),
             "waited_s": round(waited, 3),
             **({"where": where} if where else {}),
             **({"threads": threads} if threads > 1 else {}),
+            **({"cache": ran.cache} if ran.cache else {}),
         }
     )
     fd = os.open(stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -376,10 +413,73 @@ def unit_threads(args: list[str]) -> tuple[list[str], int]:
     return [*args[:index], *written, *args[index + span :]], threads
 
 
-def run_real(call: Call, seed: str = "") -> int:
+def _spawn(
+    argv: list[str], env: dict[str, str], held: compilegate.Held, capture: bool = False
+) -> tuple[Ran, str | None]:
+    """Run the compiler, its process tree's memory sampled as it runs (and reported to
+    the gate as this holder's live figure); with ``capture``, its output returned
+    instead of shown. The peak is the larger of the samples' and the largest single
+    process's (``ru_maxrss``, exact where sampling may miss a short top)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    out = subprocess.PIPE if capture else None
+    proc = subprocess.Popen(
+        argv, env=env, stdout=out, stderr=subprocess.STDOUT if capture else None
+    )
+    with treemem.TreeSampler(proc.pid, held.report if held.live else None) as sampler:
+        data, _ = proc.communicate()
+    ended = time.monotonic()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    peak = max(sampler.peak_kib, after.ru_maxrss if after.ru_maxrss > before.ru_maxrss else 0)
+    text = data.decode(errors="replace") if capture and data is not None else None
+    return Ran(proc.returncode, started, ended, peak, cpu), text
+
+
+def _ccache_log(env: dict[str, str]) -> str | None:
+    """This compile's own ccache stats log (``CCACHE_STATSLOG`` for it alone), so its
+    record says hit or miss; the step's log gets its lines after (:func:`_ccache_answer`)."""
+    step_log = env.get("CCACHE_STATSLOG")
+    if not step_log or not os.environ.get("KILN_CCACHE"):
+        return None
+    own = f"{step_log}.{uuid.uuid4().hex[:12]}"
+    env["CCACHE_STATSLOG"] = own
+    return own
+
+
+def _ccache_answer(own: str | None) -> str | None:
+    """What ccache answered this compile ("hit", "miss"; None: not cacheable, or no log),
+    its lines appended to the step's stats log (one write)."""
+    if own is None:
+        return None
+    try:
+        with open(own) as fh:
+            text = fh.read()
+        os.unlink(own)
+    except OSError:
+        return None
+    step_log = own.rsplit(".", 1)[0]
+    with contextlib.suppress(OSError):
+        fd = os.open(step_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    lines = set(text.split())
+    if lines & {"direct_cache_hit", "preprocessed_cache_hit"}:
+        return "hit"
+    return "miss" if "cache_miss" in lines else None
+
+
+NOTICE_PREFIX = "kiln compiler wrapper: "  # a notice, not an error (WRAPPER_PREFIX)
+OOM_LINE = "killed for memory while others compiled beside it: compiling it again alone"
+
+
+def run_real(call: Call, seed: str = "", alone: bool = False) -> int:
     """The real compiler (behind the compiler cache when configured), once the run's
     compile gate has room for it: in a local slot, or in a remote one (then through the
-    step's sccache server that sends compiles to the sccache-dist scheduler)."""
+    step's sccache server that sends compiles to the sccache-dist scheduler). A compile
+    the kernel killed for memory is compiled again ``alone``: the build goes on."""
     requested = time.monotonic()
     compiler, extra_env = (
         _nvcc_from_shim(call, seed) if compileflags.is_nvcc(call.compiler) else (call.compiler, {})
@@ -390,33 +490,26 @@ def run_real(call: Call, seed: str = "") -> int:
     # holds (a deadlock), nor be cached or counted twice.
     env = {**os.environ, compileflags.NESTED: "1", **extra_env}
     source = _tree_relative(call.source) if call.cacheable else None
+    nvcc = compileflags.is_nvcc(call.compiler)
     # Only nvcc's compiles go to build servers: sccache-dist sends them cicc's and ptxas's
     # work (the device code, the bulk of a CUDA unit), which comes back the same bytes; a
     # g++ compile it runs from the preprocessed source, whose debug info then differs
     # (line tables, file indices: measured on a -g unit) from the local compile's.
-    remote_ok = bool(
-        launcher and os.environ.get("KILN_SCCACHE_DIST_PORT")
-    ) and compileflags.is_nvcc(call.compiler)
-    own_args, threads = (
-        unit_threads(call.args)
-        if call.cacheable and compileflags.is_nvcc(call.compiler)
-        else (call.args, 1)
-    )
-    with compilegate.from_environment(source, _priority(call), remote_ok, threads) as where:
+    remote_ok = bool(launcher and os.environ.get("KILN_SCCACHE_DIST_PORT")) and nvcc
+    own_args, threads = unit_threads(call.args) if call.cacheable and nvcc else (call.args, 1)
+    kills = treemem.oom_kills()
+    with compilegate.from_environment(source, _priority(call), remote_ok, threads, alone) as held:
         args = own_args
-        if where == "remote":
+        if held.where == "remote":
             env["SCCACHE_SERVER_PORT"] = os.environ["KILN_SCCACHE_DIST_PORT"]
-        elif launcher and os.environ.get("KILN_SCCACHE"):
-            args = with_specs_file(args, compileflags.is_nvcc(call.compiler))
+        elif launcher and (nvcc or gcc_like(call.compiler)):
+            args, prefix_env = with_specs_file(args, nvcc)
+            env.update(prefix_env)
+        own_log = _ccache_log(env) if launcher else None
         argv = [*launcher, compiler, *args]
-        started = time.monotonic()
-        if (
-            not compileflags.is_nvcc(call.compiler)
-            or os.environ.get("KILN_DETERMINISTIC") == "0"
-            or "--keep" in call.args
-            or "-o" not in call.args
-        ):
-            rc = subprocess.call(argv, env=env)
+        plain = not nvcc or os.environ.get("KILN_DETERMINISTIC") == "0"
+        if plain or "--keep" in call.args or "-o" not in call.args:
+            ran, _ = _spawn(argv, env, held)
         elif os.environ.get("KILN_SCCACHE") and launcher:
             # sccache hashes --keep-dir as written: a folder named by the compile, given
             # relative to the working directory, is the same in every tree.
@@ -428,39 +521,44 @@ def run_real(call: Call, seed: str = "") -> int:
             os.makedirs(keep)
             try:
                 rel = os.path.relpath(keep, os.getcwd())
-                rc = subprocess.call([*argv, "--keep", f"--keep-dir={rel}"], env=env)
+                ran, _ = _spawn([*argv, "--keep", f"--keep-dir={rel}"], env, held)
             finally:
                 shutil.rmtree(keep, ignore_errors=True)
         else:
             with tempfile.TemporaryDirectory(prefix="kiln-nvcc-") as keep:
                 # One word (``=``): ccache is told to ignore it (a fresh temp dir each time).
-                rc = _nvcc_keeping_ptx([*argv, "--keep", f"--keep-dir={keep}"], env, keep, call)
+                ran = _nvcc_keeping_ptx(
+                    [*argv, "--keep", f"--keep-dir={keep}"], env, keep, call, held
+                )
         # Taken while the slot is held: the next compile, woken the moment it is let go,
         # may start before this process writes its line, and the records must not show
         # the two overlapping.
-        ended = time.monotonic()
+        ran.ended = time.monotonic()
+    ran.cache = _ccache_answer(own_log)
+    waited = ran.started - requested
+    killed = ran.rc != 0 and held.where != "remote" and treemem.oom_kills() > kills
+    if killed and call.cacheable and not alone:
+        _record(call, ran, "oom-killed", waited, held.where, threads)
+        sys.stderr.write(f"{NOTICE_PREFIX}{source}: {OOM_LINE}\n")
+        sys.stderr.flush()
+        return run_real(call, seed, alone=True)
     result = "compiled" if call.cacheable else "other"
-    _record(
-        call,
-        rc,
-        started,
-        result,
-        waited=started - requested,
-        ended=ended,
-        where=where,
-        threads=threads,
-    )
-    return rc
+    if ran.cache == "hit":
+        result = "cache-hit"
+    _record(call, ran, result, waited, held.where, threads)
+    return ran.rc
 
 
-def _nvcc_keeping_ptx(argv: list[str], env: dict[str, str], keep: str, call: Call) -> int:
+def _nvcc_keeping_ptx(
+    argv: list[str], env: dict[str, str], keep: str, call: Call, held: compilegate.Held
+) -> Ran:
     """nvcc with ``--keep-dir`` a temporary folder: where it fails, its PTX (what ptxas
     names in its errors) is kept beside the step's logs and its messages name that copy,
     not a folder gone with the compile."""
-    res = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    text = res.stdout.decode(errors="replace")
+    ran, text = _spawn(argv, env, held, capture=True)
+    text = text or ""
     stats = os.environ.get("KILN_JOB_STATS")
-    if res.returncode != 0 and stats and ".ptx" in text:
+    if ran.rc != 0 and stats and ".ptx" in text:
         unit = _tree_relative(call.source) or os.path.basename(call.out or "nvcc")
         kept = os.path.join(os.path.splitext(stats)[0] + "-ptx", unit.replace("/", "_"))
         try:
@@ -473,7 +571,7 @@ def _nvcc_keeping_ptx(argv: list[str], env: dict[str, str], keep: str, call: Cal
             pass  # the error is shown either way
     sys.stderr.write(text)
     sys.stderr.flush()
-    return res.returncode
+    return ran
 
 
 def wrapper_env(
@@ -634,7 +732,8 @@ def _compile(
                     )
                 if os.environ.get("KILN_OBJCACHE_VERBOSE"):
                     sys.stderr.write(f"objcache: hit {call.source}\n")  # one write: no interleaving
-                _record(call, 0, time.monotonic(), "objcache-hit")
+                now = time.monotonic()
+                _record(call, Ran(0, now, now), "objcache-hit")
                 return 0
     rc = run_real(call, seed)
     if rc != 0:

@@ -40,10 +40,10 @@ KILN_SETS = frozenset(
         "PYTORCH_NVCC",
     }
 )
-# Estimated peak memory of one compile job, GiB (vendor-notes, "Observed builds"): a .cu
-# that includes CUTLASS/CuTe peaked at 9.2 GiB in cicc (FMHA kernels, --threads 1); every
-# other unit of three torch extensions (g++ or nvcc, torch headers included) stayed
-# under 2.5 GiB.
+# Estimated peak memory of one compile at one nvcc thread, GiB (vendor-notes, "Observed
+# builds"): a .cu that includes CUTLASS/CuTe peaked at 9.2 GiB in cicc (FMHA kernels,
+# --threads 1); every other unit of three torch extensions (g++ or nvcc, torch headers
+# included) stayed under 2.5 GiB. The recipe's figure is per compile: times its threads.
 MEM_CUTLASS_GIB = 9.5
 MEM_OTHER_GIB = 3.0
 # The first torch release whose headers refuse C++17 (pytorch/pytorch#178150 raised the
@@ -634,23 +634,28 @@ def _parallelism(t: Table, f: Findings, b: DecidedBuild) -> None:
 
 
 def _memory(t: Table, f: Findings, b: DecidedBuild) -> None:
+    """Per compile, its nvcc threads included (each thread runs a ``cicc`` of its own)."""
+    threads = b.get("nvcc_threads") or 1
     heavy = f.cutlass_units()
+    times = f" x {threads} nvcc threads" if threads > 1 else ""
     if heavy:
         src, header = next(iter(heavy.items()))
-        value = MEM_CUTLASS_GIB
+        value = MEM_CUTLASS_GIB * threads
         _say(
             t,
             f"{len(heavy)} CUDA source(s) include CUTLASS/CuTe ({src} reaches {header}): "
-            f"{value:g} GiB per compile job (such units peaked at 9.2 GiB in cicc, "
-            f"vendor-notes); kiln replaces it with the measured peak after the first build.",
+            f"{value:g} GiB per compile ({MEM_CUTLASS_GIB:g}{times}: such units peaked at "
+            f"9.2 GiB in one cicc, vendor-notes); until kiln has seen or learned what "
+            f"a kind of unit takes, a compile reserves this much.",
         )
     else:
-        value = MEM_OTHER_GIB
+        value = max(MEM_OTHER_GIB * (threads if f.device_sources else 1), MEM_OTHER_GIB)
         _say(
             t,
-            f"No CUDA source includes CUTLASS/CuTe: {value:g} GiB per compile job (other "
-            f"torch-extension units peaked under 2.5 GiB, vendor-notes); kiln replaces it "
-            f"with the measured peak after the first build.",
+            f"No CUDA source includes CUTLASS/CuTe: {value:g} GiB per compile "
+            f"({MEM_OTHER_GIB:g}{times if f.device_sources else ''}: other torch-extension "
+            f"units peaked under 2.5 GiB, vendor-notes); until kiln has seen or learned "
+            f"what a kind of unit takes, a compile reserves this much.",
         )
     t.add("mem_per_job_gib", value)
     b["mem_per_job_gib"] = value
