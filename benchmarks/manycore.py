@@ -137,6 +137,7 @@ class Bench:
         self.root.mkdir(parents=True, exist_ok=True)
         self.workload, self.vendors, self.python = workload, vendors, args.python
         self.profile: str | None = args.profile
+        self.proof_env: str = args.proof_env
         self.out: Path | None = args.out
         self.cores = cpu_slots(None).count
         self.facts = python_facts(args.python)
@@ -158,6 +159,7 @@ class Bench:
             *("--runner", "local", "--python", self.python),
             *("--no-compiler-cache", "--no-artifact-cache"),
             *(("--learned-from", str(learned_from)) if learned_from else ()),
+            *("--proof-env", self.proof_env),
             *(("--profile", self.profile) if self.profile else ()),
             *self.vendors,
         ]
@@ -437,6 +439,13 @@ def main() -> None:
         "--bundles",
         type=Path,
         default=Path(os.environ.get("KILN_BUNDLES", REPO.parent / "shared" / "upstreams")),
+    )
+    ap.add_argument(
+        "--proof-env",
+        choices=["install", "build-python"],
+        default="install",
+        help="kiln's import proof's consumer environment (build-python: the build Python's "
+        "own torch, for the GPU machine, which has no index to install from)",
     )
     ap.add_argument("--root", type=Path, default=REPO / "build" / "bench-manycore")
     ap.add_argument("--out", type=Path, default=None, help="copy the results here ($OUT)")

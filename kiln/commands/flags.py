@@ -146,6 +146,7 @@ LEARNED_FROM = FIELD_OPTIONS["learned_from"]
 SAVE_LEARNED = FIELD_OPTIONS["save_learned"]
 TIMINGS = FIELD_OPTIONS["timings"]
 NO_IMPORT_PROOF = FIELD_OPTIONS["import_proof"]
+PROOF_ENV = FIELD_OPTIONS["proof_env"]
 SIGN = FIELD_OPTIONS["sign"]
 
 BUILD: tuple[Option, ...] = (
@@ -181,6 +182,7 @@ BUILD: tuple[Option, ...] = (
     ARTIFACT_CACHE,
     NO_ARTIFACT_CACHE,
     NO_IMPORT_PROOF,
+    PROOF_ENV,
     SIGN,
 )
 

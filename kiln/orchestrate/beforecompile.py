@@ -60,7 +60,7 @@ def environment_versions(ctx: Context, names: list[str]) -> dict[str, str]:
             ", ".join(n for n in names if n not in pins),
         )
         env = importproof.environment(ctx)
-    return consumerenv.distributions(env.site_packages())
+    return env.distributions()
 
 
 def unmet_requirements(ctx: Context, requires: list[str]) -> list[tuple[Requirement, str | None]]:

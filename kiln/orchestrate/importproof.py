@@ -41,6 +41,7 @@ from kiln.config.models import Vendor
 from kiln.errors import (
     BuildError,
     CauseEntry,
+    ConfigError,
     ErrorEntry,
     FailureRecord,
     FixEdit,
@@ -152,6 +153,7 @@ def planned_environment(ctx: Context) -> ConsumerEnv:
         f"{ctx.runner.kind}:{ctx.runner.builder or ''}",
         uvtool.binary(),
         shared,
+        ctx.opts.proof_env,
     )
 
 
@@ -179,7 +181,15 @@ def environment(ctx: Context) -> ConsumerEnv:
     yet (once per set of inputs; its first making is timed and said on its own)."""
     ws = ctx.ws
     env = planned_environment(ctx)
+    if env.source == consumerenv.BUILD_PYTHON and ctx.runner.kind != "local":
+        raise ConfigError(
+            f"--proof-env build-python: the {ctx.runner.kind} runner makes the consumer "
+            "environment where it builds, from the requirements; drop --proof-env or use "
+            "--runner local"
+        )
     if env.made():
+        if env.source == consumerenv.BUILD_PYTHON:
+            _build_python_meets(ctx, env)
         return env
     log_file = ctx.logs / "consumer-env.log"
 
@@ -226,7 +236,33 @@ def environment(ctx: Context) -> ConsumerEnv:
         )
 
     fsutil.made_once(env.root, env.made, make, "the consumer environment")
+    if env.source == consumerenv.BUILD_PYTHON:
+        _build_python_meets(ctx, env)
     return env
+
+
+def _build_python_meets(ctx: Context, env: ConsumerEnv) -> None:
+    """``--proof-env build-python``: the build Python's distributions must meet what
+    install.sh would install (name and version; the hashes are the index's, not checked
+    here), else the proof would prove another environment than the release's."""
+    source = files.requirements_source(ctx.ws.root)
+    missing = consumerenv.unmet(env.requirements, env.distributions())
+    if missing:
+        raise ToolchainError(
+            f"--proof-env build-python: the build Python {ctx.tc.python} does not meet "
+            f"{source}: {'; '.join(missing)}; install them there, or drop --proof-env "
+            "(the consumer environment made from the index)"
+        )
+    if env.key not in _SAID:  # checked for every proof, said once
+        _SAID.add(env.key)
+        log.info(
+            "import proof: the consumer environment is the build Python's own distributions "
+            "(--proof-env build-python; they meet %s)",
+            source,
+        )
+
+
+_SAID: set[str] = set()
 
 
 def _outside(path: Path, folder: Path) -> list[Path]:
@@ -542,7 +578,7 @@ def _explain(
         read,
         so,
         landed.needed.get(so or "", []),
-        consumerenv.libraries(env.site_packages()),
+        env.libraries(),
         versions,
         landed.shared_objects,
         tree if tree.is_dir() else None,
@@ -578,7 +614,7 @@ def _closure(
     result = imports.closure(
         landed.needed,
         [Path(rel).name for rel in landed.shared_objects],
-        consumerenv.libraries(env.site_packages()),
+        env.libraries(),
         versions,
         imports.system_libraries(platform),
         {r.soname: r.package for r in vendor.build.runtime_libraries},
@@ -626,7 +662,7 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
             landed = land_tree(ctx, env, output, vendor, root, log_file)
             platform = ctx.ws.profile.platform
             declared = [vendor.build.import_check] if vendor.build.import_check else []
-        versions = consumerenv.distributions(env.site_packages())
+        versions = env.distributions()
         _check_requirements(ctx, vendor.name, landed, versions, log_file)
         provided = _closure(ctx, vendor, landed, env, versions, platform, log_file)
         driver = _driver_here(ctx)
@@ -682,6 +718,7 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
     )
     proof = ImportProof(
         environment=env.key,
+        environment_from="build-python" if env.source == consumerenv.BUILD_PYTHON else None,
         requirements=files.requirements_source(ctx.ws.root),
         python=ctx.ws.profile.python,
         torch=loaded,

@@ -27,6 +27,7 @@ Kind = Literal["value", "flag", "list", "words"]
 # field's type, the parser's choices and --help all read it).
 RunnerChoice = Literal["auto", "local", "docker"]
 ToolchainChoice = Literal["system", "pypi"]
+ProofEnvChoice = Literal["install", "build-python"]
 CacheBackend = Literal["ccache", "sccache"]
 
 TRUE = ("1", "true", "yes", "on")
@@ -459,6 +460,18 @@ class Options:
         env="KILN_NO_IMPORT_PROOF",
         invert=True,
         default=True,
+    )
+
+    proof_env: ProofEnvChoice = option(
+        "--proof-env",
+        "the import proof's consumer environment: install (what the release's install.sh "
+        "makes from its requirements, from the index) or build-python (the build Python's "
+        "own distributions, which must meet those requirements: for a builder without an "
+        "index; the manifest records it), local runner only",
+        group="verification",
+        default="install",
+        choices=get_args(ProofEnvChoice),
+        env="KILN_PROOF_ENV",
     )
 
     def resolved(self) -> Options:

@@ -206,6 +206,13 @@ class ImportProof(Model):
     provided by someone."""
 
     environment: str = Field(description="the consumer environment's key (its inputs' digest)")
+    environment_from: Literal["build-python"] | None = Field(
+        default=None,
+        description="'build-python': the environment was the build Python's own "
+        "distributions, checked to meet the requirements by name and version "
+        "(--proof-env build-python, a builder without an index); absent: installed from "
+        "the requirements as install.sh installs them",
+    )
     requirements: str = Field(
         description="what the environment installs: runtime-requirements.lock, "
         "runtime-requirements.txt or the profile's torch"

@@ -37,12 +37,23 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from kiln.toolchain import uvtool
 from kiln.toolchain.pipconfig import UvSettings
 
 LAYOUT = 2  # part of every environment's identity: a change here makes them anew
+BUILD_PYTHON = "build-python"  # --proof-env: the build Python's distributions
+BUILD_PYTHON_PTH = "kiln-build-python.pth"
+# Run by the build Python: its site folders into a .pth of the consumer venv ARGV[1].
+WRITE_PTH = (
+    "import pathlib, sys, sysconfig; "
+    "site = next(pathlib.Path(sys.argv[1]).glob('lib/python3*/site-packages')); "
+    "paths = sysconfig.get_paths(); "
+    f"(site / {BUILD_PYTHON_PTH!r}).write_text("
+    "'\\n'.join(dict.fromkeys([paths['purelib'], paths['platlib']])) + '\\n')"
+)
 MARKER = ".kiln-complete"
 REQUIREMENTS_FILE = "kiln-requirements.txt"
 PIP_QUIET = ("--quiet", "--disable-pip-version-check")
@@ -84,6 +95,9 @@ class ConsumerEnv:
     key: str
     uv: str | None = None  # kiln's uv binary; None: pip installs the requirements
     uv_cache: Path | None = None  # the uv cache it links from; None: its folder's own
+    # "install": what install.sh installs, from the index; "build-python": the build
+    # Python's own distributions seen through a .pth (--proof-env build-python)
+    source: str = "install"
 
     @property
     def pycache(self) -> Path:
@@ -111,12 +125,48 @@ class ConsumerEnv:
             raise FileNotFoundError(f"{self.root}: no lib/python3*/site-packages")
         return found[0]
 
+    def site_dirs(self) -> list[Path]:
+        """Where its distributions are: its own site-packages, then (``build-python``)
+        the build Python's, as its ``.pth`` names them."""
+        own = self.site_packages()
+        try:
+            lines = (own / BUILD_PYTHON_PTH).read_text().splitlines()
+        except OSError:
+            lines = []
+        return [own, *(Path(line) for line in lines if line.strip())]
+
+    def distributions(self) -> dict[str, str]:
+        """Canonical name -> version of every distribution it sees (its own first)."""
+        found: dict[str, str] = {}
+        for site in reversed(self.site_dirs()):
+            found.update(distributions(site))
+        return found
+
+    def libraries(self) -> dict[str, list[tuple[str, str]]]:
+        """File name -> [(path, distribution)] of every shared library it sees."""
+        found: dict[str, list[tuple[str, str]]] = {}
+        for site in self.site_dirs():
+            for name, where in libraries(site).items():
+                found.setdefault(name, []).extend(where)
+        return found
+
     def commands(self, settings: UvSettings | None = None) -> list[tuple[list[str], str]]:
         """(argv, what) in order: the venv, then the requirements (when there are any):
         by uv with pip's ``settings`` where kiln has uv, else by the venv's pip.
         Without pip in it (uv's, or nothing to install), the venv is made
         ``--without-pip``: an image's Python without ``ensurepip``, Debian's without
         python3-venv, still makes it."""
+        if self.source == BUILD_PYTHON:
+            return [
+                (
+                    [self.base_python, "-m", "venv", "--without-pip", str(self.root)],
+                    "the consumer venv",
+                ),
+                (
+                    [self.base_python, "-I", "-c", WRITE_PTH, str(self.root)],
+                    "the build Python's distributions, seen from the consumer venv",
+                ),
+            ]
         reqs = has_requirements(self.requirements)
         by_uv = reqs and self.uv is not None
         venv = [self.base_python, "-m", "venv", *([] if reqs and not by_uv else ["--without-pip"])]
@@ -178,13 +228,26 @@ def plan(
     where: str,
     uv: str | None = None,
     uv_cache: Path | None = None,
+    source: str = "install",
 ) -> ConsumerEnv:
     """The environment for these inputs (``where``: what the build runs in, e.g. the
     runner and its builder image, so that a container's environment is never used here;
     ``uv_cache``: the uv cache to link from, where not the environments folder's own; the
-    same files either way, so not part of its identity)."""
+    same files either way, so not part of its identity; ``source``: ``build-python``, the
+    build Python's own distributions instead of the requirements installed)."""
     args = pip_requirement_args(requirements, torch_index)
-    spec = {
+    if source == BUILD_PYTHON:
+        own: dict[str, object] = {
+            "python": python_version,
+            "build_python": base_python,
+            "where": where,
+            "layout": LAYOUT,
+            "source": source,
+        }
+        digest = hashlib.sha256(json.dumps(own, sort_keys=True).encode()).hexdigest()[:12]
+        root = cache / "envs" / f"consumer-py{python_version}-{source}-{digest}"
+        return ConsumerEnv(root, base_python, requirements, (), digest, source=source)
+    spec: dict[str, object] = {
         "python": python_version,
         "base": base_interpreter(base_python),
         # what pip installs: comments and blank lines make no other environment
@@ -223,4 +286,27 @@ def libraries(site: Path) -> dict[str, list[tuple[str, str]]]:
             base = os.path.basename(str(f))
             if base.endswith(".so") or ".so." in base:
                 out.setdefault(base, []).append((str(site / f), name))
+    return out
+
+
+def unmet(requirements: str, found: dict[str, str]) -> list[str]:
+    """The requirements (a requirements text's lines, options and hashes left out) that
+    the distributions ``found`` (canonical name -> version) do not meet, each said."""
+    out = []
+    for line in requirements.replace("\\\n", " ").splitlines():
+        text = line.split("#", 1)[0].split(" --", 1)[0].strip()
+        if not text or text.startswith("-"):
+            continue
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            out.append(f"{text} (not a requirement kiln can read)")
+            continue
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        have = found.get(canonicalize_name(req.name))
+        if have is None:
+            out.append(f"{req} (not installed)")
+        elif not req.specifier.contains(have, prereleases=True):
+            out.append(f"{req} (it has {have})")
     return out

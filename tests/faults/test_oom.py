@@ -225,7 +225,7 @@ def test_a_compile_killed_for_memory_beside_another_is_compiled_again_alone(
     from tests.releases import manifest_json
 
     up = tmp_path / "up"
-    files = {
+    files: dict[str, bytes | str] = {
         "build.py": TWO_HOGS_PY,
         "hog_a.cpp": HOG_UNIT.format(salt=1, name="hog_a"),
         "hog_b.cpp": HOG_UNIT.format(salt=2, name="hog_b"),

@@ -289,3 +289,40 @@ def test_a_cold_caches_consumer_environment_links_torch_from_the_build_venvs_uv_
     assert not (made[0].parent / "__pycache__").exists()
     kept = sorted(Path(f"{env}.pycache").rglob("*.pyc"))
     assert any(p.parent.name == "landing" for p in kept), kept[:5]
+
+
+def test_the_build_pythons_own_distributions_prove_a_wheel_where_there_is_no_index(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """Issue 53 (4): a builder without an index (the GPU machine) proves with
+    ``--proof-env build-python``: the consumer environment sees the build Python's own
+    distributions, checked to meet the requirements first, and the manifest records it;
+    requirements the build Python does not meet stop the build, named, nothing published."""
+    profile = {**PROFILE_NO_TORCH, "torch": PROFILE["torch"]}
+    ws = write(
+        tmp_path / "ws", {"good": landing.vendor("good", cases.commits["good"])}, profile=profile
+    )
+    no_index = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
+    res = _build(
+        tmp_path, ws, cases.mirrors, build_python, "--proof-env", "build-python", env=no_index
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert "the consumer environment is the build Python's own distributions" in res.stderr
+    m = manifest.read(tmp_path / "artifacts" / "test-release" / manifest.FILE_NAME)
+    (wheel,) = m.vendors["good"].outputs_of("wheel")
+    proof = wheel.import_proof
+    assert proof is not None and proof.environment_from == "build-python"
+    assert {x.status for x in proof.modules} == {"ok"}
+
+    (ws / "runtime-requirements.txt").write_text(
+        f"torch=={PROFILE['torch']}\nkiln-no-such-distribution==1.0\n"
+    )
+    again = tmp_path / "again"
+    res = _build(
+        again, ws, cases.mirrors, build_python, "--proof-env", "build-python", env=no_index
+    )
+    assert res.returncode != 0, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert "--proof-env build-python: the build Python" in last, last
+    assert "kiln-no-such-distribution==1.0 (not installed)" in last, last
+    assert artifacts_files(again / "artifacts") == []

@@ -413,7 +413,7 @@ def test_an_older_kilns_per_process_figures_are_taken_per_compile(tmp_path: Path
         "api.cpp": {"cpu_s": 5, "rss_gib": 2.0},
     }
     assert peaks.learned(v) == 6.0
-    new = {**old, "memory": "tree"}
+    new: schedule.LearnedEntry = {**old, "memory": "tree"}
     peaks.adopt({"v": new}, [v], override=True)
     assert peaks.units(v)["k.cu"]["rss_gib"] == 3.0
     merged = peaks.merged(v, schedule.Measured(4.0, {"n.cu": {"cpu_s": 1.0, "rss_gib": 4.0}}))
