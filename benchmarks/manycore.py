@@ -16,6 +16,11 @@ Runs, per workload, in this order (each in folders of its own):
   tree, artifacts, fresh cache, caches off), ``--learned-from`` the previous run's
   manifest: another machine's first build, scheduled from what that run learned.
 
+kiln's runs prove what they build (the import proof, as every build does): where there is
+an index, in the consumer environment install.sh makes; on the GPU machine, which has none,
+``--proof-env build-python`` (the build Python's own torch, checked against the
+requirements).
+
 Beside each kiln run its bound, from its manifest (``scheduler.bound``): the critical
 path (longest unit + its step's links + packaging) and the CPU floor (compile CPU-s / CPU
 slots); the naive row is read against the bound kiln measured for the same work. The
@@ -42,6 +47,7 @@ come back from $OUT: the records travel as one tarball)::
     set -e; source .device/pack/kiln-setup.sh .device/pack; B=build/bm; mkdir -p $B
     setsid nohup env PYTHONUNBUFFERED=1 /tmp/kiln-venv/bin/python benchmarks/manycore.py \
       --python "$PY" --bundles .device/upstreams --workload flashmla --out $B/out \
+      --proof-env build-python \
       > $B/log 2>&1 < /dev/null & echo $! > $B/pid
     for i in $(seq 585); do kill -0 $(cat $B/pid) 2>/dev/null || break; sleep 1; done
     tail -3 $B/log

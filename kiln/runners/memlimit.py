@@ -28,6 +28,7 @@ from typing import Any
 from kiln.errors import BuildError
 from kiln.inside import proc
 from kiln.inside.causes.resources import OOM_FIX
+from kiln.inside.kit.treemem import STEP_CGROUP
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class MemoryCgroup:
     @classmethod
     def create(cls, mem_gib: float) -> MemoryCgroup:
         parent, version = _parent()
-        path = parent / f"kiln-step-{os.getpid()}-{next(_counter)}"
+        path = parent / f"{STEP_CGROUP}{os.getpid()}-{next(_counter)}"
         path.mkdir()
         group = cls(path, version, int(mem_gib * 2**30))
         try:

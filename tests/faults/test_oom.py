@@ -6,6 +6,7 @@ the Docker runner through the container's limit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -252,3 +253,58 @@ def test_a_compile_killed_for_memory_beside_another_is_compiled_again_alone(
     assert rerun["start"] >= other["start"] + other["wall_s"] - 0.5, runs
     schedule = manifest_json(tmp_path / "artifacts" / "test-release")["vendors"]["tiny"]["schedule"]
     assert schedule["oom_reruns"] == len(killed)
+
+
+ROOM_CHILD = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import treemem
+block = os.urandom(1 << 20)
+with open(sys.argv[2], "wb") as fh:  # 300 MiB into the page cache, charged to this cgroup
+    for _ in range(300):
+        fh.write(block)
+print(treemem._own_cgroup_room_kib())
+"""
+
+
+@pytest.mark.parametrize("name", ["kiln-room-probe", "kiln-step-room-probe"])
+def test_the_gate_reads_a_cgroups_room_beside_its_working_set(
+    cgroups, tmp_path: Path, name: str
+) -> None:
+    """Issue 53 (1): the machine's room the gate reads under a cgroup's limit (a
+    container's, a CI job's) leaves out the page cache the kernel gives back: a build's
+    reads and writes fill a cgroup's usage up to its limit (the first cold public build
+    with the room read from usage ran one compile at a time for minutes). kiln's own step
+    cgroups are left out: their limit is the budget, which the gate counts itself."""
+    from kiln.inside.kit import treemem
+
+    parent, version = memlimit._parent()
+    if version != 1 and not (parent / "cgroup.subtree_control").exists():
+        require.missing("CGROUP", "no writable memory cgroup for the probe")
+    big = tmp_path / "big"
+    group = parent / f"{name}-{os.getpid()}"
+    group.mkdir()
+    limit = 2 << 30
+    try:
+        (group / ("memory.limit_in_bytes" if version == 1 else "memory.max")).write_text(str(limit))
+        kit = str(Path(treemem.__file__).parent)
+        enter = f'echo $$ > {group / "cgroup.procs"}; exec "$@"'
+        res = subprocess.run(
+            ["sh", "-c", enter, "sh", sys.executable, "-S", "-c", ROOM_CHILD, kit, str(big)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        used = int(
+            (group / ("memory.usage_in_bytes" if version == 1 else "memory.current")).read_text()
+        )
+        room = res.stdout.strip()
+        if name.startswith("kiln-step-"):
+            assert room == "None" or int(room) * 1024 > limit, room  # not this one's
+        else:
+            assert used > 250 << 20  # the file's pages are charged to the group
+            assert int(room) * 1024 > limit - (100 << 20), (room, used)  # but not counted
+    finally:
+        with contextlib.suppress(OSError):
+            (group / ("memory.force_empty")).write_text("1")
+        group.rmdir()

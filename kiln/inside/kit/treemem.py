@@ -128,8 +128,27 @@ def oom_kills() -> int:
     return 0
 
 
-def _room_in(folder: str, limit_file: str, used_file: str) -> int | None:
-    """Room under one cgroup's limit (KiB), None where it has none or cannot be read."""
+STEP_CGROUP = "kiln-step-"  # kiln's own per-step cgroups (runners/memlimit.py)
+
+
+def _inactive_file(folder: str, key: str) -> int:
+    """The cgroup's inactive file pages (bytes): page cache the kernel takes back first."""
+    try:
+        with open(os.path.join(folder, "memory.stat")) as fh:
+            for line in fh:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _room_in(folder: str, limit_file: str, used_file: str, inactive: str) -> int | None:
+    """Room under one cgroup's limit (KiB) beside its working set (its usage less its
+    inactive page cache, as ``docker stats`` counts it: a cgroup's usage grows with every
+    file it reads until its limit, and that cache is given back on demand); None where it
+    has no limit or it cannot be read."""
     try:
         with open(os.path.join(folder, limit_file)) as fh:
             limit = fh.read().strip()
@@ -139,13 +158,15 @@ def _room_in(folder: str, limit_file: str, used_file: str) -> int | None:
         return None
     if limit == "max" or int(limit) >= 2**60:
         return None
-    return max(int(limit) - used, 0) // 1024
+    working = max(used - _inactive_file(folder, inactive), 0)
+    return max(int(limit) - working, 0) // 1024
 
 
 def _own_cgroup_room_kib() -> int | None:
     """The least room left under the memory limits of this process's cgroup and those
-    above it (v2 ``memory.max``, v1 ``memory.limit_in_bytes``): a build step's own limit,
-    a container's; None where none has a limit or none can be read."""
+    above it (v2 ``memory.max``, v1 ``memory.limit_in_bytes``): a container's, a CI
+    job's; None where none has a limit or none can be read. kiln's own step cgroups are
+    left out: their limit is the build's budget, which the gate counts itself."""
     try:
         with open("/proc/self/cgroup") as fh:
             lines = fh.read().splitlines()
@@ -154,19 +175,19 @@ def _own_cgroup_room_kib() -> int | None:
     for line in lines:
         _, controllers, path = line.split(":", 2)
         if controllers == "":
-            root, files = "/sys/fs/cgroup", ("memory.max", "memory.current")
+            root = "/sys/fs/cgroup"
+            files = ("memory.max", "memory.current", "inactive_file")
         elif "memory" in controllers.split(","):
-            root, files = (
-                "/sys/fs/cgroup/memory",
-                ("memory.limit_in_bytes", "memory.usage_in_bytes"),
-            )
+            root = "/sys/fs/cgroup/memory"
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
         else:
             continue
         rooms = []
         while True:
-            room = _room_in(root + path, *files)
-            if room is not None:
-                rooms.append(room)
+            if not os.path.basename(path).startswith(STEP_CGROUP):
+                room = _room_in(root + path, *files)
+                if room is not None:
+                    rooms.append(room)
             if path in ("/", ""):
                 break
             path = os.path.dirname(path)
