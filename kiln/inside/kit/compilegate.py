@@ -521,18 +521,25 @@ def _kind_hint(source: str) -> float | None:
 def mem_per_compile(source: str | None) -> float:
     """What this compile reserves (with its nvcc threads, over its process tree), from
     the most particular figure there is: its own learned peak times the margin, else its
-    family's; else the heaviest of its family that finished in this build; else the
-    heaviest of its kind learned, else finished in this build; else, for a kind nothing
-    was seen of, the recipe's guess (``KILN_GATE_MEM_GIB``)."""
-    if source:
-        learned = _unit_hint(source, "mem_gib")
-        if learned is not None:
-            return learned
-        family_here, kind_here = peaks_here(source)
-        for found in (family_here, _kind_hint(source), kind_here):
-            if found is not None:
-                return found
-    return float(os.environ.get("KILN_GATE_MEM_GIB", "0") or 0)
+    family's (learned, else the heaviest of its family that finished in this build).
+    A unit of a family nothing was seen of reserves the recipe's guess
+    (``KILN_GATE_MEM_GIB``), or less where the heaviest of its kind (learned, or finished
+    in this build) took less: both are upper estimates, and one outlier of a kind (a
+    CUTLASS FMHA unit's 9 GiB beside units of 1-2) must not stand in for every unit of
+    it (a cold build ran one compile at a time on 2 cores that way). What a guess misses
+    the gate sees as the compile grows (its live figure), and a compile the kernel kills
+    is compiled again alone."""
+    guess = float(os.environ.get("KILN_GATE_MEM_GIB", "0") or 0)
+    if not source:
+        return guess
+    learned = _unit_hint(source, "mem_gib")
+    if learned is not None:
+        return learned
+    family_here, kind_here = peaks_here(source)
+    if family_here is not None:
+        return family_here
+    kinds = [k for k in (_kind_hint(source), kind_here) if k is not None]
+    return min(guess, max(kinds)) if kinds and guess > 0 else (max(kinds) if kinds else guess)
 
 
 def from_environment(
