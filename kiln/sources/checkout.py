@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -129,7 +130,22 @@ class GitCache:
         self.root = root.resolve() / "git"
         self.mirrors = mirrors
         self.offline = offline
-        self.used: set[Path] = set()  # the bare clones this run read: checked on a failure
+        # The bare clones the calling thread's checkout read (checked on a failure): one
+        # set per thread, since vendors check out at once and the prefetch runs beside
+        # them (one shared set was rebound by one checkout while another iterated it).
+        self._used = threading.local()
+
+    @property
+    def used(self) -> set[Path]:
+        """The bare clones this thread's checkout read since it began."""
+        found: set[Path] | None = getattr(self._used, "paths", None)
+        if found is None:
+            found = self._used.paths = set()
+        return found
+
+    def start_reading(self) -> None:
+        """A checkout begins on this thread: what it reads is counted afresh."""
+        self._used.paths = set()
 
     def clone_path(self, url: str) -> Path:
         """Where ``url``'s bare clone is (made or not)."""
@@ -402,13 +418,26 @@ def offline_refusal(url: str, source: str, what: str) -> str:
     )
 
 
+def prefetch(cache: GitCache, url: str, commit: str, what: str) -> None:
+    """``commit`` of ``url`` and, read from its bare clone without a work tree, its
+    submodules' pinned commits, into the cache: what a checkout then finds there. Run
+    while a build probes its toolchain (a torch import); the checkout still resolves
+    everything and reports whatever failed here."""
+    full = cache.resolve(url, commit, what)
+    repo = cache.cached(url)
+    if repo is None:
+        return
+    for path, sub_url, sha in submodule_pins(repo, full, url):
+        prefetch(cache, sub_url, sha, f"{what}: submodule {path}")
+
+
 def checkout(cache: GitCache, source: Source, dest: Path, what: str) -> Checkout:
     """A fresh detached work tree of ``source`` at its pinned commit, with submodules.
 
     When that fails, every bare clone it read is checked with ``git fsck``: damaged
     ones (a truncated object, a corrupt pack) are removed and fetched again from the
     mirror or upstream, once; a cache that fails its check is never used as is."""
-    cache.used = set()
+    cache.start_reading()
     try:
         return _checkout(cache, source, dest, what)
     except SourceError as exc:
