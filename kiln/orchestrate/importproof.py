@@ -28,6 +28,7 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from kiln.errors import (
     FailureRecord,
     FixEdit,
     ImportFailed,
+    KilnError,
     ToolchainError,
 )
 from kiln.inside import import_child
@@ -239,6 +241,51 @@ def environment(ctx: Context) -> ConsumerEnv:
     if env.source == consumerenv.BUILD_PYTHON:
         _build_python_meets(ctx, env)
     return env
+
+
+WARM_MARKER = ".kiln-warm"  # in the environment's pycache: torch's bytecode is there
+
+
+def warm(ctx: Context) -> threading.Thread | None:
+    """The consumer environment made, and ``import torch``'s bytecode compiled into its
+    pycache, in the background while the steps compile: the proofs then read it. Their
+    first imports compiled it, each of a wheel's modules at once in a process of its own
+    (two at 8 CPU-s each beside the compiles of a cold public build on 2 cores, where 1.6
+    once warm), and on a many-core machine the proof is on the critical path. Once per
+    environment; what fails here is left to the proof to say."""
+    if not ctx.opts.import_proof or not ctx.ws.profile.torch:
+        return None
+
+    def run() -> None:
+        try:
+            env = environment(ctx)
+            marker = env.pycache / WARM_MARKER
+            if marker.exists() or "torch" not in env.distributions():
+                return
+            env.pycache.mkdir(parents=True, exist_ok=True)
+            _run(
+                ctx,
+                [
+                    str(env.python),
+                    "-I",
+                    "-X",
+                    f"pycache_prefix={env.pycache}",
+                    "-c",
+                    "import torch",
+                ],
+                "compiling torch's bytecode for the import proofs",
+                ctx.logs / "consumer-env.log",
+                cwd=env.pycache,
+                writable=[env.pycache],
+                readonly=[env.root],
+            )
+            marker.write_text("")
+        except (KilnError, OSError) as exc:
+            log.debug("the consumer environment's warm-up: %s (the proof says it)", exc)
+
+    thread = threading.Thread(target=run, name="proof-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def _build_python_meets(ctx: Context, env: ConsumerEnv) -> None:

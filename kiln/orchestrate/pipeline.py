@@ -27,7 +27,7 @@ from kiln.errors import ConfigError, KilnError, SignatureError, with_message
 from kiln.inside import memwatch
 from kiln.inside import sccache as sccache_servers
 from kiln.inside.kit import compilegate as compile_gate
-from kiln.orchestrate import failure, learned, progress, runlock
+from kiln.orchestrate import failure, importproof, learned, progress, runlock
 from kiln.orchestrate.context import Context
 from kiln.orchestrate.options import Options
 from kiln.orchestrate.preflight import preflight
@@ -429,6 +429,7 @@ def build_vendors(staged: Staged, stack: contextlib.ExitStack | None = None) -> 
     series = ctx.logs / records.MEMORY_SERIES  # kiln/timings/ draws it
     series.unlink(missing_ok=True)
     watch = memwatch.Watcher(os.getpid(), interval=2.0, series=series)
+    warming = importproof.warm(ctx)
     names = {v.name for v in selected}
     after = {v.name: [a for a in v.build.after if a in names] for v in selected}
     pending = list(selected)
@@ -476,6 +477,8 @@ def build_vendors(staged: Staged, stack: contextlib.ExitStack | None = None) -> 
             except BaseException:
                 ctx.runner.cancel()
                 raise
+    if warming is not None:
+        warming.join()
     # the steps only read the store while they ran: what they measured is merged here
     for v in selected:
         if v.name in measured:

@@ -16,6 +16,7 @@ import tomlkit
 
 from kiln.config.workspace import Workspace
 from kiln.errors import ImportFailed, VerifyError
+from kiln.orchestrate import importproof
 from kiln.release import manifest, variants
 from tests import landing
 from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache
@@ -289,6 +290,10 @@ def test_a_cold_caches_consumer_environment_links_torch_from_the_build_venvs_uv_
     assert not (made[0].parent / "__pycache__").exists()
     kept = sorted(Path(f"{env}.pycache").rglob("*.pyc"))
     assert any(p.parent.name == "landing" for p in kept), kept[:5]
+    # torch's bytecode compiled once beside the compiles, before the proof's imports
+    # (which each compiled it, side by side): the warm-up's marker and torch's own
+    assert (Path(f"{env}.pycache") / importproof.WARM_MARKER).is_file()
+    assert any("/torch/" in str(p) for p in kept)
 
 
 def test_the_build_pythons_own_distributions_prove_a_wheel_where_there_is_no_index(
