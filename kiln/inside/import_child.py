@@ -59,6 +59,8 @@ class ProveSpec(TypedDict):
     work: str
     out: NotRequired[str]  # where main() writes the results (:class:`Proved`, as JSON)
     jobs: NotRequired[int]  # at once (default: the CPUs)
+    # the first module alone, then the rest at once: it compiles the bytecode they share
+    first_alone: NotRequired[bool]
     # Where the imports read and write their bytecode (``-X pycache_prefix``): the
     # consumer environment is made without it and stays read-only here.
     pycache: NotRequired[str | None]
@@ -204,16 +206,17 @@ def run(spec: ProveSpec) -> Proved:
         stub, driver = stub_folder(work, spec.get("cuda_home"))
     env = _environment(stub)
     modules = spec["modules"]
-    jobs = max(1, min(len(modules), int(spec.get("jobs") or os.cpu_count() or 1)))
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(
-            pool.map(
-                lambda m: import_one(
-                    spec["python"], m, env, float(spec["timeout_s"]), work, spec.get("pycache")
-                ),
-                modules,
-            )
+
+    def one(m: ModuleSpec) -> Imported:
+        return import_one(
+            spec["python"], m, env, float(spec["timeout_s"]), work, spec.get("pycache")
         )
+
+    first = [one(modules[0])] if spec.get("first_alone") and len(modules) > 1 else []
+    rest = modules[len(first) :]
+    jobs = max(1, min(len(rest), int(spec.get("jobs") or os.cpu_count() or 1)))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = first + list(pool.map(one, rest))
     return {"driver": driver, "modules": results}
 
 

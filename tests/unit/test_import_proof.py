@@ -527,3 +527,44 @@ def test_what_pip_said_keeps_the_package_a_hash_error_names_and_says_a_cut_downl
     assert _tool_said(indented) == said
     two = ["  ERROR: Could not find a version", "  ERROR: No matching distribution", "  x"]
     assert _tool_said(two) == " (ERROR: Could not find a version ERROR: No matching distribution)"
+
+
+@pytest.mark.parametrize("first_alone", [False, True])
+def test_while_others_compile_the_first_module_is_imported_alone(
+    tmp_path: Path, first_alone: bool
+) -> None:
+    """While other steps compile (``first_alone``), the first of a wheel's modules is
+    imported by itself and the others after it, at once: it compiles the bytecode they
+    share (a package's two modules each compiled torch._dynamo's, 9.4 CPU-s each beside
+    the compiles); with the machine to itself, all at once."""
+    log = tmp_path / "log"
+    for name in ("one", "two", "three"):
+        (tmp_path / f"{name}.py").write_text(
+            "import time\n"
+            f"open({str(log)!r}, 'a').write('{name} start %f\\n' % time.time())\n"
+            "time.sleep(0.4)\n"
+            f"open({str(log)!r}, 'a').write('{name} end %f\\n' % time.time())\n"
+        )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "fixture.pth").write_text(f"{tmp_path}\n")
+    found = inside_proof.run(
+        {
+            "python": str(venv / "bin" / "python"),
+            "modules": [{"name": n} for n in ("one", "two", "three")],
+            "timeout_s": 30,
+            "cuda_home": None,
+            "work": str(tmp_path / "work"),
+            "jobs": 4,
+            "first_alone": first_alone,
+        }
+    )
+    assert [r["name"] for r in found["modules"]] == ["one", "two", "three"]
+    assert {r["returncode"] for r in found["modules"]} == {0}
+    at = {tuple(line.split()[:2]): float(line.split()[2]) for line in log.read_text().splitlines()}
+    one_done = at[("one", "end")] <= min(at[("two", "start")], at[("three", "start")])
+    assert one_done == first_alone, at
+    assert (
+        at[("two", "start")] < at[("three", "end")] and at[("three", "start")] < at[("two", "end")]
+    )

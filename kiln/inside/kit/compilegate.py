@@ -142,6 +142,12 @@ def growth_gib(holders: list[GateEntry]) -> float:
     return sum(max(h.get("mem_gib", 0.0) - h.get("live_gib", 0.0), 0.0) for h in holders)
 
 
+def holders(gate: Path) -> list[GateEntry]:
+    """The compiles that hold a slot of the gate now (none where there is no gate)."""
+    folder = gate / "holders"
+    return _alive(folder) if folder.is_dir() else []
+
+
 def _bump(gate: Path) -> None:
     with contextlib.suppress(OSError):
         (gate / "changed").write_text(uuid.uuid4().hex)
