@@ -741,7 +741,7 @@ def prove(ctx: Context, vendor: Vendor, output: Path, kind: str) -> ImportProof:
         out_file = root / "results.json"
         spec = import_child.ProveSpec(
             # while other steps compile, the first module alone compiles the bytecode the
-            # others read (deep_ep's two modules each compiled torch._dynamo's: 9.4
+            # others read (a package's two modules each compiled torch._dynamo's: 9.4
             # CPU-s each beside the compiles on 2 cores); at the end, all at once (wall)
             first_alone=_compiling(ctx),
             python=str(landed.python),

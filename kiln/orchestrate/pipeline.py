@@ -13,7 +13,6 @@ import logging
 import os
 import shutil
 import sys
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -262,7 +261,6 @@ def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
     compile gate, the caches, the display; the manifest's header."""
     head, logs = given.head, given.logs
     opts, ws, budget = head.opts, head.ws, head.budget
-    stack.callback(_prefetch(given.git, list(head.selected)).join)
     runner, problem = runner_or_problem(ws, opts, logs)
     tc, warnings = preflight(ws, list(head.selected), runner, given.git, problem)
     assert runner is not None  # preflight raised the problem otherwise
@@ -305,24 +303,6 @@ def prepare(given: Inputs, stack: contextlib.ExitStack) -> Prepared:
     prepared = Prepared(head, ctx, draft)
     given.undo.pop_all()  # preflight passed: the build goes on, nothing to undo
     return prepared
-
-
-def _prefetch(git: checkout.GitCache, vendors: list[Vendor]) -> threading.Thread:
-    """The vendors' sources fetched into the git cache while preflight probes the
-    toolchain (its torch import: 4 s on 2 cores before the first fetch began); each
-    vendor's checkout finds them there (or waits on the clone's lock for a fetch under
-    way) and reports what failed here itself."""
-
-    def fetch() -> None:
-        for vendor in vendors:
-            try:
-                checkout.prefetch(git, vendor.source.url, vendor.source.commit, vendor.name)
-            except KilnError as exc:
-                log.debug("%s: prefetch: %s (the checkout says it)", vendor.name, exc)
-
-    thread = threading.Thread(target=fetch, name="prefetch", daemon=True)
-    thread.start()
-    return thread
 
 
 def compiler_cache(opts: Options, ccache: str | None) -> compilercache.CompilerCache:

@@ -327,7 +327,7 @@ def _environment(
             "KILN_GATE_DIR": str(ctx.gate),
             # per compile: what a unit of a kind nothing was learned or seen of reserves
             # (a learned step's figures are per unit, family and kind: KILN_GATE_HINTS)
-            "KILN_GATE_MEM_GIB": str(vendor.build.mem_per_job_gib),
+            "KILN_GATE_MEM_GIB": str(schedule.recipe_guess(vendor, choice.nvcc_threads)),
             "KILN_JOB_STATS": str(logs.jobs),
             "KILN_STEP_MEM": str(logs.mem),
             "KILN_STEP_FAILURE": str(logs.failure),

@@ -303,6 +303,12 @@ def per_compile(entry: LearnedEntry, vendor: Vendor) -> LearnedEntry:
     return out
 
 
+def recipe_guess(vendor: Vendor, threads: int | None) -> float:
+    """What a unit of a kind nothing was seen or learned of reserves at the gate: the
+    recipe's ``mem_per_job_gib`` (per compile at its threads) at the threads chosen."""
+    return at_threads(vendor, vendor.build.mem_per_job_gib, threads)
+
+
 def far_off_note(vendor: Vendor, stats: list[JobLine]) -> str | None:
     """One sentence where the recipe's ``mem_per_job_gib`` is far (``FAR_OFF`` times) from
     what this step's compiles measured per compile (None: near enough, or nothing
@@ -315,6 +321,10 @@ def far_off_note(vendor: Vendor, stats: list[JobLine]) -> str | None:
     top = max(compiled, key=lambda s: s.get("rss_kib", 0))
     measured = top.get("rss_kib", 0) / 2**20
     figure = vendor.build.mem_per_job_gib
+    # the recipe's figure at the threads its units ran with (one, on a small machine)
+    ran_at = max((s.get("threads", 1) for s in compiled), default=1)
+    if vendor.build.nvcc_threads and ran_at < recipe_threads(vendor):
+        return None  # its compiles ran with fewer threads than the figure counts
     if measured <= 0 or (figure <= measured * FAR_OFF and measured <= figure * FAR_OFF):
         return None
     suggested = max(round(measured * LEARNED_MARGIN * 4) / 4, 0.25)
@@ -358,13 +368,22 @@ def estimate(vendor: Vendor, peaks: PeakStore) -> tuple[float, str]:
     return vendor.build.mem_per_job_gib, "recipe"
 
 
+def at_threads(vendor: Vendor, per_job: float, threads: int | None) -> float:
+    """A per-compile figure (taken at the recipe's threads) for compiles run with
+    ``threads``: each nvcc thread runs a cicc of its own, so its share of them."""
+    full = recipe_threads(vendor)
+    return round(per_job * max(threads or full, 1) / full, 3)
+
+
 def check_fits(vendors: list[Vendor], peaks: PeakStore, budget: Budget) -> None:
-    """Before anything starts: every step must be able to run one compile job."""
+    """Before anything starts: every step must be able to run one compile, at the fewest
+    nvcc threads kiln may give it (one, where the recipe lets kiln set them)."""
     for v in vendors:
         per_job, source = estimate(v, peaks)
-        if per_job > budget.mem_gib:
+        least = at_threads(v, per_job, 1) if v.build.nvcc_threads else per_job
+        if least > budget.mem_gib:
             raise ConfigError(
-                f"{v.name}: one compile job needs an estimated {per_job:g} GiB ({source}), "
+                f"{v.name}: one compile needs an estimated {least:g} GiB ({source}), "
                 f"more than the memory budget of {budget.mem_gib:g} GiB ({budget.source}): "
                 f"raise --mem-budget, free memory, or lower build.mem_per_job_gib in "
                 f"vendors/{v.name}.toml if the estimate is too high"
@@ -388,16 +407,18 @@ def step_slots(budget: Budget, lightest_gib: float, remote_slots: int = 0, threa
     return max(1, min(by_cpu, by_mem)) + max(remote_slots, 0)
 
 
-def nvcc_threads(vendor: Vendor) -> int | None:
+def nvcc_threads(vendor: Vendor, per_job: float, budget: Budget) -> int | None:
     """NVCC_THREADS for a recipe that lets kiln set it: the recipe's cap, no more than its
     archs (nvcc's threads compile the targets of one unit side by side). Each unit then
     runs with no more than its own targets (the compiler wrapper lowers ``--threads``
     per unit) and reserves that many CPU slots at the gate: the figure depends on the
     recipe and the unit alone, never on this machine's cores, so compiler-cache keys are
-    the same on every builder. Its memory figures are per compile, threads included."""
+    the same on every builder; one thread only where one compile at the recipe's threads
+    (``per_job``, per compile) would not fit the memory budget at all."""
     if vendor.build.nvcc_threads is None:
         return None
-    return recipe_threads(vendor)
+    threads = recipe_threads(vendor)
+    return 1 if per_job > budget.mem_gib else threads
 
 
 def choose(
@@ -429,7 +450,8 @@ def choose(
         tus = len(learned_units)
     else:
         tus = units if units is not None else count_translation_units(tree)
-    threads = nvcc_threads(vendor)
+    threads = nvcc_threads(vendor, per_job, budget)
+    per_job = at_threads(vendor, per_job, threads)
     lightest = min(
         (
             float(u["rss_gib"]) * LEARNED_MARGIN

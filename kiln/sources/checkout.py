@@ -418,19 +418,6 @@ def offline_refusal(url: str, source: str, what: str) -> str:
     )
 
 
-def prefetch(cache: GitCache, url: str, commit: str, what: str) -> None:
-    """``commit`` of ``url`` and, read from its bare clone without a work tree, its
-    submodules' pinned commits, into the cache: what a checkout then finds there. Run
-    while a build probes its toolchain (a torch import); the checkout still resolves
-    everything and reports whatever failed here."""
-    full = cache.resolve(url, commit, what)
-    repo = cache.cached(url)
-    if repo is None:
-        return
-    for path, sub_url, sha in submodule_pins(repo, full, url):
-        prefetch(cache, sub_url, sha, f"{what}: submodule {path}")
-
-
 def checkout(cache: GitCache, source: Source, dest: Path, what: str) -> Checkout:
     """A fresh detached work tree of ``source`` at its pinned commit, with submodules.
 

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from kiln.errors import BuildError, ConfigError
+from kiln.inside.causes.resources import OOM_FIX
 from kiln.orchestrate import stages
 from kiln.orchestrate.options import Options
 from kiln.runners.docker import KEPT_PREFIX
@@ -288,9 +289,7 @@ def test_out_of_memory_is_reported_as_such(
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=NO_TORCH)
     with pytest.raises(BuildError) as info:
         stages.build(docker_options(ws, mem_limit_gib=0.25))
-    assert "killed: out of memory (limit 0.25 GiB): lower --jobs or raise the limit" in str(
-        info.value
-    )
+    assert f"killed: out of memory (limit 0.25 GiB): {OOM_FIX}" in str(info.value)
 
 
 def test_network_is_off_in_build_containers(

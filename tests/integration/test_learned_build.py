@@ -84,7 +84,7 @@ def test_a_build_from_another_builds_learned_data_starts_like_its_next(
     )
     refused = run_kiln(*common)
     assert refused.returncode == ConfigError.exit_code, refused.stderr
-    assert "fix: one compile job needs an estimated 6 GiB (recipe)" in refused.stderr
+    assert "fix: one compile needs an estimated 6 GiB (recipe)" in refused.stderr
 
     res = run_kiln(*common, "--learned-from", release / manifest.FILE_NAME)
     assert res.returncode == 0, res.stderr

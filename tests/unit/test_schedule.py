@@ -208,7 +208,7 @@ def test_budget_smaller_than_one_job_is_refused_before_starting(
     ws = write(tmp_path / "ws", {"heavy": plain_vendor(upstreams.plain[2], mem_per_job_gib=6.0)})
     res = run_kiln(*build_args(ws, tmp_path, "--mem-budget", "2", runner=None))
     assert res.returncode == ConfigError.exit_code, res.stderr
-    assert "heavy: one compile job needs an estimated 6 GiB (recipe)" in res.stderr
+    assert "heavy: one compile needs an estimated 6 GiB (recipe)" in res.stderr
     assert "memory budget of 2 GiB (--mem-budget)" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert artifacts_files(tmp_path / "artifacts") == []
@@ -445,3 +445,20 @@ def test_a_recipe_figure_far_from_what_was_measured_is_said_with_the_measured_va
     low = schedule.far_off_note(_vendor(mem_per_job_gib=1.0), [{**unit, "rss_kib": 6 << 20}])
     assert low is not None and "at most 6.00 GiB" in low  # too low is said too
     assert schedule.far_off_note(v, [{**unit, "result": "cache-hit", "rss_kib": 1}]) is None
+
+
+def test_a_compile_that_does_not_fit_at_the_recipes_threads_runs_with_one() -> None:
+    """The release's FlashMLA (two sm100 archs, two nvcc threads: 18.5 GiB per compile)
+    on a 24 GiB machine (a budget near 18): planned with one thread and half the figure,
+    not refused; refused only where one thread's share does not fit either."""
+    two = _vendor(nvcc_threads=2, archs=["sm_100a", "sm_103a"], mem_per_job_gib=18.5)
+    empty = schedule.PeakStore(Path("/nonexistent/peaks.json"))
+    small = schedule.Budget(18.0, 2, "t")
+    schedule.check_fits([two], empty, small)
+    choice = schedule.choose(two, Path("/nonexistent"), empty, small, units=4)
+    assert (choice.nvcc_threads, choice.mem_per_job_gib) == (1, 9.25)
+    assert schedule.recipe_guess(two, choice.nvcc_threads) == 9.25
+    big = schedule.choose(two, Path("/nonexistent"), empty, schedule.Budget(100, 16, "t"), units=4)
+    assert (big.nvcc_threads, big.mem_per_job_gib) == (2, 18.5)
+    with pytest.raises(ConfigError, match="one compile needs an estimated 9.25 GiB"):
+        schedule.check_fits([two], empty, schedule.Budget(9.0, 2, "t"))

@@ -206,23 +206,8 @@ def test_relative_submodule_urls() -> None:
     assert resolve_relative("https://x/y", "https://a/b") == "https://x/y"
 
 
-def test_a_prefetch_fills_the_cache_a_checkout_then_needs_no_fetch_from(
-    tmp_path: Path, upstreams: Upstreams
-) -> None:
-    """What a build fetches while it probes its toolchain: the commit and its submodules'
-    pinned commits, read from the bare clone; the checkout afterwards works with the
-    mirror gone (nothing left to fetch)."""
-    from kiln.sources.checkout import prefetch
-
-    cache = GitCache(tmp_path / "cache", Mirrors.load(upstreams.mirrors), offline=True)
-    prefetch(cache, PLAIN, upstreams.plain[2][:8], "plain")
-    gone = GitCache(tmp_path / "cache", Mirrors({BASE_URL: "/nonexistent/"}), offline=True)
-    co = checkout(gone, Source(url=PLAIN, commit=upstreams.plain[2]), tmp_path / "wt", "plain")
-    assert [(s.path, s.commit) for s in co.submodules] == [("third_party/hdr", upstreams.hdr[0])]
-
-
 def test_what_a_checkout_read_is_its_own_threads(tmp_path: Path, upstreams: Upstreams) -> None:
-    """Issue 55 (6): vendors check out at once (and the prefetch beside them): the bare
+    """Issue 55 (6): vendors check out at once, each in a thread of its own: the bare
     clones one checkout read, which it fscks on a failure, are its own thread's; another
     thread's checkout starting does not empty them (one set, rebound by each checkout,
     was iterated while others added to it)."""
