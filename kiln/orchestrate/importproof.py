@@ -555,7 +555,7 @@ def _judge(
     versions: dict[str, str],
     log_file: Path,
 ) -> list[ImportedModule]:
-    site = str(env.site_packages())
+    sites = [str(site) for site in env.site_dirs()]
     done: list[ImportedModule] = []
     for mod in planned:
         if mod.skip is not None:
@@ -566,7 +566,7 @@ def _judge(
             fh.write(f"\n$ import {mod.name} (after {', '.join(mod.preload) or 'nothing'})\n")
             fh.write(res["output"] + f"\n(exit code {res['returncode']}, {res['seconds']} s)\n")
         if res["returncode"] == 0:
-            _check_torch(ctx, vendor.name, mod.name, res.get("facts") or {}, site, log_file)
+            _check_torch(ctx, vendor.name, mod.name, res.get("facts") or {}, sites, log_file)
             done.append(_imported(mod, "ok", seconds=res["seconds"]))
             continue
         raise _explain(ctx, vendor, mod, res, landed, env, versions, log_file)
@@ -591,13 +591,13 @@ def _check_torch(
     vendor: str,
     module: str,
     facts: import_child.ImportFacts,
-    site: str,
+    sites: list[str],
     log_file: Path,
 ) -> None:
     """The torch an import loaded is the environment's, of the profile's version."""
     torch = facts.get("torch") or {}
     cause = imports.another_torch(
-        str(torch.get("version") or ""), str(torch.get("file") or ""), ctx.ws.profile.torch, site
+        str(torch.get("version") or ""), str(torch.get("file") or ""), ctx.ws.profile.torch, sites
     )
     if cause is None:
         return

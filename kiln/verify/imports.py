@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -367,13 +367,15 @@ def pinned_torch_problem(text: str, source: str, torch: str | None) -> str | Non
     return None
 
 
-def another_torch(version: str, where: str, want: str | None, site: str) -> Cause | None:
+def another_torch(version: str, where: str, want: str | None, sites: Sequence[str]) -> Cause | None:
     """The torch an import loaded (its ``version`` and ``where``, its ``__init__.py``)
-    against the profile's (``want``) and the consumer environment's ``site``; None when
-    it is that one, or no torch was loaded."""
+    against the profile's (``want``) and the consumer environment's site folders
+    (``sites``: its own, and with ``--proof-env build-python`` the build Python's); None
+    when it is the environment's, of that version, or no torch was loaded."""
     if not version or not want:
         return None
-    if where.startswith(site.rstrip("/") + "/") and _same_version(version, want):
+    inside = any(where.startswith(site.rstrip("/") + "/") for site in sites)
+    if inside and _same_version(version, want):
         return None
     try:
         public = Version(want).public
@@ -382,7 +384,7 @@ def another_torch(version: str, where: str, want: str | None, site: str) -> Caus
     return Cause(
         "another-torch",
         f"it loaded torch {version} from {where}; the wheels are compiled against torch "
-        f"{want} and the consumer environment's is under {site}",
+        f"{want} and the consumer environment's is under {' or '.join(sites)}",
         f"pin torch=={public} in runtime-requirements.txt (then `kiln lock`), "
         "and keep other torch installs off the environment's path",
     )

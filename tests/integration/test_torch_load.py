@@ -247,7 +247,7 @@ def test_another_torch_is_fixed_by_pinning_the_profiles_torch(
             str(torch.get("version")),
             str(torch.get("file")),
             profile_torch,
-            str(env.site_packages()),
+            [str(site) for site in env.site_dirs()],
         )
 
     cause = judge(_environment(f"{OTHER_TORCH}\n", build_python), "before")
@@ -260,3 +260,19 @@ def test_another_torch_is_fixed_by_pinning_the_profiles_torch(
     (ws / "runtime-requirements.txt").write_text("torch==2.14.1\n")
     fixed = _environment(files.requirements(ws, profile_torch), build_python)
     assert judge(fixed, "after") is None
+    # --proof-env build-python (issue 53): the environment sees the build Python's own
+    # torch, of the profile's version, through its .pth: that torch is the environment's
+    # (the GPU machine's FlashMLA proof was refused as another torch before)
+    own = consumerenv.plan(
+        tmp_path / "cache",
+        "3.11",
+        str(build_python),
+        "",
+        None,
+        "local:",
+        source=consumerenv.BUILD_PYTHON,
+    )
+    for argv, _what in own.commands():
+        subprocess.run(argv, check=True, capture_output=True, text=True)
+    assert len(own.site_dirs()) == 2, own.site_dirs()
+    assert judge(own, "build-python") is None
