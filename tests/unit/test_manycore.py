@@ -297,6 +297,43 @@ def test_the_estimate_counts_the_upstreams_code_once_and_nothing_outside_it(
     assert wide.size(str(tree / "u.cu")) == u + a + b + 100_000
 
 
+def test_a_kernel_header_few_units_read_counts_as_their_own_code(tmp_path: Path) -> None:
+    """FlashMLA's sm90 dense-decode units (issue 53): 0.2 kB files instantiating a 58 kB
+    kernel header only they read, beside a library every unit reads. Counted once, that
+    header ranked them below units with larger files of their own; counted as their own
+    code they rank first. A header most units read, or a submodule's that few read, is
+    counted once (the check can fail: without the rule the order is the other way)."""
+    tree = tmp_path / "tree"
+    lib = tree / "third-party" / "lib"
+    for folder in (tree / "csrc" / "dense", lib):
+        folder.mkdir(parents=True)
+    (tree / ".gitmodules").write_text('[submodule "lib"]\n\tpath = third-party/lib\n')
+    (lib / "big.h").write_text("l" * 1_000_000)  # the library every unit reads
+    (lib / "rare.h").write_text("r" * 200_000)  # a library header one unit reads
+    (tree / "csrc" / "common.h").write_text("#include <big.h>\n" + "c" * 30_000)
+    (tree / "csrc" / "dense" / "kernel.cuh").write_text('#include "../common.h"\n' + "k" * 58_000)
+    dense = tree / "csrc" / "dense" / "fp16.cu"
+    dense.write_text('#include "kernel.cuh"\ntemplate void run<half>();\n')
+    others = []
+    for i in range(7):
+        unit = tree / "csrc" / f"u{i}.cu"
+        unit.write_text('#include "common.h"\n' + "u" * 4_000)
+        others.append(str(unit))
+    (tree / "csrc" / "u0.cu").write_text('#include "common.h"\n#include <rare.h>\n' + "u" * 4_000)
+    assert unitsize.libraries(str(tree)) == [str(lib)]
+    closure = unitsize.Closure([str(tree / "csrc"), str(lib)], unitsize.libraries(str(tree)))
+    ranks = closure.estimates([str(dense), *others])
+    assert max(ranks, key=lambda u: ranks[u]) == str(dense)
+    assert (
+        ranks[others[0]] - ranks[others[1]]
+        == len((tree / "csrc/u0.cu").read_bytes()) * 10
+        - (len((tree / "csrc/u1.cu").read_bytes()) * 10)
+        + 200_000
+    )  # the submodule's header counted once
+    alone = {u: closure.estimate(u) for u in [str(dense), *others]}
+    assert max(alone, key=lambda u: alone[u]) != str(dense)
+
+
 def test_torchs_own_headers_count_where_a_unit_includes_them(tmp_path: Path) -> None:
     """FlashMLA's csrc/api/api.cpp reads 0.5 MB of its own code and 14 MB of torch's: it
     took 29 CPU-s, third of 24 units, and ranked last without torch's headers counted."""

@@ -121,6 +121,21 @@ def _statements(text: str) -> list[str]:
     return out
 
 
+def _unit(part: str, folder: str, tree: str) -> str | None:
+    """The unit a ``build`` statement compiles, as a path in ``tree`` (None: not one)."""
+    source = first_input(part) if part.startswith("build ") else None
+    if source is None:
+        return None  # a link or phony statement
+    path = os.path.realpath(os.path.join(folder, source))
+    return os.path.relpath(path, tree) if compileflags.inside(path, tree) else None
+
+
+def units(text: str, folder: str, tree: str) -> list[str]:
+    """Every unit the build file compiles, in its order (paths in ``tree``)."""
+    found = (_unit(part, folder, tree) for part in _statements(text))
+    return [unit for unit in found if unit is not None]
+
+
 def reorder(text: str, folder: str, tree: str, priority: Callable[[str], float]) -> str:
     """``text`` with each run of consecutive unit ``build`` statements longest first
     (``priority`` of the unit's path in ``tree``); blank lines and comments inside a run
@@ -130,13 +145,10 @@ def reorder(text: str, folder: str, tree: str, priority: Callable[[str], float])
     keys: dict[int, float] = {}
     for i, part in enumerate(parts):
         if part.startswith("build "):
-            source = first_input(part)
-            if source is None:
+            unit = _unit(part, folder, tree)
+            if unit is None:
                 continue  # a link or phony statement: stays, the run goes on around it
-            path = os.path.realpath(os.path.join(folder, source))
-            if not compileflags.inside(path, tree):
-                continue
-            keys[i] = priority(os.path.relpath(path, tree))
+            keys[i] = priority(unit)
             runs[-1].append(i)
         elif part.strip() and not part.lstrip().startswith("#"):
             runs.append([])
@@ -165,11 +177,13 @@ def order_build_file(path: str) -> bool:
     if compilegate.learned_hints().get("units"):
         priority = compilegate.hinted_priority
     else:
-        closure = unitsize.Closure(unitsize.include_dirs(text, tree))
+        closure = unitsize.Closure(unitsize.include_dirs(text, tree), unitsize.libraries(tree))
+        listed = units(text, folder, tree)
+        ranks = closure.estimates([os.path.join(tree, unit) for unit in listed])
+        estimates.update({unit: ranks[os.path.join(tree, unit)] for unit in listed})
 
         def estimate(unit: str) -> float:
-            estimates[unit] = closure.estimate(os.path.join(tree, unit))
-            return float(estimates[unit])
+            return float(estimates.get(unit, 0))
 
         priority = estimate
 

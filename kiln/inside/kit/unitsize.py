@@ -21,6 +21,16 @@ ranked last without torch's, it ran alone at the end of a cold build:
 docs/performance.md). They are read once per build file (0.2 s). Other headers outside
 the tree (CUDA's, the C++ library's) are not counted: every unit reads them alike. An
 ``#include`` under an ``#if`` counts as if taken. Each header is read once.
+
+A header of the upstream's own code that few of the build file's units reach (at most
+``PRIVATE_SHARE`` of them; not in a submodule, not torch's) counts as the unit's own
+code, ``OWN_WEIGHT`` times: it holds the kernels those units instantiate. FlashMLA's two
+sm90 dense-decode units are 0.2 kB files instantiating one 58 kB kernel header that only
+they read (105 CPU-s each on 16 cores, third-longest after the FMHA pair); counted once,
+beside CUTLASS's 13 MB that 20 of its 24 units read, they ranked 22nd and 23rd, started
+at 92 and 97 s of a cold build and ended 20 s after its longest unit
+(docs/performance.md). Libraries (a submodule, torch's headers) are never a unit's own:
+torch's 14 MB read by one binding unit would rank it above every kernel.
 """
 
 from __future__ import annotations
@@ -33,6 +43,19 @@ INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^">\n]+)[">]', re.M)
 INCLUDE_FLAGS = ("-I", "-isystem", "--include-path")
 FRAMEWORK_INCLUDE = os.sep + os.path.join("torch", "include")  # torch's, counted too
 OWN_WEIGHT = 10  # a unit's own bytes against those of the headers it reaches
+PRIVATE_SHARE = 0.25  # a header reached by at most this share of the units is theirs
+SUBMODULE_PATH = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.M)  # in .gitmodules
+
+
+def libraries(tree: str) -> list[str]:
+    """The tree's submodule folders (its ``.gitmodules``): code of others, never a
+    unit's own."""
+    try:
+        with open(os.path.join(tree, ".gitmodules")) as fh:
+            text = fh.read()
+    except OSError:
+        return []
+    return [os.path.normpath(os.path.join(tree, p)) for p in SUBMODULE_PATH.findall(text)]
 
 
 def include_dirs(build_text: str, tree: str) -> list[str]:
@@ -67,8 +90,9 @@ def include_dirs(build_text: str, tree: str) -> list[str]:
 class Closure:
     """Include-closure sizes of units sharing one build file's include folders."""
 
-    def __init__(self, dirs: list[str]) -> None:
+    def __init__(self, dirs: list[str], libraries: list[str] | None = None) -> None:
         self.dirs = dirs
+        self.libraries = [os.path.normpath(p) for p in libraries or []]
         self._includes: dict[str, tuple[int, list[str]]] = {}
         self._found: dict[tuple[str, str], str | None] = {}
 
@@ -98,24 +122,52 @@ class Closure:
         return self._found[key]
 
     def estimate(self, source: str) -> int:
-        """The unit's rank: its closure's bytes plus its own, weighted (see above)."""
+        """The unit's rank alone: its closure's bytes plus its own, weighted (see above)."""
         return self.size(source) + (OWN_WEIGHT - 1) * self._read(os.path.normpath(source))[0]
+
+    def estimates(self, sources: list[str]) -> dict[str, int]:
+        """Each unit's rank among ``sources`` (one build file's): its closure's bytes,
+        its own file's and the headers of the upstream's own code that few of them reach
+        (``PRIVATE_SHARE``) weighted ``OWN_WEIGHT`` times (see above)."""
+        reached = {s: self.files(s) for s in sources}
+        units: dict[str, int] = {}
+        for found in reached.values():
+            for path in found:
+                units[path] = units.get(path, 0) + 1
+        few = max(1, int(len(sources) * PRIVATE_SHARE))
+        out: dict[str, int] = {}
+        for source, found in reached.items():
+            own = os.path.normpath(source)
+            total = 0
+            for path in found:
+                size = self._read(path)[0]
+                mine = path == own or (units[path] <= few and not self._library(path))
+                total += size * (OWN_WEIGHT if mine else 1)
+            out[source] = total
+        return out
+
+    def _library(self, path: str) -> bool:
+        """A header of others' code: a submodule's, or torch's."""
+        if FRAMEWORK_INCLUDE + os.sep in path:
+            return True
+        return any(path.startswith(lib + os.sep) for lib in self.libraries)
 
     def size(self, source: str) -> int:
         """Bytes of ``source`` and of every header it reaches (each counted once)."""
+        return sum(self._read(path)[0] for path in self.files(source))
+
+    def files(self, source: str) -> set[str]:
+        """``source`` and every header it reaches."""
         seen: set[str] = set()
         stack = [os.path.normpath(source)]
-        total = 0
         while stack:
             path = stack.pop()
             if path in seen:
                 continue
             seen.add(path)
-            size, names = self._read(path)
-            total += size
             here = os.path.dirname(path)
-            for name in names:
+            for name in self._read(path)[1]:
                 found = self._resolve(name, here)
                 if found is not None and found not in seen:
                     stack.append(found)
-        return total
+        return seen
