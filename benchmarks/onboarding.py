@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO))
 import kilnrun  # noqa: E402
 
 from kiln.plan import jobs  # noqa: E402
+from kiln.verbs.add import default_name  # noqa: E402
 from kiln.release import manifest as manifest_io  # noqa: E402
 from kiln.verify.binaries import device_archs  # noqa: E402
 
@@ -180,13 +181,16 @@ def release_archs(release: Path) -> dict[str, list[str]]:
 
 
 def onboard(name: str, entry: dict[str, str], args: argparse.Namespace, extra: list[str]) -> Row:
+    """``name``: the corpus repository's (any case); its vendor and release names are
+    what ``kiln add`` makes of its URL (lowercased: ``FlashInfer`` -> ``flashinfer``)."""
     row = Row(name, entry.get("shape", ""))
+    vendor = default_name(f"{BASE_URL}{name}.git")
     ws = args.root / name
     shutil.rmtree(ws, ignore_errors=True)
     (ws / "vendors").mkdir(parents=True)
     (ws / "patches").mkdir()
     template = args.kiln_toml.read_text() if args.kiln_toml else KILN_TOML
-    (ws / "kiln.toml").write_text(template.replace("{name}", name))
+    (ws / "kiln.toml").write_text(template.replace("{name}", vendor))
     logs = args.root / f"{name}-logs"
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
@@ -195,14 +199,14 @@ def onboard(name: str, entry: dict[str, str], args: argparse.Namespace, extra: l
     where = ["--cache", str(args.cache), "--mirrors", str(args.mirrors)]
     rev = f"@{entry['rev']}" if entry.get("rev") else ""
     rc, row.add_s, err = _kiln(
-        ["add", f"{BASE_URL}{name}.git{rev}", "--workspace", str(ws), "--name", name,
+        ["add", f"{BASE_URL}{name}.git{rev}", "--workspace", str(ws), "--name", vendor,
          "--no-dry-run", *where, *extra],
         logs / "add.log",
     )  # fmt: skip
     if rc != 0:
         row.result = f"add refused (exit {rc}): {_first_error(err)}"
         return row
-    recipe = tomllib.loads((ws / "vendors" / f"{name}.toml").read_text())
+    recipe = tomllib.loads((ws / "vendors" / f"{vendor}.toml").read_text())
     row.commit = recipe["source"]["commit"]
     build = recipe.get("build", {})
     row.recipe = f"{build.get('kind', '?')}/{build.get('arch_control', 'torch-arch-list')}"
@@ -216,10 +220,10 @@ def onboard(name: str, entry: dict[str, str], args: argparse.Namespace, extra: l
     if rc != 0:
         row.result = f"refused (exit {rc}): {_first_error(err)}"
         return row
-    release = artifacts / f"onboarding-{name}"
+    release = artifacts / f"onboarding-{vendor}"
     row.proven_s = wall
     row.archs = release_archs(release)
-    proven = manifest_io.read(release / "manifest.json").vendors[name].outputs
+    proven = manifest_io.read(release / "manifest.json").vendors[vendor].outputs
     ok = all(o.import_proof for o in proven if o.kind in ("wheel", "tarball"))
     row.result = "proven" if ok else "released without a proof"
     return row

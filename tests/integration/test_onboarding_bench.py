@@ -24,8 +24,9 @@ def test_the_onboarding_benchmark_takes_a_corpus_from_add_to_a_proven_wheel(
     made = landing.make(tmp_path / "landing")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    shutil.copytree(made.root / "good.git", corpus / "landing-good.git", symlinks=True)
-    (corpus / "corpus.toml").write_text('[landing-good]\nshape = "setup.py, nvcc by $NVCC"\n')
+    # an upper-case repository name (issue 54 (5)): its vendor and release are lowercased
+    shutil.copytree(made.root / "good.git", corpus / "Landing-Good.git", symlinks=True)
+    (corpus / "corpus.toml").write_text('[Landing-Good]\nshape = "setup.py, nvcc by $NVCC"\n')
     template = tmp_path / "kiln.toml"
     template.write_text(
         tomlkit.dumps({"release": {"name": "onboarding-{name}"}, "profile": PROFILE_NO_TORCH})
@@ -67,7 +68,8 @@ def test_the_onboarding_benchmark_takes_a_corpus_from_add_to_a_proven_wheel(
     assert row["compiles"] >= 3 and row["repeated"] == 0, row
     assert row["archs"] and all(v == ["sm_100a", "sm_103a"] for v in row["archs"].values()), row
     table = (out / "onboarding.md").read_text()
-    assert "| landing-good | setup.py, nvcc by $NVCC | " in table
+    assert "| Landing-Good | setup.py, nvcc by $NVCC | " in table
+    assert (tmp_path / "root" / "Landing-Good" / "vendors" / "landing-good.toml").is_file()
 
 
 def test_a_unit_is_a_source_with_its_command(tmp_path: Path) -> None:
