@@ -49,8 +49,8 @@ sys.path.insert(0, str(REPO))
 import kilnrun  # noqa: E402
 
 from kiln.plan import jobs  # noqa: E402
-from kiln.verbs.add import default_name  # noqa: E402
 from kiln.release import manifest as manifest_io  # noqa: E402
+from kiln.verbs.add import default_name  # noqa: E402
 from kiln.verify.binaries import device_archs  # noqa: E402
 
 BASE_URL = "https://corpus.invalid/"
