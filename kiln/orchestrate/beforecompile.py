@@ -166,6 +166,9 @@ def check_build_system(ctx: Context, step: Step) -> None:
     tools = tree / vendortools.TOOLS_DIR
     if tools.is_dir():  # the vendor's own build tools come first on its sys.path
         installed.update(consumerenv.distributions(tools))
+        lacking = buildsystem.tools_unmet(tools, installed)
+        if lacking:
+            raise ConfigError(buildsystem.tools_refusal(step.spec.vendor, lacking))
     found = buildsystem.problems(tree, installed)
     if found:
         raise ConfigError(buildsystem.refusal(step.spec.vendor, found))

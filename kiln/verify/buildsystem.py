@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from kiln.verify import imports
 
@@ -25,6 +28,12 @@ def declared(tree: Path) -> list[str]:
         return []
     requires = data.get("build-system", {}).get("requires", [])
     return [r for r in requires if isinstance(r, str)] if isinstance(requires, list) else []
+
+
+def unmet(tree: Path, installed: Mapping[str, str]) -> list[str]:
+    """The requirements of ``[build-system] requires`` the build venv does not meet, as
+    written (what ``kiln add`` resolves into the vendor's build tools)."""
+    return [str(req) for req, _ in imports.unmet_requirements(declared(tree), installed)]
 
 
 def problems(tree: Path, installed: Mapping[str, str]) -> list[str]:
@@ -47,4 +56,32 @@ def refusal(vendor: str, found: list[str]) -> str:
         f"pin versions that satisfy it in build.build_tools of vendors/{vendor}.toml (this "
         f"vendor's build alone) or the profile's build_tools (kiln.toml), or patch the pin "
         f"where the upstream's code does not need it (patches/)"
+    )
+
+
+def tools_unmet(tools: Path, installed: Mapping[str, str]) -> list[str]:
+    """Each dependency of a vendor's build tool (``Requires-Dist`` of a distribution in
+    its tools folder, ``tools``) that neither the tools nor the build venv
+    (``installed``) meet: ``tool X: needs REQ (...)``. The tools are installed without
+    their dependencies (each pinned, as in a lock): a dependency left out would fail
+    the build with ``No module named`` after minutes; it is named before the compile."""
+    found: list[str] = []
+    for dist in sorted(metadata.distributions(path=[str(tools)]), key=_name):
+        for req, have in imports.unmet_requirements(list(dist.requires or []), installed):
+            held = f"the build has {req.name} {have}" if have else f"no {req.name}"
+            found.append(f"{_name(dist)} {dist.version} needs {req} ({held})")
+    return found
+
+
+def _name(dist: metadata.Distribution) -> str:
+    return canonicalize_name(dist.metadata["Name"] or "")
+
+
+def tools_refusal(vendor: str, found: list[str]) -> str:
+    """The one-line error of a step whose build tools lack a dependency."""
+    return (
+        f"{vendor}: build.build_tools are installed without their dependencies and "
+        f"{'; '.join(found)}: fix: pin each missing dependency in build.build_tools of "
+        f"vendors/{vendor}.toml (`kiln add` drafts them with their dependencies), then "
+        f"build again"
     )

@@ -67,17 +67,22 @@ def default_name(url: str) -> str:
 
 
 def _pins(findings: scan.Findings, profile: Profile, offline: bool) -> dict[str, str]:
-    """The newest version on the profile's index of each build tool the tree's build
-    imports and the build venv lacks (a dry resolve: metadata only); none --offline, or
-    where pip does not answer (then the draft says what to set)."""
+    """The build tools the tree's build needs and the build venv lacks, resolved together
+    on the profile's index (a dry resolve: metadata only): what the build imports (its
+    newest version) and what pyproject.toml's ``[build-system] requires`` asks that the
+    build venv does not meet, each with its dependencies (the tools are installed
+    without them, as a lock: pip's whole install set), less what the build venv already
+    holds at the version resolved. None --offline, or where pip does not answer (then
+    the draft says what to set)."""
     wanted = [dist for _, dist, _ in findings.build_tool_needs()]
+    wanted += findings.build_system_unmet
     if offline or not wanted:
         return {}
     got, _, failed = fixcheck.dry_resolve(profile, wanted)
     if failed:
         log.warning("build tools %s not resolved (%s): the draft says what to set", wanted, failed)
-    asked = {canonicalize_name(w) for w in wanted}
-    return {canonicalize_name(k): v for k, v in got.items() if canonicalize_name(k) in asked}
+    pins = {canonicalize_name(k): v for k, v in got.items()}
+    return {k: v for k, v in pins.items() if findings.build_venv.get(k) != v}
 
 
 def add(

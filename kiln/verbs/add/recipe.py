@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 import tomlkit
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from tomlkit.items import Table
 
@@ -666,7 +667,6 @@ def _build_tools(t: Table, f: Findings, b: DecidedBuild) -> None:
     step's, a Makefile's): the build would stop there. Its distribution, pinned to the
     newest version on the profile's index, is this vendor's build tool (installed for its
     build alone); where add could not resolve it (--offline), the line says what to set."""
-    pins = []
     for module, dist, seen in f.build_tool_needs():
         if seen.file.endswith(".py"):
             who = "setup.py"
@@ -678,10 +678,8 @@ def _build_tools(t: Table, f: Findings, b: DecidedBuild) -> None:
             f"{seen}: {who} imports {module}, which the build venv does not have (the build "
             f"runs without isolation)"
         )
-        version = f.pins.get(canonicalize_name(dist))
-        if version:
+        if canonicalize_name(dist) in f.pins:
             _say(t, f"{said}: the newest {dist} on the profile's index, for this vendor's build.")
-            pins.append(f"{dist}=={version}")
         else:
             _say(
                 t,
@@ -689,15 +687,25 @@ def _build_tools(t: Table, f: Findings, b: DecidedBuild) -> None:
                 f"(installed for this vendor's build alone), or add it to the profile's "
                 f"build_tools in kiln.toml.",
             )
-    if pins:
+    if f.pins:
+        pins = [f"{dist}=={version}" for dist, version in sorted(f.pins.items())]
         t.add("build_tools", pins)
         b["build_tools"] = pins
 
 
 def _build_system(t: Table, f: Findings) -> None:
-    """pyproject.toml's [build-system] requires the build venv does not meet: the build
-    refuses the step before its compile (kiln/orchestrate/beforecompile.py)."""
-    if f.build_requires:
+    """pyproject.toml's [build-system] requires the build venv does not meet: resolved
+    into this vendor's build tools (``_build_tools``, with their dependencies), else the
+    build refuses the step before its compile (kiln/orchestrate/beforecompile.py)."""
+    asked = [Requirement(r) for r in f.build_system_unmet]
+    if asked and all(canonicalize_name(r.name) in f.pins for r in asked):
+        _say(
+            t,
+            f"pyproject.toml [build-system] requires {'; '.join(f.build_requires)}: kiln "
+            f"builds without isolation, so they are this vendor's build_tools, resolved on "
+            f"the profile's index with their dependencies (installed for its build alone).",
+        )
+    elif f.build_requires:
         _say(
             t,
             f"pyproject.toml [build-system] requires {'; '.join(f.build_requires)}: kiln "

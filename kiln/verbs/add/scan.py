@@ -102,6 +102,9 @@ class Findings:
     missing_imports: list[tuple[str, Seen]] = field(default_factory=list)
     # [build-system] requires the build venv does not meet (kiln.verify.buildsystem)
     build_requires: list[str] = field(default_factory=list)
+    # ... as written (what add resolves into build_tools), and the build venv's versions
+    build_system_unmet: list[str] = field(default_factory=list)
+    build_venv: dict[str, str] = field(default_factory=dict)
     # what the wheel will require, as the tree states it (requirement, where it is said)
     requires: list[tuple[str, str]] = field(default_factory=list)
     cmake: cmakelists.Project | None = None  # a CMake project's own files, read
@@ -263,7 +266,9 @@ def scan(co: Checkout, env: Environment) -> Findings:
         inc = found.closure.first["pybind11/numpy.h"]
         found.requires.append(("numpy", f"{inc.seen}"))
     if env.site_packages is not None:
-        found.build_requires = buildsystem.problems(tree, distributions(env.site_packages))
+        found.build_venv = distributions(env.site_packages)
+        found.build_requires = buildsystem.problems(tree, found.build_venv)
+        found.build_system_unmet = buildsystem.unmet(tree, found.build_venv)
     lic = license_text.find(tree)
     found.license = license_text.identify(tree, lic) if lic else None
     top = [s for s in co.submodules if "/" not in s.path or not _nested(s.path, co)]
