@@ -460,5 +460,28 @@ def test_a_compile_that_does_not_fit_at_the_recipes_threads_runs_with_one() -> N
     assert schedule.recipe_guess(two, choice.nvcc_threads) == 9.25
     big = schedule.choose(two, Path("/nonexistent"), empty, schedule.Budget(100, 16, "t"), units=4)
     assert (big.nvcc_threads, big.mem_per_job_gib) == (2, 18.5)
-    with pytest.raises(ConfigError, match="one compile needs an estimated 9.25 GiB"):
+    with pytest.raises(ConfigError, match="one compile needs an estimated 9.25 GiB") as said:
         schedule.check_fits([two], empty, schedule.Budget(9.0, 2, "t"))
+    # the recipe's figure planned it: its fix, applied, changes the plan
+    assert "lower build.mem_per_job_gib in vendors/v.toml" in str(said.value)
+    lowered = _vendor(nvcc_threads=2, archs=["sm_100a", "sm_103a"], mem_per_job_gib=16.0)
+    schedule.check_fits([lowered], empty, schedule.Budget(9.0, 2, "t"))
+
+
+def test_a_learned_estimate_that_does_not_fit_is_not_fixed_by_the_recipes_figure(
+    tmp_path: Path,
+) -> None:
+    """Issue 54 (4): a learned estimate plans the build whatever the recipe says, so the
+    refusal does not offer lowering ``mem_per_job_gib`` (it changed nothing: the dry run
+    still planned the learned figure); raising --mem-budget, its fix, does."""
+    v = _vendor(mem_per_job_gib=1.0)
+    peaks = schedule.PeakStore(tmp_path / "peaks.json")
+    peaks.remember(v, 8.0)
+    with pytest.raises(ConfigError) as said:
+        schedule.check_fits([v], peaks, schedule.Budget(4.0, 2, "t"))
+    assert "10 GiB (learned)" in str(said.value)
+    assert "mem_per_job_gib" not in str(said.value)
+    lowered = _vendor(mem_per_job_gib=0.5)
+    with pytest.raises(ConfigError):  # the recipe's figure lowered: the same refusal
+        schedule.check_fits([lowered], peaks, schedule.Budget(4.0, 2, "t"))
+    schedule.check_fits([v], peaks, schedule.Budget(12.0, 2, "t"))  # --mem-budget raised
