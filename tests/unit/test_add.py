@@ -780,14 +780,28 @@ def test_what_the_wheel_requires_is_listed_for_install_sh_with_the_profiles_torc
     assert requirements(ws, "2.14.1+cu130").endswith("torch==2.14.1\n")
 
 
-def test_a_hard_coded_a_arch_says_why_its_family_is_not_drafted(
-    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+GUARDED_KERNEL = """\
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 1030
+#error "k: written for sm_100a alone"
+#endif
+__global__ void k(float* x) { x[0] = 1.0f; }
+"""
+
+
+@pytest.mark.parametrize("case", ["compiles", "guarded", "unchecked"])
+def test_a_hard_coded_a_archs_family_is_drafted_where_the_compiler_builds_it(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path, case: str
 ) -> None:
-    """Issue 40: a .cu-only upstream hard-coding sm_90a and sm_100a: add kept sm_100a
-    alone, silently. The draft says why sm_103a (sm_100a's family) is not in archs, and
-    what would build it."""
+    """Issue 54 (3): a .cu-only upstream hard-coding sm_90a and sm_100a. add compiles its
+    first CUDA unit for sm_103a (sm_100a's family) alone: where it compiles, sm_103a is
+    in archs (add kept sm_100a alone before, by a rule, and the wheel lacked sm_103a);
+    where an arch guard in the code refuses it, it is left out with the compiler's
+    file:line; with --no-check the draft says why it is not drafted and what would build it."""
+    kernel = (
+        GUARDED_KERNEL if case == "guarded" else "__global__ void k(float* x) { x[0] = 1.0f; }\n"
+    )
     make_repo(
-        fixtures.root / "hopperblackwell.git",
+        fixtures.root / f"hb-{case}.git",
         [
             CommitSpec(
                 "hb",
@@ -796,20 +810,34 @@ def test_a_hard_coded_a_arch_says_why_its_family_is_not_drafted(
                         '"-gencode=arch=compute_103a,code=sm_103a"',
                         '"-gencode=arch=compute_90a,code=sm_90a"',
                     ),
-                    "csrc/k.cu": "__global__ void k(float* x) { x[0] = 1.0f; }\n",
+                    "csrc/k.cu": kernel,
                     "LICENSE": BSD2,
                 },
             )
         ],
     )
     added = _add(
-        workspace, fixtures, build_python, f"{BASE_URL}hopperblackwell.git", None, tmp_path
-    )
+        workspace, fixtures, build_python, f"{BASE_URL}hb-{case}.git", None, tmp_path,
+        check=case != "unchecked",
+    )  # fmt: skip
     data = tomllib.loads(added.path.read_text())
-    assert data["build"]["archs"] == ["sm_100a"]
     text = added.path.read_text().replace("\n# ", " ")
-    assert "Not sm_103a: of the family of the hard-coded sm_100a, but an 'a' target's code" in text
-    assert "a patch asking for the family target (sm_100f) builds sm_103a too" in text
+    if case == "compiles":
+        assert data["build"]["archs"] == ["sm_100a", "sm_103a"]
+        assert (
+            "sm_103a too: of the family of the hard-coded sm_100a, and add compiled csrc/k.cu"
+            in text
+        )
+    elif case == "guarded":
+        assert data["build"]["archs"] == ["sm_100a"]
+        assert "Not sm_103a: the compiler refuses csrc/k.cu for it at add (csrc/k.cu:2:" in text
+        assert "written for sm_100a alone" in text
+    else:
+        assert data["build"]["archs"] == ["sm_100a"]
+        assert (
+            "Not sm_103a: of the family of the hard-coded sm_100a, but an 'a' target's code" in text
+        )
+        assert "a patch asking for the family target (sm_100f) builds sm_103a too" in text
 
 
 def test_a_gpu_probe_with_its_own_switch_drafts_the_switch(tmp_path: Path) -> None:

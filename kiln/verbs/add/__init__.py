@@ -149,6 +149,12 @@ def add_recipe(
         findings = scan.scan(co, env)
         findings.pins = _pins(findings, profiles[profile], offline)
         made = recipe.build(findings, profiles, name, rev, how)
+        family = recipe.family_to_check(findings, profiles) if check else []
+        if family:  # the compiler says whether the code builds for them, not a rule
+            findings.family_checked = unitcheck.family_archs(
+                name, made.data.build, findings, env, co.path, family
+            )
+            made = recipe.build(findings, profiles, name, rev, how)
         _check(workspace, list(profiles), name, made.text)
         checked = stdcheck.check(name, made.data.build, findings, env)
         compiled = (

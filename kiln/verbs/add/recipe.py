@@ -120,6 +120,41 @@ def _sm(arch: str) -> tuple[int, str]:
     return int(m.group(1)), m.group(2)
 
 
+def family_candidates(common: list[str], hard: list[str], keep: list[str]) -> list[str]:
+    """The archs of ``common`` not kept whose family a hard-coded 'a' target of ``hard``
+    is of (sm_103a beside a hard-coded sm_100a): whether its code builds there is for the
+    compiler to say (add compiles the first CUDA unit for each)."""
+    return [
+        a
+        for a in common
+        if a not in keep
+        and any(_sm(h)[1] == "a" and _sm(h)[0] // 10 == _sm(a)[0] // 10 for h in hard)
+    ]
+
+
+def family_to_check(f: Findings, profiles: dict[str | None, Profile]) -> list[str]:
+    """The archs :func:`_archs` would leave out as of a hard-coded 'a' target's family
+    (setup.py hard-codes sm_100a, the profile has sm_103a), for add to compile the first
+    CUDA unit for each before drafting; [] where the draft is decided otherwise."""
+    flags, common = f.arch_flags, common_archs(profiles) or list(profiles[None].archs)
+    literal = [fl for fl in flags if fl.archs]
+    sms = list(dict.fromkeys(a for fl in literal for a in fl.archs if a.startswith("sm_")))
+    toggled = all(fl.toggle for fl in flags) and len({fl.toggle for fl in flags}) == len(flags)
+    if not f.device_sources or not sms or (literal and toggled):
+        return []
+    keep = [a for a in common if any(_allows(h, a) for h in sms)]
+    return family_candidates(common, sms, keep) if keep else []
+
+
+def _kin(hard: list[str], family: list[str]) -> list[str]:
+    """The hard-coded 'a' targets of whose family ``family``'s archs are."""
+    return [
+        h
+        for h in hard
+        if _sm(h)[1] == "a" and any(_sm(h)[0] // 10 == _sm(a)[0] // 10 for a in family)
+    ]
+
+
 def _allows(hard: str, wanted: str) -> bool:
     """Whether code written for the hard-coded arch ``hard`` can be compiled for
     ``wanted``: an arch-specific target (``a``) only for itself, a family target
@@ -513,18 +548,27 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: Decide
             if not keep:
                 keep = list(common)
                 why += f" None of {where} fits them: all of them; check each compiles."
-            family = [
-                a
-                for a in common
-                if a not in keep
-                and any(_sm(h)[1] == "a" and _sm(h)[0] // 10 == _sm(a)[0] // 10 for h in sms)
-            ]
+            family = family_candidates(common, sms, keep)
+            checked = f.family_checked or {}
+            proven = [a for a in family if a in checked and checked[a] is None]
+            refused = [a for a in family if checked.get(a)]
+            if proven:
+                unit = f.device_sources[0]
+                keep = [a for a in common if a in keep or a in proven]
+                why += (
+                    f" {', '.join(proven)} too: of the family of the hard-coded "
+                    f"{', '.join(_kin(sms, proven))}, and add compiled {unit} for "
+                    f"{'it' if len(proven) == 1 else 'each'} alone (the compiler proves "
+                    f"the code builds there; an arch guard in it would have refused)."
+                )
+            for arch in refused:
+                why += (
+                    f" Not {arch}: the compiler refuses {f.device_sources[0]} for it at add "
+                    f"({checked[arch]})."
+                )
+            family = [a for a in family if a not in checked]
             if family:
-                kin = [
-                    h
-                    for h in sms
-                    if _sm(h)[1] == "a" and any(_sm(h)[0] // 10 == _sm(a)[0] // 10 for a in family)
-                ]
+                kin = _kin(sms, family)
                 why += (
                     f" Not {', '.join(family)}: of the family of the hard-coded "
                     f"{', '.join(kin)}, but an 'a' target's code "

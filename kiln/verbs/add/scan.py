@@ -112,6 +112,10 @@ class Findings:
     # build tools' newest versions on the profile's index (canonical name -> version), where
     # add could resolve them (not --offline): drafted as pins, not left to the user
     pins: dict[str, str] = field(default_factory=dict)
+    # archs of a hard-coded 'a' target's family, compiled one by one at add (the first
+    # CUDA unit): arch -> None where it compiled, else the compiler's first error; None:
+    # not compiled (--no-check, no CUDA unit, no nvcc here)
+    family_checked: dict[str, str | None] | None = None
 
     def build_tool_needs(self) -> list[tuple[str, str, Seen]]:
         """(module, its distribution, where) of what the build imports that the build

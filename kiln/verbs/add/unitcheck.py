@@ -178,6 +178,47 @@ def check(
     return done
 
 
+def family_archs(
+    name: str,
+    build: Mapping[str, object],
+    f: Findings,
+    env: Environment,
+    tree: Path,
+    archs: list[str],
+) -> dict[str, str | None]:
+    """The first CUDA unit compiled for each of ``archs`` alone, with the draft's flags:
+    arch -> None where it compiled, else the compiler's first error (file:line). An
+    arch guard in the code (``#error`` under ``__CUDA_ARCH__``), an instruction the arch
+    lacks: the compiler says so. {} where nothing could be compiled here."""
+    unit = next((u for u, kind in first_units(f) if kind == "CUDA"), None)
+    if unit is None or not archs:
+        return {}
+    index = includes.TreeIndex(tree)
+    out: dict[str, str | None] = {}
+    for arch in archs:
+        cmd = command(unit, "CUDA", {**build, "archs": [arch]}, f, env, index)
+        log.info("%s: compiling %s for %s alone: does the code build there?", name, unit, arch)
+        with tempfile.TemporaryDirectory(prefix="kiln-add-arch-") as tmp:
+            try:
+                res = proc.run(
+                    [*cmd, "-o", str(Path(tmp) / "u.o")],
+                    cwd=tree,
+                    check=False,
+                    what=f"the CUDA compile of {unit} for {arch}",
+                )
+            except KilnError as exc:  # no nvcc here: not checked
+                log.warning("%s: %s not compiled for %s: %s", name, unit, arch, exc)
+                return {}
+        if res.returncode == 0:
+            out[arch] = None
+            continue
+        if _missing_header(res.output):
+            return {}  # add's include folders fell short: the compile proves nothing
+        d = diagnose.first_errors(res.output, tree)
+        out[arch] = d.errors[0].render() if d.errors else f"exit code {res.returncode}"
+    return out
+
+
 def _missing_header(output: str) -> str | None:
     """The header a compile could not open (gcc's and nvcc's front end's wording)."""
     for line in output.splitlines():
