@@ -184,7 +184,11 @@ class GitCache:
         with self._locked(url):
             self._fetch(url, what, extra_refs)
 
-    def _fetch(self, url: str, what: str, extra_refs: tuple[str, ...] = ()) -> None:
+    def _fetch(
+        self, url: str, what: str, extra_refs: tuple[str, ...] = (), every_ref: bool = True
+    ) -> None:
+        """The fetch itself: every branch and tag and ``extra_refs``, or (``every_ref``
+        false) ``extra_refs`` alone."""
         source = self.mirrors.map(url)
         check_url(url, what)
         check_url(source, what)
@@ -201,7 +205,8 @@ class GitCache:
                 f"(or make the mirror there)"
             )
         log.info("fetching %s", shown)
-        refspecs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *extra_refs]
+        every = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"] if every_ref else []
+        refspecs = [*every, *extra_refs]
         stall = stall_seconds()
         try:
             res = git(
@@ -238,11 +243,50 @@ class GitCache:
             )
         if res.returncode != 0:
             reason = git_reason(res.output)
+            broken = missing_refs(local, res.output) if local is not None else []
+            fix = "rerun once the source answers (or fix the URL/mirror)"
+            if broken:  # rerunning never helps: say what is corrupt, and where
+                one = len(broken) == 1
+                reason += (
+                    f": the mirror's {', '.join(broken)} {'points' if one else 'point'} at "
+                    f"an object it does not hold (an incomplete or damaged mirror)"
+                )
+                fix = f"repair or delete {'that ref' if one else 'those refs'} in {source}"
             raise FetchFailed(
                 f"{what}: fetching {shown} failed: {reason}; the cache keeps only what "
-                f"completed before: rerun once the source answers (or fix the URL/mirror)",
+                f"completed before: {fix}",
                 refused_sha=bool(extra_refs) and bool(_SHA_REFUSED.search(res.output)),
             )
+
+    def _fetch_pinned(self, url: str, sha: str, what: str) -> None:
+        """Fetch what holds ``sha``: every branch and tag and the commit itself (tags
+        count for builds that read them: setuptools-scm, git describe). Where that
+        fails, the commit alone, where the server hands out commits by SHA: a mirror
+        whose other refs lack objects still serves a complete pinned commit (said, with
+        what the other refs lack); where it refuses, every branch and tag alone."""
+        if not FULL_SHA_RE.match(sha):
+            self._fetch(url, what)
+            return
+        extra = (f"+{sha}:refs/kiln/{sha}",)
+        try:
+            self._fetch(url, what, extra)
+            return
+        except FetchFailed as every:
+            first = every
+        try:
+            self._fetch(url, what, extra, every_ref=False)
+        except FetchFailed as alone:
+            if not alone.refused_sha:
+                raise first from None
+            self._fetch(url, what)  # servers that refuse fetching by SHA
+            return
+        log.warning(
+            "%s: %s; fetched the pinned commit %s alone (the cache has none of that "
+            "source's other branches and tags)",
+            what,
+            str(first).removeprefix(f"{what}: "),
+            sha[:12],
+        )
 
     def damage(self, path: Path) -> str | None:
         """None when the bare clone at ``path`` passes ``git fsck``; else its first error."""
@@ -291,13 +335,7 @@ class GitCache:
             with self._locked(url):
                 full = self.lookup(url, sha, what)  # another kiln may have fetched it
                 if full is None:
-                    extra = (f"+{sha}:refs/kiln/{sha}",) if FULL_SHA_RE.match(sha) else ()
-                    try:
-                        self._fetch(url, what, extra)
-                    except FetchFailed as exc:
-                        if not exc.refused_sha:
-                            raise
-                        self._fetch(url, what)  # servers that refuse fetching by SHA
+                    self._fetch_pinned(url, sha, what)
                     full = self.lookup(url, sha, what)
         if full is None:
             local = local_path(self.mirrors.map(url))
@@ -311,6 +349,21 @@ class GitCache:
                 f"check the pinned SHA (or the mirror)"
             )
         return full
+
+
+def missing_refs(mirror: Path, output: str) -> list[str]:
+    """The refs of a local ``mirror`` pointing at an object it does not hold, where git's
+    ``output`` names such an object (``not our ref``, ``bad object``, ``missing``)."""
+    named = set(re.findall(r"\b[0-9a-f]{40}\b", output))
+    if not named or not (mirror / "HEAD").exists() and not (mirror / ".git").exists():
+        return []
+    listed = git("for-each-ref", "--format=%(objectname) %(refname)", cwd=mirror, check=False)
+    found = []
+    for line in listed.output.splitlines():
+        sha, _, ref = line.partition(" ")
+        if sha in named and git("cat-file", "-e", sha, cwd=mirror, check=False).returncode:
+            found.append(ref)
+    return found
 
 
 def _reachable(repo: Path, commit: str) -> bool:

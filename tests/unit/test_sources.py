@@ -175,6 +175,38 @@ def test_cache_is_reused_without_fetching(tmp_path: Path, upstreams: Upstreams) 
     assert gone.resolve(PLAIN, upstreams.plain[0][:10], "plain") == upstreams.plain[0]
 
 
+def test_a_mirror_whose_extra_tag_lacks_its_objects_still_serves_the_pinned_commit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 54 (5): a mirror with a tag whose commit object is gone (an incomplete mirror:
+    git's fetch of every tag fails with "not our ref"). The pinned commit, complete, is
+    fetched alone and checks out, with a warning naming the broken tag; a pinned commit
+    that is itself the missing one fails naming that ref and the fix, not "rerun"."""
+    mirror = tmp_path / "m" / "inc.git"
+    pinned, side = make_repo(mirror, [CommitSpec("one", {"a": "1"}), CommitSpec("two", {"a": "2"})])
+    git("tag", "extra", side, cwd=mirror)
+    git("update-ref", "refs/heads/main", pinned, cwd=mirror)
+    loose = mirror / ".git" / "objects" / side[:2] / side[2:]
+    assert loose.is_file()  # make_repo leaves loose objects
+    loose.unlink()
+    cache = GitCache(tmp_path / "cache", Mirrors({"https://x.invalid/": f"{tmp_path}/m/"}))
+    url = "https://x.invalid/inc.git"
+    with caplog.at_level("WARNING"):
+        assert cache.resolve(url, pinned, "inc") == pinned
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "the mirror's refs/tags/extra points at an object it does not hold" in said, said
+    assert f"fetched the pinned commit {pinned[:12]} alone" in said
+    co = checkout(cache, Source(url=url, commit=pinned), tmp_path / "co", "inc")
+    assert (co.path / "a").read_text() == "1"
+    # the pinned commit is the one missing: named, with the fix
+    other = GitCache(tmp_path / "cache2", Mirrors({"https://x.invalid/": f"{tmp_path}/m/"}))
+    with pytest.raises(SourceError) as err:
+        other.resolve(url, side, "inc")
+    assert "refs/tags/extra points at an object it does not hold" in str(err.value)
+    assert "repair or delete that ref in" in str(err.value)
+    assert "rerun once" not in str(err.value)
+
+
 def test_mirrors_longest_prefix_and_relative_paths(tmp_path: Path) -> None:
     f = tmp_path / "m" / "mirrors.toml"
     f.parent.mkdir()
