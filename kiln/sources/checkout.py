@@ -355,7 +355,7 @@ def missing_refs(mirror: Path, output: str) -> list[str]:
     """The refs of a local ``mirror`` pointing at an object it does not hold, where git's
     ``output`` names such an object (``not our ref``, ``bad object``, ``missing``)."""
     named = set(re.findall(r"\b[0-9a-f]{40}\b", output))
-    if not named or not (mirror / "HEAD").exists() and not (mirror / ".git").exists():
+    if not named or (not (mirror / "HEAD").exists() and not (mirror / ".git").exists()):
         return []
     listed = git("for-each-ref", "--format=%(objectname) %(refname)", cwd=mirror, check=False)
     found = []
