@@ -70,6 +70,12 @@ _EDG_INSTANTIATION = re.compile(
     r"^\s+(?:detected during\s+)?instantiation of (?P<what>.+?) at line (?P<line>\d+)"
     r"(?: of (?P<file>\S+?))?\s*$"
 )
+# CMake's own errors: "CMake Error at CMakeLists.txt:5 (target_link_libraries):" then the
+# message indented below it (scikit-build-core prints only "CMake configuration failed")
+_CMAKE_ERROR = re.compile(
+    r"^CMake Error(?: at (?P<file>[^\s:][^:]*?):(?P<line>\d+) \((?P<cmd>[^)]*)\))?:\s*(?P<msg>.*)$"
+)
+CMAKE_MESSAGE_WIDTH = 240
 _EDG_HIDDEN = re.compile(r"^\s+\[ (?P<n>\d+) instantiation contexts not shown \]$")
 CHAIN_SHOWN = 4  # the innermost context and the last ones, which reach the upstream's code
 CHAIN_WIDTH = 160
@@ -261,9 +267,41 @@ def first_errors(output: str, tree: Path | None = None) -> Diagnosis:
     for i, chain in chains.items():
         e = d.errors[i]
         d.errors[i] = ErrorLine(e.message, e.file, e.line, e.tool, cut_chain(chain))
+    configure = cmake_errors(output, tree)
+    if configure:  # CMake configures before anything compiles: its errors come first
+        d.errors = [*configure, *d.errors][:MAX_ERRORS]
     if not d.errors and python_errors:
         d.errors.append(python_errors[-1])  # the exception the backend ended with
     return d
+
+
+def cmake_errors(output: str, tree: Path | None = None) -> list[ErrorLine]:
+    """CMake's ``CMake Error`` blocks: the file:line and command it names, and its
+    message (the indented lines below it, joined, cut before CMake's list of "possible
+    reasons"), so the screen shows CMake's words, not only the backend's "CMake
+    configuration failed"."""
+    found: list[ErrorLine] = []
+    lines = output.splitlines()
+    for i, text in enumerate(lines):
+        m = _CMAKE_ERROR.match(text.rstrip())
+        if not m:
+            continue
+        words = [m["msg"].strip()] if m["msg"].strip() else []
+        for below in lines[i + 1 :]:
+            if below.strip() and not below.startswith((" ", "\t")):
+                break
+            if below.strip():
+                words.append(below.strip())
+        message = " ".join(words).split("Possible reasons include", 1)[0].strip()
+        if len(message) > CMAKE_MESSAGE_WIDTH:
+            message = message[: CMAKE_MESSAGE_WIDTH - 3] + "..."
+        command = f" ({m['cmd']})" if m["cmd"] else ""
+        where = _relative(m["file"], tree) if m["file"] else None
+        line = int(m["line"]) if m["line"] else None
+        err = ErrorLine(f"CMake Error{command}: {message}", where, line, "cmake")
+        if err not in found:
+            found.append(err)
+    return found
 
 
 def diagnose(output: str, tree: Path, env: Mapping[str, str], vendor: str) -> Diagnosis:

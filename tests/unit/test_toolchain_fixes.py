@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,69 @@ def test_environment_keeps_what_the_recipe_set_first(tmp_path: Path) -> None:
     libs = env["LIBRARY_PATH"].split(":")
     assert libs[0] == "/mine" and libs[1] == "/links" and libs[2].endswith("nvidia/cu13/lib")
     assert env["CPLUS_INCLUDE_PATH"].split(":")[0].endswith("nvidia/cu13/include")
+
+
+@pytest.mark.skipif(not shutil.which("cmake"), reason="cmake is not installed")
+def test_cmake_finds_cublas_from_the_pip_cuda(tmp_path: Path) -> None:
+    """Issue 54 (2): a CMake project linking ``CUDA::cublas`` on a CUDA without cuBLAS in
+    the toolkit's place (the PyPI CUDA; here /usr/local/cuda, nvcc only). FindCUDAToolkit
+    finds libraries with ``find_library``, which reads CMAKE_LIBRARY_PATH, not
+    LIBRARY_PATH: with kiln's environment it configures; with LIBRARY_PATH alone it stops
+    ("the target was not found": the check can fail)."""
+    site = tmp_path / "site"
+    lib, inc = site / "nvidia" / "cu13" / "lib", site / "nvidia" / "cu13" / "include"
+    lib.mkdir(parents=True)
+    inc.mkdir()
+    (tmp_path / "blas.c").write_text("int cublasCreate_v2(void** h) { return 0; }\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcublas.so.13", "-o",
+         lib / "libcublas.so.13", tmp_path / "blas.c"],
+        check=True,
+    )  # fmt: skip
+    (inc / "cublas_v2.h").write_text('extern "C" int cublasCreate_v2(void** h);\n')
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(k LANGUAGES CXX)\n"
+        "find_package(CUDAToolkit REQUIRED)\nadd_library(k SHARED k.cpp)\n"
+        "target_link_libraries(k CUDA::cublas)\n"
+    )
+    (project / "k.cpp").write_text(
+        '#include <cublas_v2.h>\nextern "C" int make() { void* h; return cublasCreate_v2(&h); }\n'
+    )
+    found = pipcuda.discover(str(site), "/usr/local/cuda")
+    links = tmp_path / "tree" / pipcuda.LINKS_DIR
+    pipcuda.materialize(found, str(links))
+    env = {**os.environ, "CUDACXX": NVCC, **pipcuda.environment(found, str(links), {})}
+
+    def configure(env: dict[str, str], folder: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["cmake", "-S", str(project), "-B", str(tmp_path / folder)],
+            env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+
+    bare = {k: v for k, v in env.items() if not k.startswith("CMAKE_")}
+    refused = configure(bare, "b1")
+    assert refused.returncode != 0 and "CUDA::cublas" in refused.stderr, refused.stderr[-2000:]
+    # CMake's own words on the screen, by file:line (the backend said only "CMake
+    # configuration failed")
+    from kiln.inside import diagnose
+
+    said = diagnose.first_errors(
+        refused.stdout + refused.stderr + "\n*** CMake configuration failed\n", project
+    )
+    first = said.errors[0]
+    assert (first.file, first.line, first.tool) == ("CMakeLists.txt", 5, "cmake"), said.errors
+    assert first.message.startswith('CMake Error (target_link_libraries): Target "k" links to:')
+    assert "CUDA::cublas but the target was not found." in first.message
+    made = configure(env, "b2")
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+    built = subprocess.run(
+        ["cmake", "--build", str(tmp_path / "b2")], env=env, capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stdout[-2000:]
+    needed, _ = linkage(next((tmp_path / "b2").glob("libk.so")))
+    assert "libcublas.so.13" in needed
 
 
 def test_cccl_comes_first_for_cxx_and_never_for_c(tmp_path: Path) -> None:

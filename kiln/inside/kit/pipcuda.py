@@ -12,7 +12,11 @@ a host without a GPU driver has no ``libcuda.so`` for ``-lcuda``. Each upstream'
   CCCL), after the compiler's own ``-I`` paths, so the toolkit's headers still win;
 - a folder kiln owns (``.kiln/host/links`` in the tree) gets the unversioned link names
   the wheels lack, pointing at the versioned files, and goes on ``LIBRARY_PATH`` with
-  every ``nvidia/*/lib``;
+  every ``nvidia/*/lib``; the same folders go on ``CMAKE_LIBRARY_PATH`` and
+  ``CMAKE_INCLUDE_PATH``, which CMake's ``find_library``/``find_path`` read (not
+  ``LIBRARY_PATH``): FindCUDAToolkit then makes ``CUDA::cublas`` and its kin from the pip
+  CUDA (without them a project linking ``CUDA::cublas`` stopped at configure: "the
+  target was not found");
 - where the linker finds no ``libcuda.so``, the toolkit's ``lib64/stubs`` if it has one,
   else a stub with ``SONAME libcuda.so.1`` in that folder, as the toolkit's is: every
   driver function ``cuda.h`` declares, as an empty function (so that a link with
@@ -133,10 +137,12 @@ def environment(found: PipCuda, links_dir: str, base: dict[str, str]) -> dict[st
     if found["cuda_link"] == "toolkit-stubs":
         libs.append(str(found["stubs_dir"]))
     out = {"LIBRARY_PATH": join("LIBRARY_PATH", libs)}
+    out["CMAKE_LIBRARY_PATH"] = join("CMAKE_LIBRARY_PATH", libs)
     if cxx:
         out["CPLUS_INCLUDE_PATH"] = join("CPLUS_INCLUDE_PATH", cxx)
     if found["include_dirs"]:
         out["C_INCLUDE_PATH"] = join("C_INCLUDE_PATH", list(found["include_dirs"]))
+        out["CMAKE_INCLUDE_PATH"] = join("CMAKE_INCLUDE_PATH", list(found["include_dirs"]))
     return out
 
 
