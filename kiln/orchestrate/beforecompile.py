@@ -41,7 +41,7 @@ from kiln.orchestrate import importproof
 from kiln.orchestrate.context import Context, Step
 from kiln.runners.protocol import Command, step_env
 from kiln.toolchain import consumerenv, vendortools
-from kiln.verify import buildsystem, imports
+from kiln.verify import buildsystem, cmakeswitch, imports
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,37 @@ def check_build_system(ctx: Context, step: Step) -> None:
     found = buildsystem.problems(tree, installed)
     if found:
         raise ConfigError(buildsystem.refusal(step.spec.vendor, found))
+
+
+def check_cuda_switches(ctx: Context, step: Step) -> None:
+    """Refuse the step before its first compile where the tree's CMake switch leaves its
+    CUDA part out (:mod:`kiln.verify.cmakeswitch`) and the recipe, which builds device
+    code (``archs``), does not set it: the switch named, with the line that sets it."""
+    vendor = ctx.ws.vendors[step.spec.vendor]
+    tree = Path(step.spec.tree)
+    if not vendor.build.archs or not (tree / "CMakeLists.txt").is_file():
+        return
+    subs = [str(s.path) for s in vendor.source.submodules]
+    env = dict(vendor.build.env)
+    unset = [
+        sw
+        for sw in cmakeswitch.cuda_switches(tree, subs)
+        if not cmakeswitch.set_by(sw, vendor.build.command or [], env)
+    ]
+    if not unset:
+        return
+    sw = unset[0]
+    where = (
+        f"add {sw.define()} to build.command's cmake configure line"
+        if vendor.build.kind == "inplace"
+        else f'set CMAKE_ARGS = "{sw.define()}" in [build.env]'
+    )
+    raise ConfigError(
+        f"{vendor.name}: {sw.declared}: {sw.name} defaults to {sw.default or '(empty)'}, "
+        f"which leaves the CUDA part out ({sw.gates} compiles it only for {sw.enables}), and "
+        f"the recipe does not set it: the build would make no device code for "
+        f"{', '.join(vendor.build.archs)}; fix: {where} of vendors/{vendor.name}.toml"
+    )
 
 
 # What a shell runs itself, never a program to look up.

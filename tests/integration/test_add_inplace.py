@@ -154,3 +154,59 @@ def test_kiln_add_then_build_releases_a_makefile_module_with_no_edit(
     assert [(so["path"], so["sass"]) for so in tarball["shared_objects"]] == [
         ("lib/kilnmk.so", ["sm_100a", "sm_103a"])
     ]
+
+
+SWITCH_FILES = {
+    "LICENSE": FILES["LICENSE"],
+    # a backend chosen by a cached variable whose default builds no CUDA (the shape of the
+    # corpus's scikit-build-core project): its CUDA part only for "cuda"
+    "CMakeLists.txt": """\
+cmake_minimum_required(VERSION 3.19)
+project(kilnsw LANGUAGES CXX)
+set(KILNSW_BACKEND "cpu" CACHE STRING "cpu or cuda")
+find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Module)
+if(KILNSW_BACKEND STREQUAL "cuda")
+  enable_language(CUDA)
+  add_library(kilnsw MODULE src/kernel.cu src/module.cpp)
+  set_target_properties(kilnsw PROPERTIES CUDA_ARCHITECTURES 90)
+else()
+  add_library(kilnsw MODULE src/cpu.cpp src/module.cpp)
+endif()
+target_link_libraries(kilnsw PRIVATE Python3::Module)
+set_target_properties(kilnsw PROPERTIES PREFIX "")
+""",
+    "src/kernel.cu": FILES["src/kernel.cu"],
+    "src/cpu.cpp": 'extern "C" int kiln_launch(float *x, float a) { x[0] *= a; return 0; }\n',
+    "src/module.cpp": FILES["src/module.cpp"].replace("kilncm", "kilnsw"),
+}
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+def test_a_cmake_backend_switch_is_drafted_and_a_recipe_without_it_is_refused_before_compiling(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """Issue 54 (2): the CUDA part behind ``set(KILNSW_BACKEND "cpu" CACHE STRING)`` and
+    ``if(KILNSW_BACKEND STREQUAL "cuda")``. add drafts ``-DKILNSW_BACKEND=cuda`` (before:
+    9 compiles, then "no shared object holds device code"), the build proves sm_100a +
+    sm_103a with no edit; the same recipe without it is refused before any compile,
+    the switch named with where it is declared and the line that sets it."""
+    recipe, res, tarball = _add_then_build(tmp_path, "kilnsw", SWITCH_FILES, build_python)
+    assert "-DKILNSW_BACKEND=cuda" in recipe["command"][2]
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [(so["path"], so["sass"]) for so in tarball["shared_objects"]] == [
+        ("kilnsw.so", ["sm_100a", "sm_103a"])
+    ]
+    path = tmp_path / "ws" / "vendors" / "kilnsw.toml"
+    path.write_text(path.read_text().replace("-DKILNSW_BACKEND=cuda ", ""))
+    again = tmp_path / "again"
+    refused = _build(again, tmp_path / "ws", tmp_path / "mirrors.toml", build_python)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    last = refused.stderr.strip().splitlines()[-1]
+    assert (
+        "CMakeLists.txt:3: KILNSW_BACKEND defaults to cpu, which leaves the CUDA part out" in last
+    )
+    assert "(CMakeLists.txt:5 compiles it only for cuda)" in last
+    assert "fix: add -DKILNSW_BACKEND=cuda to build.command's cmake configure line" in last
+    assert not list(again.glob("artifacts/logs/*/kilnsw.jobs")) or not (
+        next(again.glob("artifacts/logs/*/kilnsw.jobs")).read_text().strip()
+    )  # nothing compiled

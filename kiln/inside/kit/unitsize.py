@@ -24,12 +24,12 @@ the tree (CUDA's, the C++ library's) are not counted: every unit reads them alik
 
 A header of the upstream's own code that few of the build file's units reach (at most
 ``PRIVATE_SHARE`` of them; not in a submodule, not torch's) counts as the unit's own
-code, ``OWN_WEIGHT`` times: it holds the kernels those units instantiate. FlashMLA's two
-sm90 dense-decode units are 0.2 kB files instantiating one 58 kB kernel header that only
-they read (105 CPU-s each on 16 cores, third-longest after the FMHA pair); counted once,
-beside CUTLASS's 13 MB that 20 of its 24 units read, they ranked 22nd and 23rd, started
-at 92 and 97 s of a cold build and ended 20 s after its longest unit
-(docs/performance.md). Libraries (a submodule, torch's headers) are never a unit's own:
+code, ``OWN_WEIGHT`` times: it holds the kernels those units instantiate. A public
+upstream's two decode units are 0.2 kB files instantiating one 58 kB kernel header that
+only they read (105 CPU-s each on 16 cores, third-longest after two others); counted
+once, beside the 13 MB of a submodule's headers that 20 of its 24 units read, they ranked
+22nd and 23rd, started at 92 and 97 s of a cold build and ended 20 s after its longest
+unit (docs/performance.md). Libraries (a submodule, torch's headers) are never a unit's own:
 torch's 14 MB read by one binding unit would rank it above every kernel.
 """
 

@@ -138,6 +138,7 @@ class InplaceKind:
         tree = Path(step.spec.tree)
         with timed(timings, "verify"):  # a second, before minutes of compiling
             beforecompile.check_programs(ctx, step, vendor.build.command or [])
+            beforecompile.check_cuda_switches(ctx, step)
         with timed(timings, "build"):
             run_step(ctx, step)
         with timed(timings, "verify"):

@@ -36,6 +36,7 @@ class WheelKind:
         applied, timings = job.applied, job.timings
         with timed(timings, "verify"):  # seconds, before minutes of compiling
             beforecompile.check_build_system(ctx, step)
+            beforecompile.check_cuda_switches(ctx, step)
         with timed(timings, "build"):
             if ctx.opts.import_proof:  # the step waits for it before its compile
                 with (check := beforecompile.RequirementsCheck(ctx, step)) as waiting:

@@ -9,7 +9,9 @@ judge. The text is made with tomlkit, so it reads like the hand-written recipes.
 from __future__ import annotations
 
 import re
+import shlex
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
@@ -23,6 +25,7 @@ from kiln.config.models import Profile
 from kiln.errors import ConfigError
 from kiln.verbs.add import license_text, makefile, pysetup
 from kiln.verbs.add.scan import Findings
+from kiln.verify import cmakeswitch
 
 # What kiln sets for every build itself (plan/environment.py, the scheduler, the compiler
 # wrapper): a recipe never sets these.
@@ -320,14 +323,23 @@ def _kind(t: Table, f: Findings, b: DecidedBuild) -> None:
 # Python for FindPython3 and FindPythonInterp alike, as many jobs as kiln's scheduler
 # gives (kiln's wrapper is CMake's CUDA compiler already: CUDACXX).
 CMAKE_BUILD_DIR = "build/kiln-cmake"
-CMAKE_COMMAND = [
-    "sh",
-    "-c",
-    f"cmake -S . -B {CMAKE_BUILD_DIR} -DCMAKE_BUILD_TYPE=Release "
-    '"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY=$PWD" "-DPython3_EXECUTABLE=$(command -v python)" '
-    '"-DPYTHON_EXECUTABLE=$(command -v python)" '
-    f'&& cmake --build {CMAKE_BUILD_DIR} -j "${{MAX_JOBS:-1}}"',
-]
+
+
+def cmake_command(defines: Sequence[str] = ()) -> list[str]:
+    """The in-place CMake build, with ``defines`` (``-DNAME=VALUE``: the switches that
+    build the CUDA part) on its configure line."""
+    extra = "".join(f"{shlex.quote(d)} " for d in defines)
+    return [
+        "sh",
+        "-c",
+        f"cmake -S . -B {CMAKE_BUILD_DIR} -DCMAKE_BUILD_TYPE=Release {extra}"
+        '"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY=$PWD" "-DPython3_EXECUTABLE=$(command -v python)" '
+        '"-DPYTHON_EXECUTABLE=$(command -v python)" '
+        f'&& cmake --build {CMAKE_BUILD_DIR} -j "${{MAX_JOBS:-1}}"',
+    ]
+
+
+CMAKE_COMMAND = cmake_command()
 
 
 def _cmake(t: Table, f: Findings, b: DecidedBuild) -> None:
@@ -345,7 +357,9 @@ def _cmake(t: Table, f: Findings, b: DecidedBuild) -> None:
         f"venv's Python for FindPython. CMake's CUDA compiler is kiln's wrapper (CUDACXX).",
     )
     t.add("kind", "inplace")
-    t.add("command", CMAKE_COMMAND)
+    switches = _cuda_switches(t, f)
+    command = cmake_command([sw.define() for sw in switches])
+    t.add("command", command)
     outputs = list(dict.fromkeys(target.pattern for target in cm.targets))
     for target in cm.targets:
         _say(t, f"{target.seen}: a shared library, {target.pattern} at the top of the tree.")
@@ -353,7 +367,21 @@ def _cmake(t: Table, f: Findings, b: DecidedBuild) -> None:
         _say(t, "No add_library(... SHARED|MODULE) or Python module target: every .so.")
         outputs = ["*.so"]
     t.add("outputs", outputs)
-    b.update({"kind": "inplace", "command": list(CMAKE_COMMAND), "outputs": outputs})
+    b.update({"kind": "inplace", "command": command, "outputs": outputs})
+
+
+def _cuda_switches(t: Table, f: Findings) -> list[cmakeswitch.Switch]:
+    """The CMake switches whose defaults leave the CUDA part out, each said where it is
+    declared and where it gates that part; the draft sets each (the build refuses a
+    recipe that does not, before its first compile)."""
+    for sw in f.cmake_switches:
+        _say(
+            t,
+            f"{sw.declared}: {sw.name} defaults to {sw.default or '(empty)'}, which leaves the "
+            f"CUDA part out ({sw.gates} compiles it only for {sw.enables}): set to "
+            f"{sw.enables} ({sw.define()}).",
+        )
+    return list(f.cmake_switches)
 
 
 def make_command(mk: makefile.Makefile) -> list[str]:
@@ -839,6 +867,18 @@ def _env(t: Table, f: Findings, b: DecidedBuild) -> None:
             f"{probe}: setup.py asks whether a GPU answers to decide on its CUDA code; none "
             f"does where kiln builds, so its own switch ({force.seen.file}:{force.seen.line}) "
             f"forces the CUDA build.",
+        )
+    if f.cmake_switches and f.backend.kind != "cmake" and "CMAKE_ARGS" not in chosen:
+        defines = " ".join(sw.define() for sw in f.cmake_switches)
+        said = "; ".join(
+            f"{sw.declared}: {sw.name} defaults to {sw.default or '(empty)'}, which leaves "
+            f"the CUDA part out ({sw.gates} compiles it only for {sw.enables})"
+            for sw in f.cmake_switches
+        )
+        chosen["CMAKE_ARGS"] = (
+            defines,
+            f"{said}: CMAKE_ARGS (scikit-build-core and most setup.py CMake builds read it) "
+            f"sets {'it' if len(f.cmake_switches) == 1 else 'them'}.",
         )
     b["env"] = {k: v for k, (v, _) in chosen.items()}
     env = tomlkit.table()

@@ -22,7 +22,7 @@ from kiln.sources.licenses import SUBMODULE_CANDIDATES
 from kiln.toolchain.consumerenv import distributions
 from kiln.verbs.add import cmakelists, includes, license_text, makefile, pysetup
 from kiln.verbs.add.pysetup import Seen
-from kiln.verify import buildsystem
+from kiln.verify import buildsystem, cmakeswitch
 
 # Folders whose sources a build does not compile (used only when setup.py names none).
 _NOT_BUILT = ("test", "tests", "benchmark", "benchmarks", "example", "examples", "docs")
@@ -116,6 +116,9 @@ class Findings:
     # CUDA unit): arch -> None where it compiled, else the compiler's first error; None:
     # not compiled (--no-check, no CUDA unit, no nvcc here)
     family_checked: dict[str, str | None] | None = None
+    # CMake switches whose defaults leave the CUDA part out (a CMakeLists.txt at the top,
+    # whatever builds it: cmake in place, scikit-build-core, a setup.py calling cmake)
+    cmake_switches: list[cmakeswitch.Switch] = field(default_factory=list)
 
     def build_tool_needs(self) -> list[tuple[str, str, Seen]]:
         """(module, its distribution, where) of what the build imports that the build
@@ -248,6 +251,8 @@ def scan(co: Checkout, env: Environment) -> Findings:
         found.cmake = cmakelists.read(tree, [s.path for s in co.submodules])
         if found.cmake is not None:  # what the configure step imports and the venv lacks
             found.cmake.imports = _lacked(found.cmake.imports, have)
+    if (tree / "CMakeLists.txt").is_file():
+        found.cmake_switches = cmakeswitch.cuda_switches(tree, [s.path for s in co.submodules])
     if found.backend.kind == "make":
         found.make = makefile.read(tree)
         if found.make is not None:
