@@ -4,13 +4,17 @@ what that would do)."""
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.commands import flags as o
 from kiln.commands.common import out, say_err
 from kiln.errors import KilnError
 from kiln.orchestrate.options import Options
+
+if TYPE_CHECKING:
+    from kiln.orchestrate.fixes import Pending
 
 HELP = "build vendors of a workspace into a release folder"
 
@@ -43,16 +47,22 @@ def execute(args: argparse.Namespace) -> int:
     if not args.fix:
         out(stages.build(opts))
         return 0
+    started = time.time() - 1.0  # a record's mtime may round below the clock's now
     try:
         out(stages.build(opts))
         return 0
     except KilnError as exc:
-        edits = _fixes(opts)
-        if not edits:
+        found = _fixes(opts, started)
+        if not found.edits:
+            why = "; ".join(found.skipped) or "this run wrote no failure record"
+            say_err(f"kiln build --fix: nothing applied ({why})")
             raise
         say_err(str(exc))
+        for line in found.skipped:
+            say_err(f"kiln build --fix: not applied: {line}")
     from kiln.orchestrate import fixes
 
+    edits = found.edits
     for edit in edits:
         diff = fixes.apply(opts.workspace, edit)
         say_err(f"kiln build --fix: {edit.vendor} ({edit.row}):\n{diff or '(already so)'}")
@@ -62,13 +72,15 @@ def execute(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fixes(opts: Options) -> list[Any]:
-    """The mechanical fixes the failed build's records carry."""
+def _fixes(opts: Options, since: float) -> Pending:
+    """The mechanical fixes the records of this failed build carry, for its vendors."""
     from kiln.config.workspace import Workspace
     from kiln.orchestrate import fixes
 
     try:
-        name = Workspace(opts.workspace).release.name
+        ws = Workspace(opts.workspace)
+        name = ws.release.name
+        vendors = set(opts.vendors) if opts.vendors else set(ws.vendors)
     except KilnError:
-        return []
-    return fixes.pending(opts.artifacts / "logs" / name)
+        return fixes.Pending([], ["the workspace does not read: nothing to apply"])
+    return fixes.pending(opts.artifacts / "logs" / name, opts.workspace, since, vendors)

@@ -37,19 +37,49 @@ class Edit:
     lines: tuple[str, ...] = ()  # to a text file
 
 
-def pending(logs: Path) -> list[Edit]:
-    """The edits of every failure record in a build's logs folder, in vendor order."""
-    found = []
+@dataclass(frozen=True)
+class Pending:
+    """What ``--fix`` found after a failed build: the edits it may apply, and why each
+    other failure of this run has none (the lines ``--fix`` says when it applies
+    nothing)."""
+
+    edits: list[Edit]
+    skipped: list[str]
+
+
+def pending(logs: Path, workspace: Path, since: float, vendors: set[str] | None = None) -> Pending:
+    """The edits of the failure records this run wrote (modified at or after ``since``)
+    for vendors of this run (``vendors``; None: any), in vendor order. A record of an
+    earlier run, or of another vendor, is never applied: its fix may no longer hold (the
+    recipe changed since) or its vendor may be gone; an edit of a vendor file that does
+    not exist is not applied either (``--fix`` never creates one)."""
+    edits: list[Edit] = []
+    skipped: list[str] = []
     for path in sorted(logs.glob("*.failure.json")):
         try:
+            if path.stat().st_mtime < since:
+                continue  # an earlier run's
             record = json.loads(path.read_text())
         except (OSError, ValueError):
+            continue
+        vendor = str(record.get("vendor") or path.name.removesuffix(".failure.json"))
+        if vendors is not None and vendor not in vendors:
             continue
         cause = record.get("cause") or {}
         edit = cause.get("edit") if isinstance(cause, dict) else None
         if not isinstance(edit, dict) or not edit.get("file"):
+            row = cause.get("row") if isinstance(cause, dict) else None
+            skipped.append(
+                f"{vendor}: its fix ({row}) is not a mechanical edit: apply it by hand"
+                if row
+                else f"{vendor}: no cause row knew its failure: nothing to apply"
+            )
             continue
-        found.append(
+        target = workspace / str(edit["file"])
+        if str(edit["file"]).startswith("vendors/") and not target.is_file():
+            skipped.append(f"{vendor}: {edit['file']} does not exist: --fix creates no vendor file")
+            continue
+        edits.append(
             Edit(
                 vendor=str(record.get("vendor") or path.name.removesuffix(".failure.json")),
                 row=str(cause.get("row", "")),
@@ -60,7 +90,7 @@ def pending(logs: Path) -> list[Edit]:
                 lines=tuple(edit.get("append_lines") or ()),
             )
         )
-    return found
+    return Pending(edits, skipped)
 
 
 def _edited_toml(text: str, edit: Edit) -> str:
