@@ -175,7 +175,7 @@ def _match(text: str) -> tuple[ErrorLine, bool] | None:
     if m:
         return ErrorLine(m["msg"].strip(), m["file"], None, "ld"), True
     m = _LD.match(text)
-    if m and ("cannot find" in m["msg"] or "undefined" in m["msg"] or "error" in m["msg"]):
+    if m and any(w in m["msg"] for w in ("cannot find", "undefined", "error", "failed")):
         return ErrorLine(m["msg"].strip(), tool="ld"), False
     return None
 

@@ -9,16 +9,19 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from kiln.orchestrate import fixes
 
 
-def _record(logs: Path, vendor: str, edit: dict[str, object] | None, row: str, age: float) -> None:
+def _record(
+    logs: Path, vendor: str, edit: Mapping[str, object] | None, row: str, age: float
+) -> None:
     path = logs / f"{vendor}.failure.json"
     cause: dict[str, object] = {"row": row}
     if edit is not None:
-        cause["edit"] = edit
+        cause["edit"] = dict(edit)
     path.write_text(json.dumps({"vendor": vendor, "cause": cause}))
     then = time.time() - age
     os.utime(path, (then, then))

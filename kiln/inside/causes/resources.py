@@ -34,7 +34,10 @@ _CANNOT_WRITE = re.compile(
     r"(?:when writing output to|cannot open output file|can't open output file|can't create|"
     r"error writing to|could not write to|cannot write)\s+(?P<path>/\S+?):?\s*:\s*"
     r"(?P<why>[^\n]+)"
+    # nvcc's own: "nvcc fatal   : Could not open output file '/tmp/tmpxft_...'" (no reason)
+    r"|Could not open output file '(?P<nvcc>/[^']+)'"
 )
+_NO_SPACE = re.compile(r"^.*No space left on device.*$", re.M)
 
 
 def _free_at(path: Path) -> str:
@@ -57,27 +60,57 @@ def cannot_write(f: Failure) -> Cause | None:
     m = _CANNOT_WRITE.search(f.output)
     if not m:
         return None
-    path = Path(m["path"])
-    temporary = path.suffix in (".ii", ".i", ".s", ".ptx", ".cubin", ".fatbin", ".c") or str(
-        path
-    ).startswith(("/tmp/", os.environ.get("TMPDIR", "/tmp/")))
-    where = "its temporary files (under $TMPDIR)" if temporary else "its output"
+    path = Path(m["path"] or m["nvcc"])
+    tmpdir = f.env.get("TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    temporary = path.name.startswith("tmpxft") or path.suffix in (
+        ".ii", ".i", ".s", ".ptx", ".cubin", ".fatbin", ".c"
+    ) or str(path).startswith(("/tmp/", tmpdir.rstrip("/") + "/"))  # fmt: skip
+    where = f"its temporary files (TMPDIR: {tmpdir})" if temporary else "its output"
+    why = (m["why"] or "").strip() or _state(path)
+    kept = (
+        ": what compiled is kept by the compiler cache"
+        if f.env.get("KILN_CCACHE") or f.env.get("KILN_SCCACHE")
+        else ""
+    )
+    fix = (
+        "point TMPDIR at a writable folder with room (the compilers' temporary files), "
+        f"or free space in {tmpdir}, and rerun{kept}"
+        if temporary
+        else f"free space there, or point --work at a disk with room, and rerun{kept}"
+    )
     return Cause(
         "compiler-cannot-write",
-        f"the compiler could not write {where}: {path} ({m['why'].strip()}); the file "
-        f"system there has {_free_at(path)}",
-        "free space there, or point TMPDIR (the compilers' temporary files) or --work at "
-        "a disk with room, and rerun: what compiled is kept by the compiler cache",
+        f"the compiler could not write {where}: {path} ({why}); the file system there "
+        f"has {_free_at(path)}",
+        fix,
     )
 
 
+def _state(path: Path) -> str:
+    """Why nothing can be written at ``path``: its folder read-only, full, or absent."""
+    where = path.parent
+    if not where.is_dir():
+        return f"{where} does not exist"
+    try:
+        st = os.statvfs(where)
+    except OSError as exc:
+        return str(exc)
+    if st.f_flag & os.ST_RDONLY:
+        return "a read-only file system"
+    if st.f_bavail * st.f_frsize < 2**20:
+        return "no space left"
+    return "not writable"
+
+
 def disk_full(f: Failure) -> Cause | None:
-    if "No space left on device" not in f.output:
+    m = _NO_SPACE.search(f.output)
+    if m is None:
         return None
     usage = shutil.disk_usage(f.tree)
+    said = m.group(0).strip()
     return Cause(
         "disk-full",
-        f"the disk filled while building: the file system of {f.tree} has "
+        f"the disk filled while building ({said}): the file system of {f.tree} has "
         f"{usage.free // 2**20} MiB free",
         "free space there (or point --work/--cache at a larger disk) and rerun",
     )
