@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shlex
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,7 +134,8 @@ class DockerRunner:
         self.docker_dir = docker_dir
         self.build_args = {"BASE_IMAGE": base_image, **build_args}
         self.mounts = list(mounts)
-        self._live: set[Any] = set()  # containers of steps running now
+        self._live: set[Any] = set()  # containers of steps running now (step threads)
+        self._live_lock = threading.Lock()  # steps add and remove, cancel() reads
         self.python = python
         self.cuda_home = cuda_home
         self.keep_failed = keep_failed
@@ -274,7 +276,8 @@ class DockerRunner:
         out = proc.Streamer(
             log_file, echo, f"{line}  (container {container.short_id}, image {tag})"
         )
-        self._live.add(container)
+        with self._live_lock:
+            self._live.add(container)
         rc, oom, where = -1, False, " (in the builder container)"
         try:
             container.start()
@@ -284,7 +287,8 @@ class DockerRunner:
             container.reload()
             oom = bool(container.attrs["State"].get("OOMKilled"))
         finally:
-            self._live.discard(container)
+            with self._live_lock:
+                self._live.discard(container)
             out.close()
             if self.keep_failed and (rc != 0 or oom):
                 # the name marks it kept: remove_orphans leaves it to the user
@@ -331,7 +335,9 @@ class DockerRunner:
         each step's own cleanup then removes its container."""
         from docker.errors import APIError
 
-        for container in list(self._live):
+        with self._live_lock:
+            running = list(self._live)
+        for container in running:
             with contextlib.suppress(APIError):
                 container.kill()
 
