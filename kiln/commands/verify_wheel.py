@@ -20,7 +20,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from kiln.config.workspace import Workspace
-    from kiln.verbs.wheel_check import verify_release
+    from kiln.verbs.wheel_check import verify_release, verify_wheels
     from kiln.verify import wheels as wheelcheck
 
     if args.manifest:
@@ -30,6 +30,6 @@ def execute(args: argparse.Namespace) -> int:
             raise KilnError("verify-wheel: name the wheel(s), or a release's --manifest")
         ws = Workspace(args.workspace)
         archs = wheelcheck.expected_archs(ws, args.vendor, args.archs)
-        lines = wheelcheck.verify_wheels(args.wheels, ws.profile, archs)
+        lines = verify_wheels(args.wheels, ws.profile, archs)
     out("\n".join(lines) if lines else "verify-wheel: no wheels")
     return 0

@@ -95,6 +95,12 @@ def make_variant(
     return wheelfix.write_wheel(members, infos[0], dest, epoch)
 
 
+def is_variant(name: str) -> bool:
+    """Whether a wheel's file name carries a variant label."""
+    m = VALIDATION_WHEEL_NAME_REGEX.fullmatch(name)
+    return m is not None and bool(m["variant_label"])
+
+
 def read_variant(wheel: Path) -> VariantDescription:
     """The variant description a variant wheel carries, validated by variantlib (its
     ``variant.json`` against the label in its name)."""

@@ -15,6 +15,7 @@ from kiln.errors import VerifyError
 from kiln.release import manifest
 from kiln.release.manifest import ImportProof
 from kiln.verify import binaries
+from kiln.verify import wheels as wheelcheck
 from kiln.verify.wheels import summary
 
 
@@ -54,6 +55,21 @@ def verify_release(manifest_file: Path) -> list[str]:
                 vreport = _same_as_recorded(variant, name, entry.recipe["archs"], out, profile)
                 lines.append(summary(vreport))
                 lines.append(variant_line(variant, vreport, m.toolchain.nvcc_version))
+    return lines
+
+
+def verify_wheels(wheels: list[Path], profile: Profile, archs: list[str]) -> list[str]:
+    """Wheels built elsewhere, one by one, against ``archs``; a variant wheel's
+    properties also against what its shared objects hold (they said what they liked:
+    a ``variant.json`` claiming an arch its SASS lacks passed)."""
+    from kiln.release import variants
+
+    lines = []
+    for wheel in wheels:
+        report = wheelcheck.verify_one(wheel, profile, archs)
+        lines.append(summary(report))
+        if variants.is_variant(wheel.name):
+            lines.append(variant_line(wheel, report, profile.cuda))
     return lines
 
 

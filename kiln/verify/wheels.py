@@ -30,11 +30,12 @@ def summary(report: binaries.WheelReport) -> str:
     return f"{report.file}: ok: {objects or 'no shared objects'}"
 
 
+def verify_one(wheel: Path, profile: Profile, archs: list[str]) -> binaries.WheelReport:
+    """One wheel built elsewhere, against ``archs``."""
+    if not wheel.is_file():
+        raise VerifyError(f"{wheel}: no such wheel")
+    return binaries.verify_wheel(wheel, archs, profile, torch_pin=False)
+
+
 def verify_wheels(wheels: list[Path], profile: Profile, archs: list[str]) -> list[str]:
-    lines = []
-    for wheel in wheels:
-        if not wheel.is_file():
-            raise VerifyError(f"{wheel}: no such wheel")
-        report = binaries.verify_wheel(wheel, archs, profile, torch_pin=False)
-        lines.append(summary(report))
-    return lines
+    return [summary(verify_one(wheel, profile, archs)) for wheel in wheels]

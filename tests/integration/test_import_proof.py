@@ -198,6 +198,14 @@ def test_a_good_release_records_each_module_and_its_variants_carry_the_verified_
     report = binaries.verify_wheel(forged, ["sm_100a", "sm_103a"], Workspace(ws).profile)
     with pytest.raises(VerifyError, match=r"its variant properties say .*sm_arch :: 100_real, its"):
         variant_line(forged, report, "13.0")
+    # ... and by verify-wheel alone (issue 55 (6): it checked only the SASS): a variant
+    # whose variant.json claims sm_120a beside the sm_100a and sm_103a its SASS holds
+    kept = run_kiln("verify-wheel", variant, "--workspace", ws, "--vendor", owner)
+    assert "variant properties: nvidia :: cuda_version_lower_bound :: 13.0" in kept.stdout
+    lying = variants.make_variant(plain, ["sm_100a", "sm_103a", "sm_120a"], [], "13.0", 0, tmp_path)
+    res = run_kiln("verify-wheel", lying, "--workspace", ws, "--archs", "sm_100a", "sm_103a")
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "the variant does not say what is inside" in res.stderr, res.stderr[-2000:]
 
     again = _build(tmp_path, ws, cases.mirrors, build_python)
     assert again.returncode == 0, again.stderr[-4000:]
