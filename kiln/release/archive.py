@@ -116,6 +116,7 @@ def pack(
                                 tar.addfile(info, fh)
                         else:
                             tar.addfile(info)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600: another user could not read the release
         os.replace(tmp, dest)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

@@ -22,17 +22,14 @@ from kiln.config.fields import SERIES_FILE, WORKSPACE_FILE
 from kiln.config.models import PatchEntry, Profile
 from kiln.config.workspace import Workspace
 from kiln.errors import DockerUnavailable, PatchError
-from kiln.fsutil import sha256_file
+from kiln.fsutil import sha256_file, write_atomic
 from kiln.inside import proc
 from kiln.release.files import REQUIREMENTS as REQUIREMENTS_NAME
 from kiln.sources.checkout import GitCache, gitlinks
 
 
 def _write_toml(path: Path, doc: tomlkit.TOMLDocument) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(tomlkit.dumps(doc))
-    os.replace(tmp, path)
+    write_atomic(path, tomlkit.dumps(doc))  # whole or not at all, 0644
 
 
 def lock_vendor(ws: Workspace, name: str, cache: GitCache) -> list[str]:

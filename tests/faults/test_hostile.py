@@ -381,3 +381,14 @@ def test_packing_a_jit_cache_with_a_link_out_is_refused(tmp_path: Path, target: 
     with pytest.raises(ArchiveError, match=f"links to '{target}'.*outside"):
         archive.pack([(cache, "jit-cache/deep_gemm")], dest, 0)
     assert not dest.parent.exists() or list(dest.parent.iterdir()) == []
+
+
+def test_a_packed_tarball_is_readable_by_another_user(tmp_path: Path) -> None:
+    """Issue 55 (2): the tarball was written 0600 (mkstemp's mode, renamed into place):
+    another user who downloads the release got a PermissionError traceback. Now 0644,
+    as a file written with the usual umask."""
+    folder = tmp_path / "tree"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a")
+    dest = archive.pack([(folder, "tree")], tmp_path / "out" / "tree.tar.zst", 0)
+    assert dest.stat().st_mode & 0o777 == 0o644
