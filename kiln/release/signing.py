@@ -207,6 +207,15 @@ def _probe(signer: Signer, uri: str) -> None:
         raise SignatureError(f"--sign {uri}: the key cannot sign: {_backend_said(exc)}") from None
 
 
+def first_link(folder: Path) -> Path | None:
+    """The first symbolic link under ``folder`` (files or folders; none followed)."""
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(top, name)):
+                return Path(top) / name
+    return None
+
+
 def release_files(folder: Path) -> Iterator[str]:
     """Every file of a release folder but the envelope (sorted, ``/``-relative)."""
     for path in sorted(folder.rglob("*")):
@@ -248,6 +257,13 @@ def verify(folder: Path, key: Key, signer: str) -> list[str]:
     subject's digest, the recipes against the manifest, nothing unnamed. Returns the
     files it vouches for; raises :class:`SignatureError` naming the file and what is
     wrong."""
+    link = first_link(folder)
+    if link is not None:
+        raise SignatureError(
+            f"{link}: a symbolic link in the release folder: a release holds none (what it "
+            f"points at is not signed, and may be anywhere): remove it, or download the "
+            f"release again"
+        )
     path = folder / ENVELOPE_FILE
     if not path.is_file():
         raise SignatureError(

@@ -17,6 +17,7 @@ import base64
 import binascii
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,13 @@ def _sha256(path: Path) -> str:
 def check(folder: Path, pubkey: Path) -> int:
     """The files the signature vouches for (all of the folder's but the envelope)."""
     key = _public_key(pubkey)
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name in sorted(dirs + files):
+            if os.path.islink(os.path.join(top, name)):
+                raise Refused(
+                    f"{Path(top) / name}: a symbolic link in the release folder: a release "
+                    f"holds none: remove it, or download the release again"
+                )
     path = folder / ENVELOPE
     if not path.is_file():
         raise Refused(f"{path}: no signature envelope: this release is unsigned")

@@ -115,8 +115,24 @@ def _drop_envelope(release: Path) -> str:
     return "provenance.intoto.dsse.json: no signature envelope"
 
 
+def _link_folder(release: Path) -> str:
+    """An unsigned folder linked into the release (issue 55 (2): it passed both checks)."""
+    outside = release.parent / "outside"
+    outside.mkdir()
+    (outside / "evil.py").write_text("print('pwned')\n")
+    (release / "extra").symlink_to(outside, target_is_directory=True)
+    return "extra: a symbolic link in the release folder: a release holds none"
+
+
+def _link_file(release: Path) -> str:
+    (release / "notes.md").symlink_to(release / "README.md")
+    return "notes.md: a symbolic link in the release folder"
+
+
 @pytest.mark.parametrize(
-    "tamper", [_tamper_wheel, _tamper_payload, _add_file, _drop_envelope], ids=lambda f: f.__name__
+    "tamper",
+    [_tamper_wheel, _tamper_payload, _add_file, _drop_envelope, _link_folder, _link_file],
+    ids=lambda f: f.__name__,
 )
 def test_a_release_changed_after_signing_is_refused(
     signed: tuple[Path, Path, Path], tamper
