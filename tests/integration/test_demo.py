@@ -331,8 +331,21 @@ def test_the_signed_demo_is_checked_by_kiln_in_toto_and_install_sh(
     checked = _install(release, tmp_path, KILN_RELEASE_PUBKEY=str(public))
     assert "verify-release: " in checked.stderr and " files checked against " in checked.stderr
     assert checked.returncode not in (0, 19)  # past the check: pip found no torch offline
-    unchecked = _install(release, tmp_path / "u")
-    assert "install.sh: installing UNCHECKED: no public key given" in unchecked.stderr
+    # issue 55 (2): a signed release without a key is refused, nothing installed ...
+    refused = _install(release, tmp_path / "u")
+    assert refused.returncode == 19, refused.stderr
+    assert "this release is signed" in refused.stderr and "--no-verify" in refused.stderr
+    assert not (tmp_path / "u" / "venv").exists()
+    # ... unless told so in so many words
+    unchecked = subprocess.run(
+        ["bash", str(release / "install.sh"), str(tmp_path / "n" / "venv"),
+         str(tmp_path / "n" / "t"), "--no-verify"],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "no-wheels")},
+    )  # fmt: skip
+    assert "install.sh: installing UNCHECKED: no public key given (--no-verify)" in (
+        unchecked.stderr
+    )
 
 
 def test_install_sh_installs_nothing_from_a_signed_release_changed_after(
