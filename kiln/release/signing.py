@@ -207,6 +207,9 @@ def _probe(signer: Signer, uri: str) -> None:
         raise SignatureError(f"--sign {uri}: the key cannot sign: {_backend_said(exc)}") from None
 
 
+KEYLESS_KEYTYPE = "sigstore-oidc"  # securesystemslib's key type of a keyless identity
+
+
 def first_link(folder: Path) -> Path | None:
     """The first symbolic link under ``folder`` (files or folders; none followed)."""
     for top, dirs, files in os.walk(folder, followlinks=False):
@@ -274,6 +277,15 @@ def verify(folder: Path, key: Key, signer: str) -> list[str]:
         envelope = dsse.Envelope.from_dict(json.loads(path.read_text()))
     except (ValueError, KeyError, TypeError) as exc:
         raise SignatureError(f"{path}: not a DSSE envelope: {exc}") from None
+    if key.keytype == KEYLESS_KEYTYPE:
+        try:
+            import sigstore.verify  # noqa: F401  (what checks a keyless signature)
+        except ImportError:
+            raise SignatureError(
+                f"{path}: checking a keyless signature ({signer}) needs the sigstore "
+                f"library, which is not installed: pip install 'kiln[sigstore]', then "
+                f"check again (without it no keyless signature can be told from a forgery)"
+            ) from None
     try:
         envelope.verify([key], 1)
     except VerificationError:

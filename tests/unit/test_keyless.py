@@ -155,6 +155,32 @@ def test_verify_release_by_identity_refuses_a_release_another_key_signed(
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
 
 
+def test_verify_release_by_identity_without_the_sigstore_library_says_to_install_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 55 (2): without the sigstore extra, --identity said "not signed by the
+    identity": a genuine keyless release looked forged. Run with a ``sigstore`` package
+    that fails to import (as where it is not installed): the line names the extra to
+    install; with the library (this venv's), the same check goes on to the signature."""
+    private, _public = keypair(tmp_path, "signer")
+    release = tiny_release(tmp_path / "release")
+    signing.sign(
+        release, manifest.read(release / "manifest.json"), signing.load_signer(str(private))
+    )
+    absent = tmp_path / "absent" / "sigstore"
+    absent.mkdir(parents=True)
+    (absent / "__init__.py").write_text("raise ImportError('sigstore is not installed')\n")
+    env = {"PYTHONPATH": str(absent.parent)}
+    res = run_kiln("verify-release", release, "--identity", IDENTITY, env=env)
+    assert res.returncode == SignatureError.exit_code, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert "needs the sigstore library, which is not installed: pip install 'kiln[sigstore]'" in (
+        line
+    )
+    with_it = run_kiln("verify-release", release, "--identity", IDENTITY)
+    assert "not signed by the identity" in with_it.stderr
+
+
 def test_a_keyless_release_readme_names_the_identity_and_how_to_check_it(
     tmp_path: Path,
 ) -> None:
