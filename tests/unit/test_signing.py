@@ -147,6 +147,28 @@ def test_a_release_changed_after_signing_is_refused(
     assert own.returncode == 19 and said in own.stderr, own.stderr
 
 
+def test_both_checkers_read_the_same_fields_a_changed_keyid_hint_decides_nothing(
+    signed: tuple[Path, Path, Path],
+) -> None:
+    """Issue 55 (2): the keyid of a DSSE signature is a hint outside the signed bytes;
+    the shipped checker ignored it and kiln's refused a changed one. Both now check the
+    signature whatever it names, and both refuse a changed signature."""
+    release, _private, public = signed
+    path = release / signing.ENVELOPE_FILE
+    data = json.loads(path.read_text())
+    data["signatures"][0]["keyid"] = "0" * 64
+    path.write_text(json.dumps(data))
+    res = run_kiln("verify-release", release, "--key", public)
+    assert res.returncode == 0, res.stderr
+    assert _checker(release, public).returncode == 0
+    sig = bytearray(base64.b64decode(data["signatures"][0]["sig"]))
+    sig[0] ^= 1
+    data["signatures"][0]["sig"] = base64.b64encode(bytes(sig)).decode()
+    path.write_text(json.dumps(data))
+    assert run_kiln("verify-release", release, "--key", public).returncode == 19
+    assert _checker(release, public).returncode == 19
+
+
 def test_a_signature_by_another_key_is_refused(
     signed: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
