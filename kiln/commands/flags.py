@@ -148,6 +148,7 @@ TIMINGS = FIELD_OPTIONS["timings"]
 NO_IMPORT_PROOF = FIELD_OPTIONS["import_proof"]
 PROOF_ENV = FIELD_OPTIONS["proof_env"]
 SIGN = FIELD_OPTIONS["sign"]
+ALLOW_NETWORK = FIELD_OPTIONS["allow_network"]
 
 BUILD: tuple[Option, ...] = (
     WORKSPACE,
@@ -165,6 +166,7 @@ BUILD: tuple[Option, ...] = (
     RUNNER,
     IMAGE,
     ALLOW_UNPINNED_IMAGE,
+    ALLOW_NETWORK,
     DOCKER_DIR,
     DOCKER_MOUNT,
     KEEP_CONTAINER,

@@ -264,6 +264,17 @@ class Options:
         env="KILN_ALLOW_UNPINNED_IMAGE",
         default=False,
     )
+    allow_network: bool = option(
+        "--allow-network",
+        "let the local runner's build steps run with the network where this machine can "
+        "isolate none (no bubblewrap, no unshare as root: an unprivileged container); "
+        "without it such a build stops before its first step (the manifest records the "
+        "steps as not isolated)",
+        group="where builds run",
+        kind="flag",
+        env="KILN_ALLOW_NETWORK",
+        default=False,
+    )
     docker_dir: Path | None = option(
         "--docker-dir",
         "the builder image's folder",

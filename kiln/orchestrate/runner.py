@@ -8,6 +8,7 @@ from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError
 from kiln.orchestrate.options import Options
 from kiln.runners import docker as docker_runner
+from kiln.runners import isolation
 from kiln.runners.local import LocalRunner
 from kiln.runners.protocol import Runner
 
@@ -21,6 +22,10 @@ def make_runner(ws: Workspace, opts: Options, logs: Path, dry: bool = False) -> 
     if choice == "auto":
         choice = "docker" if image and docker_runner.daemon_answers() else "local"
     if choice == "local":
+        if not isolation.isolates():  # a guard that cannot do its job stops, unless told
+            if not opts.allow_network:
+                raise ConfigError(isolation.refusal())
+            isolation.allowed_network()
         pypi = ws.profile.cuda if opts.toolchain == "pypi" else None
         return LocalRunner(opts.python, opts.cuda_home, opts.cache, logs, pypi, dry=dry)
     if opts.toolchain == "pypi":

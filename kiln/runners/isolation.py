@@ -7,10 +7,17 @@ system read-only but for the folders the command may write (its ``Command.writab
 tree, its outputs and logs, the compiler cache; as the Docker runner mounts them) and the
 temporary folders.
 
-Where the machine forbids namespaces (an unprivileged container, no bubblewrap), kiln
-says so once and runs the step as before; the manifest and the release README record
-which it was (``runner.network``: ``isolated`` or ``not isolated``), so ``--offline``
-means the same on both runners or says that it did not.
+Where bubblewrap is missing or cannot make namespaces, util-linux's ``unshare`` (on every
+Debian and Ubuntu) does the same as root: network, mount and pid namespaces of the
+step's own, its loopback brought up where ``ip`` is, the root file system remounted
+read-only in it but for the same folders. Where neither can (an unprivileged
+container), the build stops before its first step (``refusal``) unless told
+``--allow-network``; the manifest and the release README record which it was
+(``runner.network``: ``isolated`` or ``not isolated``), so ``--offline`` means the same
+on both runners or says that it did not.
+
+``KILN_BWRAP`` / ``KILN_UNSHARE``: the program to use instead of the one on PATH, or
+``none`` (a machine without it: what the tests use to be such a machine).
 """
 
 from __future__ import annotations
@@ -34,13 +41,65 @@ PROBE = (
 )
 ISOLATED = "isolated"
 NOT_ISOLATED = "not isolated"
-_found: dict[str, str | None] = {}
+_found: dict[str, str | None] = {}  # "method": how\0program, or None; "why": why not
 _lock = threading.Lock()
 
 
-def _probe() -> str | None:
-    """bwrap's path where it can make a network namespace here, else None (warned once)."""
-    bwrap = shutil.which("bwrap")
+def _program(name: str, env: str) -> str | None:
+    """``name`` on PATH, or what ``env`` names (``none``: absent)."""
+    chosen = os.environ.get(env)
+    if chosen == "none":
+        return None
+    return chosen or shutil.which(name)
+
+
+# As root, in the step's new mount namespace: each writable folder bound on itself (a
+# mount of its own), then the root file system remounted read-only (the binds stay
+# writable), the loopback up where `ip` is; then the step.
+_UNSHARE_SETUP = (
+    'for p in "$@"; do [ "$p" = -- ] && break; mount --bind "$p" "$p" || exit 97; done; '
+    "mount -o remount,bind,ro / || exit 97; "
+    "ip link set lo up 2>/dev/null; "
+    'while [ "$1" != -- ]; do shift; done; shift; exec "$@"'
+)
+
+
+def _unshare_argv(unshare: str, writable: Sequence[str], command: Sequence[str]) -> list[str]:
+    return [
+        unshare,
+        *("--net", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child"),
+        *("sh", "-c", _UNSHARE_SETUP, "kiln-step", *writable, "--", *command),
+    ]
+
+
+def _probe_unshare() -> tuple[str | None, str]:
+    """unshare's path where it isolates a step here (root), else None and why not."""
+    unshare = _program("unshare", "KILN_UNSHARE")
+    if unshare is None:
+        return None, "unshare (util-linux) is not installed"
+    if os.geteuid() != 0:
+        return None, "unshare needs root to make mount and network namespaces here"
+    probe = tempfile.mkdtemp(prefix="kiln-isolation-")
+    try:
+        # its folder writable, the rest not (a write that passes is undone, and fails it)
+        check = f"touch {probe}/ok && if touch /.kiln-probe; then rm -f /.kiln-probe; exit 1; fi"
+        res = subprocess.run(
+            _unshare_argv(unshare, [probe], ["sh", "-c", check]),
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"unshare could not run ({exc})"
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    if res.returncode == 0:
+        return unshare, ""
+    last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1]
+    return None, f"unshare cannot make namespaces here ({last})"
+
+
+def _probe() -> tuple[str, str] | None:
+    """(how, its program) where a step can be isolated here, else None (said once)."""
+    bwrap = _program("bwrap", "KILN_BWRAP")
     why = "bubblewrap (bwrap) is not installed"
     if bwrap:
         try:
@@ -55,28 +114,68 @@ def _probe() -> str | None:
             why = f"bwrap could not run ({exc})"
         else:
             if res.returncode == 0:
-                return bwrap
+                return "bwrap", bwrap
             last = (res.stderr.strip().splitlines() or ["no output"])[-1]
             why = f"this machine forbids network namespaces (bwrap: {last})"
-    log.warning(
-        "build steps here are not isolated from the network: %s; install bubblewrap or use "
-        "the Docker runner (the manifest records the steps as not isolated)",
-        why,
-    )
+    unshare, why_not = _probe_unshare()
+    if unshare is not None:
+        log.info("build steps isolated by unshare (%s)", why)
+        return "unshare", unshare
+    _found["why"] = f"{why}; {why_not}"
     return None
 
 
-def bwrap() -> str | None:
-    """The bwrap that isolates steps here (probed once per process)."""
+def _method() -> tuple[str, str] | None:
+    """How steps are isolated here (probed once per process)."""
     with _lock:
-        if "bwrap" not in _found:
-            _found["bwrap"] = _probe()
-        return _found["bwrap"]
+        if "method" not in _found:
+            found = _probe()
+            _found["method"] = "\0".join(found) if found else None
+        method = _found["method"]
+    if not method:
+        return None
+    how, program = method.split("\0", 1)
+    return how, program
+
+
+def bwrap() -> str | None:
+    """The bwrap that isolates steps here, where it is bubblewrap that does."""
+    found = _method()
+    return found[1] if found and found[0] == "bwrap" else None
+
+
+def isolates() -> bool:
+    """Whether this machine's local steps run isolated (bubblewrap or unshare)."""
+    return _method() is not None
+
+
+def why_not() -> str:
+    """Why no step can be isolated here ("" where they are)."""
+    return "" if isolates() else str(_found.get("why") or "")
+
+
+def refusal() -> str:
+    """The one line a local build stops with where no step can be isolated."""
+    return (
+        f"build steps here cannot be kept from the network ({why_not()}): install "
+        f"bubblewrap (apt-get install bubblewrap), build with the Docker runner (--runner "
+        f"docker), or pass --allow-network to build with the network (the manifest and the "
+        f"release README record the steps as not isolated)"
+    )
+
+
+def allowed_network() -> None:
+    """Said once where ``--allow-network`` lets steps run with the network."""
+    log.warning(
+        "build steps here are not isolated from the network (%s): --allow-network; the "
+        "manifest records the steps as not isolated",
+        why_not(),
+    )
 
 
 def state() -> str:
     """What the manifest records of this machine's local steps."""
-    return ISOLATED if bwrap() else NOT_ISOLATED
+    return ISOLATED if isolates() else NOT_ISOLATED
 
 
 def _temporary() -> list[str]:
@@ -90,20 +189,25 @@ def wrap(argv: Sequence[str | PathLike[str]], writable: Sequence[Path] = ()) -> 
     ``writable`` (the step's tree, its outputs, logs and the caches it writes, as the
     Docker runner mounts them) and the temporary folders; as it is where no namespace can
     be made."""
-    found = bwrap()
+    found = _method()
     command = [str(a) for a in argv]
     if found is None:
         return command
-    binds: list[str] = []
+    folders: list[str] = []
     for path in [*(str(p) for p in writable), *_temporary()]:
         Path(path).mkdir(parents=True, exist_ok=True)
-        real = os.path.realpath(path)
+        folders.append(os.path.realpath(path))
+    how, program = found
+    if how == "unshare":
+        return _unshare_argv(program, list(dict.fromkeys(folders)), command)
+    binds: list[str] = []
+    for real in folders:
         binds += ["--bind", real, real]
     # A pid namespace of its own too (with its own /proc): when kiln dies, bwrap dies with
     # it and the kernel ends every process of the step, however deep (a step otherwise
     # watches its parent, which is bwrap here, and bwrap outlives a killed kiln).
     return [
-        found,
+        program,
         *("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"),
         *binds,
         *("--unshare-net", "--unshare-pid", "--proc", "/proc", "--die-with-parent", "--"),

@@ -8,6 +8,7 @@ its steps as isolated in the manifest and the release README."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from pathlib import Path
 
@@ -21,15 +22,31 @@ from tests.require import missing
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
 
+# A machine without bubblewrap (issue 55 (1)): util-linux's unshare isolates the steps.
+NO_BWRAP = {"KILN_BWRAP": "none"}
+METHODS = pytest.mark.parametrize("env", [{}, NO_BWRAP], ids=["bwrap", "no-bwrap-unshare"])
 
+
+def _needs(env: dict[str, str]) -> None:
+    if env and os.geteuid() != 0:
+        missing("ROOT", "unshare makes mount and network namespaces as root only")
+    if not env and isolation.bwrap() is None:
+        missing("FLEET", "bubblewrap cannot make a network namespace here")
+
+
+@METHODS
 @pytest.mark.parametrize("offline", [True, False], ids=["offline", "online"])
 def test_a_local_step_that_downloads_is_refused_with_the_url(
-    tmp_path: Path, upstreams: Upstreams, server: str, build_python: Path, offline: bool
+    tmp_path: Path,
+    upstreams: Upstreams,
+    server: str,
+    build_python: Path,
+    offline: bool,
+    env: dict[str, str],
 ) -> None:
     """With --offline and without: the step's network namespace is the same (sources are
     fetched before any step; --offline only keeps that fetch to the mirrors)."""
-    if isolation.bwrap() is None:
-        missing("FLEET", "bubblewrap cannot make a network namespace here")
+    _needs(env)
     assert urllib.request.urlopen(server, timeout=5).read()  # reachable from here
     fetch = f"import urllib.request; urllib.request.urlretrieve({server!r}, 'plain_prebuilt.so')"
     vendor = plain_vendor(upstreams.plain[0], archs=[])
@@ -47,7 +64,8 @@ def test_a_local_step_that_downloads_is_refused_with_the_url(
             python=build_python,
             cache=shared_cache(tmp_path / "cache"),
             offline=offline,
-        )
+        ),
+        env=env,
     )
     assert res.returncode == BuildError.exit_code, res.stderr[-3000:]
     assert artifacts_files(tmp_path / "artifacts") == []
@@ -72,22 +90,44 @@ def test_the_manifest_and_readme_record_the_steps_isolation(
     assert f"- runner: local; build steps' network: {isolation.state()}" in readme
 
 
+@METHODS
 def test_a_local_step_cannot_write_outside_what_it_may(
-    tmp_path: Path, upstreams: Upstreams, build_python: Path
+    tmp_path: Path, upstreams: Upstreams, build_python: Path, env: dict[str, str]
 ) -> None:
     """The step's file system is read-only but for its tree, its outputs and logs, the
     compiler cache and the temporary folders (issue 41): a build command that writes into
     the user's home fails there, and the file is not made."""
-    if isolation.bwrap() is None:
-        missing("FLEET", "bubblewrap cannot make a mount namespace here")
+    _needs(env)
     outside = Path.home() / f".kiln-isolation-test-{tmp_path.name}"
     outside.unlink(missing_ok=True)
     write_it = f"open({str(outside)!r}, 'w').write('escaped')"
     vendor = plain_vendor(upstreams.plain[0], archs=[])
     vendor["build"].update(kind="inplace", outputs=["*.so"], command=["python3", "-c", write_it])
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=PROFILE_NO_TORCH)
-    res = _build(tmp_path, ws, upstreams.mirrors, build_python)
+    res = _build(tmp_path, ws, upstreams.mirrors, build_python, env=env)
     assert res.returncode == BuildError.exit_code, res.stderr[-3000:]
     assert not outside.exists()
     log = (tmp_path / "artifacts/logs/test-release/plain-build.log").read_text()
     assert "Read-only file system" in log, log[-2000:]
+
+
+def test_a_machine_that_can_isolate_no_step_refuses_the_build_unless_told(
+    tmp_path: Path, upstreams: Upstreams, build_python: Path
+) -> None:
+    """Issue 55 (1): neither bubblewrap nor unshare (an unprivileged container): the build
+    stops before its first step, in one line naming the Docker runner and
+    --allow-network, nothing fetched or published (it ran each step with the network
+    after one warning); --allow-network builds, and the manifest says not isolated."""
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=PROFILE_NO_TORCH)
+    none = {"KILN_BWRAP": "none", "KILN_UNSHARE": "none"}
+    res = _build(tmp_path, ws, upstreams.mirrors, build_python, env=none)
+    assert res.returncode == 2, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert "build steps here cannot be kept from the network" in last, last
+    assert "--runner docker" in last and "--allow-network" in last
+    assert artifacts_files(tmp_path / "artifacts") == []
+    res = _build(tmp_path, ws, upstreams.mirrors, build_python, "--allow-network", env=none)
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((tmp_path / "artifacts/test-release/manifest.json").read_text())
+    assert manifest["runner"]["network"] == "not isolated"

@@ -99,6 +99,9 @@ def _run_once(
         volumes=volumes,
         environment=env,
         network_mode="host",
+        # a fresh machine, not an unprivileged container: there bubblewrap (the README's
+        # first command installs it) can make the namespaces that keep steps off the network
+        privileged=True,
         labels={"kiln": "readme-test"},
         detach=True,
     )
