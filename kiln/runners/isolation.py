@@ -57,18 +57,22 @@ def _program(name: str, env: str) -> str | None:
 # mount of its own), then the root file system remounted read-only (the binds stay
 # writable), the loopback up where `ip` is; then the step.
 _UNSHARE_SETUP = (
-    'for p in "$@"; do [ "$p" = -- ] && break; mount --bind "$p" "$p" || exit 97; done; '
+    'for a in "$@"; do case $a in --) break ;; '
+    'rw:*) p=${a#rw:}; mount --bind "$p" "$p" && mount -o remount,bind,rw "$p" || exit 97 ;; '
+    'ro:*) p=${a#ro:}; mount --bind "$p" "$p" && mount -o remount,bind,ro "$p" || exit 97 ;; '
+    "esac; done; "
     "mount -o remount,bind,ro / || exit 97; "
     "ip link set lo up 2>/dev/null; "
     'while [ "$1" != -- ]; do shift; done; shift; exec "$@"'
 )
 
 
-def _unshare_argv(unshare: str, writable: Sequence[str], command: Sequence[str]) -> list[str]:
+def _unshare_argv(unshare: str, binds: Sequence[str], command: Sequence[str]) -> list[str]:
+    """``binds``: ``rw:PATH`` / ``ro:PATH``, in order (a later one on top)."""
     return [
         unshare,
         *("--net", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child"),
-        *("sh", "-c", _UNSHARE_SETUP, "kiln-step", *writable, "--", *command),
+        *("sh", "-c", _UNSHARE_SETUP, "kiln-step", *binds, "--", *command),
     ]
 
 
@@ -84,7 +88,7 @@ def _probe_unshare() -> tuple[str | None, str]:
         # its folder writable, the rest not (a write that passes is undone, and fails it)
         check = f"touch {probe}/ok && if touch /.kiln-probe; then rm -f /.kiln-probe; exit 1; fi"
         res = subprocess.run(
-            _unshare_argv(unshare, [probe], ["sh", "-c", check]),
+            _unshare_argv(unshare, [f"rw:{probe}"], ["sh", "-c", check]),
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -184,25 +188,32 @@ def _temporary() -> list[str]:
     return list(dict.fromkeys(os.path.realpath(t) for t in found if os.path.isdir(t)))
 
 
-def wrap(argv: Sequence[str | PathLike[str]], writable: Sequence[Path] = ()) -> list[str]:
+def wrap(
+    argv: Sequence[str | PathLike[str]],
+    writable: Sequence[Path] = (),
+    protected: Sequence[Path] = (),
+) -> list[str]:
     """``argv`` in a network namespace of its own, the file system read-only but for
     ``writable`` (the step's tree, its outputs, logs and the caches it writes, as the
-    Docker runner mounts them) and the temporary folders; as it is where no namespace can
-    be made."""
+    Docker runner mounts them) and the temporary folders; of those temporary folders,
+    ``protected`` (kiln's own venv, its cache: they may lie under /tmp) stays read-only
+    but for what of it is ``writable``. As it is where no namespace can be made."""
     found = _method()
     command = [str(a) for a in argv]
     if found is None:
         return command
-    folders: list[str] = []
-    for path in [*(str(p) for p in writable), *_temporary()]:
+    layers: list[tuple[str, str]] = [("rw", t) for t in _temporary()]
+    layers += [("ro", os.path.realpath(p)) for p in protected if os.path.isdir(p)]
+    for path in writable:
         Path(path).mkdir(parents=True, exist_ok=True)
-        folders.append(os.path.realpath(path))
+        layers.append(("rw", os.path.realpath(path)))
+    layers = list(dict.fromkeys(layers))
     how, program = found
     if how == "unshare":
-        return _unshare_argv(program, list(dict.fromkeys(folders)), command)
+        return _unshare_argv(program, [f"{mode}:{path}" for mode, path in layers], command)
     binds: list[str] = []
-    for real in folders:
-        binds += ["--bind", real, real]
+    for mode, real in layers:
+        binds += ["--bind" if mode == "rw" else "--ro-bind", real, real]
     # A pid namespace of its own too (with its own /proc): when kiln dies, bwrap dies with
     # it and the kernel ends every process of the step, however deep (a step otherwise
     # watches its parent, which is bwrap here, and bwrap outlives a killed kiln).

@@ -5,6 +5,7 @@ unless it asks for the network, a network namespace of its own (runners/isolatio
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from kiln.config.models import Profile
@@ -80,7 +81,10 @@ class LocalRunner:
         # The step's memory limit, as the Docker runner's container has: a cgroup of its
         # own, so an OOM kill is named as such (kiln.memlimit).
         # No network unless the command asks for it (issue 41): as the Docker runner's
-        argv = cmd.argv if cmd.network else isolation.wrap(cmd.argv, cmd.writable)
+        # kiln's own venv and cache stay read-only (they may lie under /tmp, which steps
+        # write), but for what of them the step writes (its compiler cache)
+        protected = [Path(sys.prefix), self._cache]
+        argv = cmd.argv if cmd.network else isolation.wrap(cmd.argv, cmd.writable, protected)
         return memlimit.run_limited(
             argv,
             mem_gib=cmd.mem_gib,

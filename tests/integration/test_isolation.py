@@ -100,15 +100,27 @@ def test_a_local_step_cannot_write_outside_what_it_may(
     _needs(env)
     outside = Path.home() / f".kiln-isolation-test-{tmp_path.name}"
     outside.unlink(missing_ok=True)
-    write_it = f"open({str(outside)!r}, 'w').write('escaped')"
+    # kiln's own cache lies under /tmp here, which steps may write: it stays read-only
+    # (issue 55 (1): a step wrote into kiln's venv, a mirror and the shared caches)
+    cached = shared_cache(tmp_path / "cache") / "kiln-isolation-intruder"
+    write_it = (
+        f"import pathlib\n"
+        f"for p in ({str(cached)!r}, {str(outside)!r}):\n"
+        f"    try:\n"
+        f"        pathlib.Path(p).write_text('escaped')\n"
+        f"    except OSError as e:\n"
+        f"        print(p, e)\n"
+        f"raise SystemExit(1)\n"
+    )
     vendor = plain_vendor(upstreams.plain[0], archs=[])
     vendor["build"].update(kind="inplace", outputs=["*.so"], command=["python3", "-c", write_it])
     ws = write(tmp_path / "ws", {"plain": vendor}, profile=PROFILE_NO_TORCH)
     res = _build(tmp_path, ws, upstreams.mirrors, build_python, env=env)
     assert res.returncode == BuildError.exit_code, res.stderr[-3000:]
-    assert not outside.exists()
+    assert not outside.exists() and not cached.exists()
     log = (tmp_path / "artifacts/logs/test-release/plain-build.log").read_text()
-    assert "Read-only file system" in log, log[-2000:]
+    assert f"{outside} [Errno 30] Read-only file system" in log, log[-2000:]
+    assert f"{cached} [Errno 30] Read-only file system" in log, log[-2000:]
 
 
 def test_a_machine_that_can_isolate_no_step_refuses_the_build_unless_told(
