@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kiln.errors import BuildError
-from kiln.inside import diagnose, memwatch, pep517, proc, sccache
+from kiln.inside import diagnose, memwatch, netrefuse, pep517, proc, sccache
 from kiln.inside.kit import pipcuda
 
 
@@ -154,7 +154,8 @@ def _record_failure(spec: StepSpec, env: Mapping[str, str], exc: BuildError) -> 
     headers and libraries it names are the ones the build saw. A diagnosis that itself
     fails must never hide the build's own error."""
     record = env.get("KILN_STEP_FAILURE")
-    if not record or not exc.output:
+    # a silent failure (curl -sf) may still have tried a download its wrapper refused
+    if not record or not (exc.output or netrefuse.recorded()):
         return
     try:
         # the build's own command first: what it names (a URL it fetches) is evidence too

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import urllib.request
 from pathlib import Path
 
@@ -143,3 +144,36 @@ def test_a_machine_that_can_isolate_no_step_refuses_the_build_unless_told(
     assert res.returncode == 0, res.stderr[-3000:]
     manifest = json.loads((tmp_path / "artifacts/test-release/manifest.json").read_text())
     assert manifest["runner"]["network"] == "not isolated"
+
+
+# The URL assembled at run time, so no source line holds it; each client is its own
+# program (issue 55 (1): the cause said "tried to download something").
+FETCHERS = {
+    "python": ["python3", "-c", "import urllib.request as u; u.urlretrieve('ht' + 'tp://dl.example.invalid/pre' + 'built.so', 'x.so')"],
+    "curl": ["sh", "-c", 'h=dl.example.invalid; curl -sfo x.so "https://$h/prebuilt.so"'],
+    "git": ["sh", "-c", 'h=dl.example.invalid; git clone -q "https://$h/prebuilt.git" x'],
+}  # fmt: skip
+NAMED = {
+    "python": "http://dl.example.invalid/prebuilt.so",
+    "curl": "https://dl.example.invalid:443",
+    "git": "https://dl.example.invalid:443",
+}
+
+
+@METHODS
+@pytest.mark.parametrize("client", sorted(FETCHERS))
+def test_a_refused_download_is_named_from_the_attempt_whatever_made_it(
+    tmp_path: Path, upstreams: Upstreams, build_python: Path, client: str, env: dict[str, str]
+) -> None:
+    _needs(env)
+    if shutil.which(FETCHERS[client][0] if client == "python" else client) is None:
+        missing("FLEET", f"{client} is not installed")
+    vendor = plain_vendor(upstreams.plain[0], archs=[])
+    vendor["build"].update(kind="inplace", outputs=["*.so"], command=FETCHERS[client])
+    ws = write(tmp_path / "ws", {"plain": vendor}, profile=PROFILE_NO_TORCH)
+    res = _build(tmp_path, ws, upstreams.mirrors, build_python, env=env)
+    assert res.returncode == BuildError.exit_code, res.stderr[-3000:]
+    assert artifacts_files(tmp_path / "artifacts") == []
+    assert f"the upstream's build tried to download {NAMED[client]}" in res.stderr, res.stderr[
+        -3000:
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from kiln.errors import FixEdit
+from kiln.inside import netrefuse
 from kiln.inside.causes.cause import Cause, Failure, toml_edit
 
 _NET_ERROR = re.compile(
@@ -13,6 +14,8 @@ _NET_ERROR = re.compile(
     r"getaddrinfo failed|Failed to establish a new connection"
 )
 _URL = re.compile(r"https?://[^\s'\"<>)\]]+")
+# what kiln.inside.netrefuse wrote: the step's proxy refused this request
+_REFUSED = re.compile(re.escape(netrefuse.MARK) + r"(\S+)")
 _SWITCH = re.compile(
     r"os\.(?:getenv|environ\.get)\(\s*[\"'](?P<var>\w+)[\"']\s*(?:,\s*[\"'](?P<default>[^\"']*)"
     r"[\"']\s*)?\)\s*(?P<op>==|!=)\s*[\"'](?P<value>[^\"']*)[\"']"
@@ -68,11 +71,20 @@ def _download_in_setup(f: Failure) -> str | None:
 def network_download(f: Failure) -> Cause | None:
     """The upstream's build reached for the network (a prebuilt wheel, a submodule
     fetched at build time): builds are offline."""
+    # the attempt itself, whatever made it: the step's proxy's lines (in the log, and in
+    # its record where this runs in the step itself)
+    refused = _REFUSED.findall(f.output + netrefuse.recorded())
     m = _NET_ERROR.search(f.output)
-    if not m:
+    if not m and not refused:
         return None
-    urls = _URL.findall(f.output[: m.end() + 400])
-    url = urls[-1] if urls else _download_in_setup(f) or "something from the network"
+    urls = _URL.findall(f.output[: m.end() + 400]) if m else []
+    url = (
+        refused[0]
+        if refused
+        else urls[-1]
+        if urls
+        else _download_in_setup(f) or "something from the network"
+    )
     switch = _download_switch_edit(f)
     return Cause(
         "network-download",
