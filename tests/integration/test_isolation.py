@@ -148,8 +148,9 @@ def test_a_machine_that_can_isolate_no_step_refuses_the_build_unless_told(
 
 # The URL assembled at run time, so no source line holds it; each client is its own
 # program (issue 55 (1): the cause said "tried to download something").
+ASSEMBLED = "'ht' + 'tp://dl.example.invalid/pre' + 'built.so'"
 FETCHERS = {
-    "python": ["python3", "-c", "import urllib.request as u; u.urlretrieve('ht' + 'tp://dl.example.invalid/pre' + 'built.so', 'x.so')"],
+    "python": ["python3", "-c", f"import urllib.request as u; u.urlretrieve({ASSEMBLED}, 'x.so')"],
     "curl": ["sh", "-c", 'h=dl.example.invalid; curl -sfo x.so "https://$h/prebuilt.so"'],
     "git": ["sh", "-c", 'h=dl.example.invalid; git clone -q "https://$h/prebuilt.git" x'],
 }  # fmt: skip
