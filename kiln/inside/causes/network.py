@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from kiln.errors import FixEdit
 from kiln.inside import netrefuse
@@ -68,6 +69,32 @@ def _download_in_setup(f: Failure) -> str | None:
     return None
 
 
+def _host(url: str) -> str | None:
+    try:
+        return urlsplit(url.split()[0]).hostname
+    except (ValueError, IndexError):
+        return None
+
+
+def _fuller(refused: str, candidates: list[str]) -> str:
+    """An HTTPS request is all a proxy sees of it: ``https://HOST:443``. The output's or
+    setup.py's URL on the same host says more (its path, setup.py's line): that one."""
+    if _says_more(refused):
+        return refused
+    host = _host(refused)
+    for candidate in candidates:
+        if _says_more(candidate) and host is not None and _host(candidate) == host:
+            return candidate
+    return refused
+
+
+def _says_more(url: str) -> bool:
+    try:
+        return bool(url) and urlsplit(url.split()[0]).path not in ("", "/")
+    except (ValueError, IndexError):
+        return False
+
+
 def network_download(f: Failure) -> Cause | None:
     """The upstream's build reached for the network (a prebuilt wheel, a submodule
     fetched at build time): builds are offline."""
@@ -78,12 +105,13 @@ def network_download(f: Failure) -> Cause | None:
     if not m and not refused:
         return None
     urls = _URL.findall(f.output[: m.end() + 400]) if m else []
+    in_setup = _download_in_setup(f)
     url = (
-        refused[0]
+        _fuller(refused[0], [*reversed(urls), in_setup or ""])
         if refused
         else urls[-1]
         if urls
-        else _download_in_setup(f) or "something from the network"
+        else in_setup or "something from the network"
     )
     switch = _download_switch_edit(f)
     return Cause(
