@@ -22,6 +22,7 @@ on both runners or says that it did not.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -29,9 +30,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
+
+from kiln.inside import netrefuse
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +192,26 @@ def _temporary() -> list[str]:
     return list(dict.fromkeys(os.path.realpath(t) for t in found if os.path.isdir(t)))
 
 
+@contextlib.contextmanager
+def own_temporary(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """``env`` with a temporary folder of the step's own (TMPDIR), removed after it. A step
+    has a pid namespace of its own, so two steps' processes may have the same pid, and
+    nvcc names its temporary files by pid (``/tmp/tmpxft_00000033_...``): in one shared
+    /tmp one step's nvcc deleted the other's ("cc1plus: fatal error:
+    /tmp/tmpxft_00000033_00000000-2.cpp: No such file or directory"). Made inside the
+    step's TMPDIR (or this process's); where it cannot be made there, ``env`` as it is."""
+    base = env.get("TMPDIR") or tempfile.gettempdir()
+    try:
+        own = tempfile.mkdtemp(prefix="kiln-step-", dir=base)
+    except OSError:
+        yield dict(env)
+        return
+    try:
+        yield {**env, "TMPDIR": own}
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
+
+
 def wrap(
     argv: Sequence[str | PathLike[str]],
     writable: Sequence[Path] = (),
@@ -204,8 +227,10 @@ def wrap(
     if found is None:
         return command
     # every download the step tries goes to a proxy of its own that refuses it and names
-    # it in the step's log (kiln.inside.netrefuse): the URL, whatever made the request
-    command = [sys.executable, "-m", "kiln.inside.netrefuse", "--", *command]
+    # it in the step's log (kiln.inside.netrefuse): the URL, whatever made the request.
+    # Run as a file (it is standard library alone), isolated (-I): kiln need not be
+    # importable from the step's folder (kiln run from a checkout is not)
+    command = [sys.executable, "-I", netrefuse.__file__, "--", *command]
     layers: list[tuple[str, str]] = [("rw", t) for t in _temporary()]
     layers += [("ro", os.path.realpath(p)) for p in protected if os.path.isdir(p)]
     for path in writable:
