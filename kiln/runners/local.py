@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kiln.config.models import Profile
@@ -84,12 +85,20 @@ class LocalRunner:
         # kiln's own venv and cache stay read-only (they may lie under /tmp, which steps
         # write), but for what of them the step writes (its compiler cache)
         protected = [Path(sys.prefix), self._cache]
-        argv = cmd.argv if cmd.network else isolation.wrap(cmd.argv, cmd.writable, protected)
+        if cmd.network or not isolation.isolates():
+            return self._limited(cmd, cmd.argv, cmd.env)
+        argv = isolation.wrap(cmd.argv, cmd.writable, protected)
+        with isolation.own_temporary(cmd.env) as env:  # pids repeat across its namespaces
+            return self._limited(cmd, argv, env)
+
+    def _limited(
+        self, cmd: Command, argv: Sequence[str | os.PathLike[str]], env: Mapping[str, str]
+    ) -> proc.Result:
         return memlimit.run_limited(
             argv,
             mem_gib=cmd.mem_gib,
             cwd=cmd.cwd,
-            env=cmd.env,
+            env=dict(env),
             log_file=cmd.log_file,
             what=cmd.what,
             check=cmd.check,

@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from kiln.errors import BuildError
+from kiln.inside import proc
 from kiln.runners import isolation
+from kiln.runners.local import LocalRunner
+from kiln.runners.protocol import Command
 from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache
 from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
 from tests.require import missing
@@ -178,3 +182,53 @@ def test_a_refused_download_is_named_from_the_attempt_whatever_made_it(
     assert f"the upstream's build tried to download {NAMED[client]}" in res.stderr, res.stderr[
         -3000:
     ]
+
+
+# Each step writes a file named by its pid in its TMPDIR, as nvcc does (tmpxft_<pid>_...),
+# waits, and reads it back: another step's file of the same name is a collision.
+_PID_NAMED = (
+    'f="$TMPDIR/tmpxft_$$"; echo "$STEP" > "$f"; sleep 2; '
+    'echo "pid $$ tmp $TMPDIR"; [ "$(cat "$f")" = "$STEP" ]'
+)
+
+
+@METHODS
+def test_steps_at_once_with_the_same_pid_have_temporary_folders_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    """A step's pid namespace numbers its processes from 1, so two steps at once have the
+    same pids, and nvcc names its temporary files by pid: in one /tmp, one FlashMLA-like
+    step's nvcc deleted the other's ("cc1plus: fatal error:
+    /tmp/tmpxft_00000033_00000000-2.cpp: No such file or directory"). Each step has a
+    TMPDIR of its own, removed after it."""
+    _needs(env)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(isolation, "_found", {})  # probed again, under env
+    runner = LocalRunner(None, None, tmp_path / "cache", tmp_path / "logs")
+    base = tmp_path / "tmp"
+    base.mkdir()
+    results: dict[str, proc.Result] = {}
+
+    def step(name: str) -> None:
+        cmd = Command(
+            argv=["sh", "-c", _PID_NAMED],
+            cwd=tmp_path,
+            env={**os.environ, "STEP": name, "TMPDIR": str(base)},
+            what=f"step {name}",
+            writable=[tmp_path / name],
+            check=False,
+        )
+        results[name] = runner.run(cmd)
+
+    threads = [threading.Thread(target=step, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    said = {n: r.output.strip().splitlines()[-1].split() for n, r in results.items()}
+    assert said["a"][1] == said["b"][1], said  # the same pid: the case this is about
+    assert said["a"][3] != said["b"][3], said  # but TMPDIRs of their own
+    assert all(Path(s[3]).parent == base for s in said.values()), said  # in the step's TMPDIR
+    assert [r.returncode for r in results.values()] == [0, 0], results
+    assert list(base.iterdir()) == []  # removed after
