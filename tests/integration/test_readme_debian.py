@@ -93,19 +93,23 @@ def _run_once(
 ) -> tuple[int, str]:
     """One run of the script in a fresh container: (exit code, its output and the tails
     of the logs a failure names, which live in the copy)."""
-    container = client.containers.run(
+    # created, then started in the try: a container that cannot start is removed too
+    container = client.containers.create(
         image,
         ["bash", "-c", script],
         volumes=volumes,
         environment=env,
         network_mode="host",
         # a fresh machine, not an unprivileged container: there bubblewrap (the README's
-        # first command installs it) can make the namespaces that keep steps off the network
-        privileged=True,
+        # first command installs it) can make the namespaces that keep steps off the network.
+        # Not privileged=True: that asks for every capability, and a host that is itself a
+        # container may lack some (runc: "unable to apply caps"); these are what it needs.
+        cap_add=["SYS_ADMIN", "NET_ADMIN"],
+        security_opt=["seccomp=unconfined", "apparmor=unconfined"],
         labels={"kiln": "readme-test"},
-        detach=True,
     )
     try:
+        container.start()
         rc = container.wait(timeout=max(60, deadline - time.monotonic()))["StatusCode"]
         logs = container.logs().decode(errors="replace")
     finally:
