@@ -3,7 +3,7 @@ would make, in its own words and with its exit code.
 
 Dry means nothing is provisioned, fetched, cloned or written: not the cache, not the work
 folder, not ``artifacts/``, not the bundles' mirrors. Each stage of the build
-(:data:`kiln.orchestrate.stages.STAGES`) says what it would do: load and plan are the
+(:mod:`kiln.orchestrate.stages`) says what it would do: load and plan are the
 build's own (``pipeline.load``, ``pipeline.plan``, ``pipeline.check_plan``), prepare runs
 preflight's checks with a runner made for a dry run, and the vendors ask the caches instead
 of building: whether the git cache holds the pinned commits (else what would be fetched, from
@@ -38,7 +38,7 @@ from kiln.orchestrate.vendor import describe_runner, key_of
 from kiln.plan import cachekey, schedule
 from kiln.release.artifactcache import ArtifactCache
 from kiln.runners.protocol import Runner
-from kiln.sources import bundles, checkout
+from kiln.sources import bundles, checkout, origins
 from kiln.sources.git import git as git_cmd
 from kiln.toolchain import provision as prov
 from kiln.toolchain.provision import Provision
@@ -267,7 +267,8 @@ def _git_cache(
         found = pipeline.decide_origins(opts, dry=True)
     except KilnError as exc:
         refusals.append(_refusal("inputs", exc))
-        return checkout.GitCache(opts.cache, Mirrors(), opts.offline), {}
+        offline = origins.is_offline(opts.offline, opts.bundles)
+        return checkout.GitCache(opts.cache, Mirrors(), offline), {}
     return found.git_cache(opts.cache), found.bundle_files
 
 
