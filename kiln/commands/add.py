@@ -51,7 +51,8 @@ def execute(args: argparse.Namespace) -> int:
         opts = replace(opts, mirrors=made.mirrors_file, offline=made.offline, bundles=None)
     url, rev = revision.split(args.url)
     added = add_recipe(
-        opts.workspace, url, rev, args.name, opts.cache, opts.mirrors, opts.offline, args.force,
+        opts.workspace, url, rev, args.name, opts.cache, opts.mirrors,
+        offline=opts.offline, force=args.force,
         profile=opts.profile, python=opts.python, cuda_home=opts.cuda_home,
         check=not args.no_check,
     )  # fmt: skip

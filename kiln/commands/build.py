@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kiln.commands import flags as o
@@ -25,10 +24,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def options(args: argparse.Namespace, **fields: Any) -> Options:
-    """The build's ``Options`` from the arguments. ``--bundles`` implies ``--offline``;
-    the build's inputs stage makes them mirrors (a dry run only reads them)."""
-    opts = o.to_options(args, **fields)
-    return replace(opts, offline=True) if opts.bundles is not None else opts
+    """The build's ``Options`` from the arguments. ``--bundles`` (which implies
+    ``--offline``, decided by ``kiln.sources.origins.decide``): the build's inputs stage
+    makes them mirrors (a dry run only reads them)."""
+    return o.to_options(args, **fields)
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -68,7 +68,8 @@ class Context:
 
     @property
     def offline(self) -> bool:
-        """Whether this run may reach the network (--offline, or --bundles)."""
+        """Whether this run is offline (--offline, or --bundles), as
+        ``kiln.sources.origins.decide`` decided it: the one place it is read from."""
         return self.git.offline
 
     def claim(self, name: str, vendor: str) -> None:

@@ -200,7 +200,11 @@ class Options:
     )
     offline: bool = option(
         "--offline",
-        "never use the network: only the cache and local mirrors",
+        "sources only from the git cache and local mirrors (no upstream, no network "
+        "mirror) and vendors' build_tools only from PIP_FIND_LINKS; build steps never reach "
+        "the network, offline or not; what kiln provisions with pip (the build venv, the pip "
+        "CUDA, the import proof's consumer environment) still reads the profile's index: "
+        "point that at a local one",
         group="sources",
         kind="flag",
         env="KILN_OFFLINE",

@@ -302,7 +302,7 @@ def _environment(
             ctx.ws.profile,
             ctx.opts.cache,
             tree,
-            ctx.opts.offline,
+            ctx.offline,
             ctx.logs / f"{vendor.name}-tools.log",
         )
         env[BUILD_TOOLS_ENV] = str(tools)

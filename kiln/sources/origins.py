@@ -26,6 +26,13 @@ class Origins:
         return GitCache(cache, self.mirrors, self.offline)
 
 
+def is_offline(offline: bool, bundles_dir: Path | None) -> bool:
+    """Whether a verb is offline: ``--offline``, or ``--bundles`` (the bundles are the
+    whole input). Decided here alone; :func:`decide` and a dry run that could not decide
+    its origins ask it."""
+    return offline or bundles_dir is not None
+
+
 def decide(
     workspace: Path,
     *,
@@ -36,7 +43,9 @@ def decide(
     dry: bool = False,
 ) -> Origins:
     """The origins of a verb's sources (``bundle_mirrors``: where ``--bundles`` are made
-    bare repositories, needed with ``bundles_dir``; ``dry``: made nowhere)."""
+    bare repositories, needed with ``bundles_dir``; ``dry``: made nowhere). Whether the
+    verb is offline (:func:`is_offline`) is read from what this returns."""
+    offline = is_offline(offline, bundles_dir)
     if bundles_dir is None:
         return Origins(Mirrors.load(mirrors), mirrors, offline, {})
     found = bundles.bundle_files(workspace, bundles_dir)
@@ -45,4 +54,4 @@ def decide(
     if bundle_mirrors is None:
         raise ValueError("origins.decide: --bundles are made bare repositories where?")
     made = bundles.mirrors_from_bundles(workspace, bundles_dir, bundle_mirrors)
-    return Origins(Mirrors.load(made), made, True, found)
+    return Origins(Mirrors.load(made), made, offline, found)

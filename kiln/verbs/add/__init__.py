@@ -147,7 +147,7 @@ def add_recipe(
     with tempfile.TemporaryDirectory(prefix="kiln-add-") as tmp:
         co = checkout(git, Source(url=url, commit=commit), Path(tmp) / name, name)
         findings = scan.scan(co, env)
-        findings.pins = _pins(findings, profiles[profile], offline)
+        findings.pins = _pins(findings, profiles[profile], git.offline)  # as decided
         made = recipe.build(findings, profiles, name, rev, how)
         family = recipe.family_to_check(findings, profiles) if check else []
         if family:  # the compiler says whether the code builds for them, not a rule
