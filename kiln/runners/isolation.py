@@ -198,9 +198,14 @@ def own_temporary(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
     has a pid namespace of its own, so two steps' processes may have the same pid, and
     nvcc names its temporary files by pid (``/tmp/tmpxft_00000033_...``): in one shared
     /tmp one step's nvcc deleted the other's ("cc1plus: fatal error:
-    /tmp/tmpxft_00000033_00000000-2.cpp: No such file or directory"). Made inside the
-    step's TMPDIR (or this process's); where it cannot be made there, ``env`` as it is."""
-    base = env.get("TMPDIR") or tempfile.gettempdir()
+    /tmp/tmpxft_00000033_00000000-2.cpp: No such file or directory"). Made inside this
+    process's TMPDIR. A TMPDIR the recipe sets (not this process's) is the step's as it
+    is: the user chose it, and its failures name it; so is ``env`` where the folder
+    cannot be made."""
+    base = tempfile.gettempdir()
+    if env.get("TMPDIR", base) not in (base, os.environ.get("TMPDIR")):
+        yield dict(env)
+        return
     try:
         own = tempfile.mkdtemp(prefix="kiln-step-", dir=base)
     except OSError:

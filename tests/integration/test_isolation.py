@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import threading
 import urllib.request
 from pathlib import Path
@@ -197,38 +198,41 @@ def test_steps_at_once_with_the_same_pid_have_temporary_folders_of_their_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
 ) -> None:
     """A step's pid namespace numbers its processes from 1, so two steps at once have the
-    same pids, and nvcc names its temporary files by pid: in one /tmp, one FlashMLA-like
-    step's nvcc deleted the other's ("cc1plus: fatal error:
-    /tmp/tmpxft_00000033_00000000-2.cpp: No such file or directory"). Each step has a
-    TMPDIR of its own, removed after it."""
+    same pids, and nvcc names its temporary files by pid: in one /tmp, one step's nvcc
+    deleted the other's ("cc1plus: fatal error: /tmp/tmpxft_00000033_00000000-2.cpp: No
+    such file or directory"). Each step has a TMPDIR of its own, removed after it; a
+    TMPDIR the recipe sets is kept as it is."""
     _needs(env)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(isolation, "_found", {})  # probed again, under env
     runner = LocalRunner(None, None, tmp_path / "cache", tmp_path / "logs")
-    base = tmp_path / "tmp"
-    base.mkdir()
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
     results: dict[str, proc.Result] = {}
 
-    def step(name: str) -> None:
+    def step(name: str, step_env: dict[str, str]) -> None:
         cmd = Command(
             argv=["sh", "-c", _PID_NAMED],
             cwd=tmp_path,
-            env={**os.environ, "STEP": name, "TMPDIR": str(base)},
+            env={**step_env, "STEP": name},
             what=f"step {name}",
             writable=[tmp_path / name],
             check=False,
         )
         results[name] = runner.run(cmd)
 
-    threads = [threading.Thread(target=step, args=(n,)) for n in ("a", "b")]
+    threads = [threading.Thread(target=step, args=(n, dict(os.environ))) for n in ("a", "b")]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    step("chosen", {**os.environ, "TMPDIR": str(chosen)})
     said = {n: r.output.strip().splitlines()[-1].split() for n, r in results.items()}
     assert said["a"][1] == said["b"][1], said  # the same pid: the case this is about
     assert said["a"][3] != said["b"][3], said  # but TMPDIRs of their own
-    assert all(Path(s[3]).parent == base for s in said.values()), said  # in the step's TMPDIR
-    assert [r.returncode for r in results.values()] == [0, 0], results
-    assert list(base.iterdir()) == []  # removed after
+    own = [Path(said[n][3]) for n in ("a", "b")]
+    assert all(p.parent == Path(tempfile.gettempdir()) for p in own), said
+    assert [r.returncode for r in results.values()] == [0, 0, 0], results
+    assert not any(p.exists() for p in own)  # removed after
+    assert said["chosen"][3] == str(chosen)  # the recipe's, as it is
