@@ -159,7 +159,7 @@ def check_build_system(ctx: Context, step: Step) -> None:
     """Refuse the step before its compile where the tree's ``[build-system] requires``
     and the build venv disagree (:mod:`kiln.verify.buildsystem`). Read where the build
     venv is on this machine (the local runner; the Docker runner's is the image's)."""
-    if ctx.runner.kind != "local" or not Path(ctx.tc.site_packages).is_dir():
+    if not ctx.runner.capabilities.host_paths or not Path(ctx.tc.site_packages).is_dir():
         return
     tree = Path(step.spec.tree)
     installed = dict(consumerenv.distributions(Path(ctx.tc.site_packages)))
@@ -260,10 +260,10 @@ def check_programs(ctx: Context, step: Step, command: Sequence[str]) -> None:
     missing = [p for p in res.output.split() if p in programs]
     if not missing:
         return
-    docker = ctx.runner.kind == "docker"
-    where = "the builder image" if docker else "this machine's PATH"
+    can = ctx.runner.capabilities
+    where = can.programs_from
     packages = " ".join(_PACKAGES.get(p, p) for p in missing)
-    how = f"apt-get install {packages}" + (" in the image's Dockerfile" if docker else "")
+    how = f"apt-get install {packages}{can.install_in}"
     raise ConfigError(
         f"vendors/{vendor}.toml: build.command runs {', '.join(missing)}, not installed "
         f"where the build runs ({where}): install it there (Debian/Ubuntu: {how})"

@@ -144,7 +144,7 @@ def planned_environment(ctx: Context) -> ConsumerEnv:
     ws = ctx.ws
     shared = (
         uvtool.shared_cache(ctx.tc.python, ctx.opts.cache / "envs")
-        if ctx.runner.kind == "local"
+        if ctx.runner.capabilities.host_paths
         else None
     )
     return consumerenv.plan(
@@ -184,7 +184,7 @@ def environment(ctx: Context) -> ConsumerEnv:
     yet (once per set of inputs; its first making is timed and said on its own)."""
     ws = ctx.ws
     env = planned_environment(ctx)
-    if env.source == consumerenv.BUILD_PYTHON and ctx.runner.kind != "local":
+    if env.source == consumerenv.BUILD_PYTHON and not ctx.runner.capabilities.host_paths:
         raise ConfigError(
             f"--proof-env build-python: the {ctx.runner.kind} runner makes the consumer "
             "environment where it builds, from the requirements; drop --proof-env or use "

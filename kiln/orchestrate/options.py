@@ -25,6 +25,8 @@ from kiln.fsutil import user_cache_dir
 Kind = Literal["value", "flag", "list", "words"]
 # The choices of the options that take one: each a Literal, its values written once (the
 # field's type, the parser's choices and --help all read it).
+# auto and kiln.runners.registry.RUNNERS' names (not imported here: it costs the CLI the
+# runners' imports; tests/unit/test_runner_registry.py holds them equal)
 RunnerChoice = Literal["auto", "local", "docker"]
 ToolchainChoice = Literal["system", "pypi"]
 ProofEnvChoice = Literal["install", "build-python"]

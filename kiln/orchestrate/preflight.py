@@ -95,7 +95,7 @@ def missing_system(
 def system_problems(missing: dict[Need, SystemRequirement], runner: Runner) -> list[str]:
     """One line per missing ``build.system`` file (a header, a library), with the package
     that provides it."""
-    where = "in the builder image" if runner.kind == "docker" else "on this machine"
+    where = runner.capabilities.where
     return [
         f"vendors/{name}.toml: build.system.{i}: {req.what} not found {where}: "
         f"install it (apt-get install {req.package})"

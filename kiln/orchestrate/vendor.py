@@ -37,7 +37,6 @@ from kiln.release.manifest import (
     SubmoduleInfo,
     VendorEntry,
 )
-from kiln.runners import isolation
 from kiln.runners.protocol import Runner
 from kiln.sources import checkout, licenses, patches
 from kiln.toolchain import compilercache, vendortools
@@ -52,16 +51,12 @@ def runner_info(ctx: Context) -> RunnerInfo:
 def describe_runner(r: Runner) -> RunnerInfo:
     """What the manifest (and the artifact cache's key) records of where steps ran: one
     place for the build, its header and the dry run."""
-    return RunnerInfo(kind=r.kind, image=r.image, builder=r.builder, network=network_state(r.kind))
+    return RunnerInfo(kind=r.kind, image=r.image, builder=r.builder, network=network_state(r))
 
 
-def network_state(kind: str) -> Literal["isolated", "not isolated"]:
+def network_state(r: Runner) -> Literal["isolated", "not isolated"]:
     """Whether this runner's steps can reach the network (the manifest's runner.network)."""
-    return (
-        "isolated"
-        if kind == "docker" or isolation.state() == isolation.ISOLATED
-        else "not isolated"
-    )
+    return "isolated" if r.capabilities.isolates_network else "not isolated"
 
 
 def cache_key(ctx: Context, vendor: Vendor) -> tuple[str, cachekey.Material]:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from kiln import fsutil
 from kiln.config.models import Profile
@@ -30,7 +30,15 @@ from kiln.errors import BuildError, ConfigError, DockerUnavailable, ToolchainErr
 from kiln.inside import proc
 from kiln.inside.facts import Facts
 from kiln.runners.memlimit import absorbed, oom_error
-from kiln.runners.protocol import KILN_SRC, Command, parse_probe, probe_command, step_env
+from kiln.runners.protocol import (
+    KILN_SRC,
+    Capabilities,
+    Command,
+    RunnerRequest,
+    parse_probe,
+    probe_command,
+    step_env,
+)
 from kiln.toolchain.checks import Toolchain, check_cuda
 from kiln.toolchain.provision import Provision
 
@@ -100,8 +108,22 @@ def _tree_digest(folder: Path, extra: str) -> str:
 KEPT_PREFIX = "kiln-kept-"  # --keep-container: a failed step's container, left to the user
 
 
+CAPABILITIES: Final = Capabilities(
+    kind="docker",
+    isolates_network=True,  # a container's steps run with --network none
+    memory_limit=True,
+    gpu=False,
+    host_paths=False,
+    where="in the builder image",
+    programs_from="the builder image",
+    install_in=" in the image's Dockerfile",
+    records_image=True,
+)
+
+
 class DockerRunner:
-    kind = "docker"
+    kind = CAPABILITIES.kind
+    capabilities = CAPABILITIES
 
     def __init__(
         self,
@@ -343,3 +365,41 @@ class DockerRunner:
 
     def builder_tag(self) -> str:
         return self._tag or self.ensure_builder()
+
+
+def capabilities() -> Capabilities:
+    return CAPABILITIES
+
+
+def available(req: RunnerRequest) -> bool:
+    """``--runner auto`` takes Docker where an image is named and a daemon answers."""
+    return bool(req.image) and daemon_answers()
+
+
+def make(req: RunnerRequest) -> DockerRunner:
+    """The Docker runner of ``req``'s image (refused without one, or with the pip CUDA)."""
+    if req.pypi_cuda:
+        raise ConfigError(
+            "--toolchain pypi is for the local runner; the Docker runner uses the image's CUDA"
+        )
+    if not req.image:
+        raise ConfigError(
+            "--runner docker needs an image: set profile.image in kiln.toml or pass --image"
+        )
+    return DockerRunner(
+        req.image,
+        allow_unpinned=req.allow_unpinned_image,
+        docker_dir=req.docker_dir,
+        build_args=req.build_args,
+        mounts=[Mount.parse(m) for m in req.mounts],
+        python=req.python or "python3",
+        cuda_home=req.cuda_home or "/usr/local/cuda",
+        keep_failed=req.keep_container,
+        dry=req.dry,
+    )
+
+
+def image_digest(ref: str) -> str:
+    """The registry's digest of ``ref``, asked through the daemon (``kiln lock``)."""
+    digest: str = connect().images.get_registry_data(ref).id
+    return digest

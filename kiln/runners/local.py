@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kiln.config.models import Profile
-from kiln.errors import BuildError
+from kiln.errors import BuildError, ConfigError
 from kiln.inside import facts, proc
 from kiln.runners import isolation, memlimit
-from kiln.runners.protocol import Command
+from kiln.runners.protocol import Capabilities, Command, RunnerRequest
 from kiln.toolchain import buildenv, cudapypi
 from kiln.toolchain.checks import Toolchain, check_cuda
 from kiln.toolchain.provision import Provision
@@ -23,6 +23,10 @@ class LocalRunner:
     kind = "local"
     image: str | None = None
     builder: str | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return capabilities()
 
     def __init__(
         self,
@@ -105,3 +109,32 @@ class LocalRunner:
             error=BuildError,
             echo=cmd.echo,
         )
+
+
+def capabilities() -> Capabilities:
+    return Capabilities(
+        kind=LocalRunner.kind,
+        isolates_network=isolation.isolates(),  # bubblewrap or unshare, where either can
+        memory_limit=True,
+        gpu=True,
+        host_paths=True,
+        where="on this machine",
+        programs_from="this machine's PATH",
+        install_in="",
+        records_image=False,
+    )
+
+
+def available(req: RunnerRequest) -> bool:
+    """``--runner auto`` takes the local runner wherever no other answers."""
+    return True
+
+
+def make(req: RunnerRequest) -> LocalRunner:
+    """The local runner; where no step can be isolated here, refused unless
+    ``--allow-network`` (a guard that cannot do its job stops, unless told)."""
+    if not isolation.isolates():
+        if not req.allow_network:
+            raise ConfigError(isolation.refusal())
+        isolation.allowed_network()
+    return LocalRunner(req.python, req.cuda_home, req.cache, req.logs, req.pypi_cuda, dry=req.dry)

@@ -48,10 +48,51 @@ class Command:
     network: bool = False
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a runner can do and where its steps live: what the build asks instead of
+    the runner's name (``kiln.runners.registry`` is the one place names are told apart)."""
+
+    kind: str  # its name, as --runner and the manifest's runner.kind say it
+    isolates_network: bool  # its steps cannot reach the network
+    memory_limit: bool  # each step under a memory limit of its own (an OOM kill named)
+    gpu: bool  # its steps see this machine's GPUs
+    # where paths live: the build venv and toolchain at this machine's paths, which kiln
+    # reads itself (False: inside an image, reached only through commands)
+    host_paths: bool
+    where: str  # where its steps run, in a sentence: "on this machine"
+    programs_from: str  # where a step's programs come from: "this machine's PATH"
+    install_in: str  # where a missing program's apt-get goes ("" or " in the image's ...")
+    records_image: bool  # its manifest records the image a rebuild runs in again
+
+
+@dataclass(frozen=True)
+class RunnerRequest:
+    """What a build asks of its runner, whichever it is (made from the options and the
+    profile by ``kiln.orchestrate.runner``; each runner takes what it needs)."""
+
+    image: str | None  # the profile's or --image
+    python: str | None
+    cuda_home: str | None
+    cache: Path
+    logs: Path
+    pypi_cuda: str | None  # the profile's CUDA from NVIDIA's PyPI wheels (--toolchain pypi)
+    dry: bool
+    allow_network: bool
+    allow_unpinned_image: bool
+    docker_dir: Path
+    build_args: dict[str, str]
+    mounts: tuple[str, ...]
+    keep_container: bool
+
+
 class Runner(Protocol):
     # read-only, so a runner whose image is always set (Docker's) is one too
     @property
     def kind(self) -> str: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
 
     @property
     def image(self) -> str | None:

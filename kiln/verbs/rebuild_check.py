@@ -37,6 +37,7 @@ from kiln.orchestrate.options import Options
 from kiln.release import manifest, signing
 from kiln.release.jsondiff import differences
 from kiln.release.manifest import Manifest
+from kiln.runners import registry
 from kiln.toolchain.checks import cuobjdump
 
 SKIPPED_KINDS = {"jit-cache"}  # packed from a GPU run, not built: nothing to rebuild
@@ -245,7 +246,7 @@ def rebuild(manifest_file: Path, opts: Options) -> Path:
     workspace = workspace_from_manifest(m, manifest_file.parent, opts.work / "verify-workspace")
     runner = m.runner
     image, unpinned = opts.image, opts.allow_unpinned_image
-    if runner.kind == "docker" and not image and runner.image:
+    if registry.capabilities(runner.kind).records_image and not image and runner.image:
         image = runner.image.removeprefix("unpinned:")
         unpinned = runner.image.startswith("unpinned:")
     again = replace(

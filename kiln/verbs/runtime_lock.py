@@ -107,10 +107,10 @@ def lock_image(ws: Workspace) -> list[str]:
         return []
     from docker.errors import DockerException
 
-    from kiln.runners.docker import connect
+    from kiln.runners import registry
 
     try:
-        digest = connect().images.get_registry_data(ref).id
+        digest = registry.image_digest(ref)
     except (DockerUnavailable, DockerException) as exc:
         first = str(exc).splitlines()[0][:200]
         return [f"profile.image {ref}: not pinned, the registry could not be asked ({first})"]
