@@ -317,22 +317,36 @@ SOFTHSM_LIBS = (
 HSM_URI = "hsm:2?label=kiln-test"
 
 
+# The key pair made in a process of its own: a PKCS#11 library is initialized once per
+# process, with the SOFTHSM2_CONF of its first use, so this process's library still
+# reads the first test's token folder (kept for the session, below).
+_KEYPAIR = """
+import os, pkcs11
+from pkcs11.util.ec import encode_named_curve_parameters
+token = pkcs11.lib(os.environ["PYKCS11LIB"]).get_token(token_label="kiln-test")
+with token.open(rw=True, user_pin="1234") as session:
+    curve = {pkcs11.Attribute.EC_PARAMS: encode_named_curve_parameters("secp256r1")}
+    params = session.create_domain_parameters(pkcs11.KeyType.EC, curve, local=True)
+    params.generate_keypair(store=True, id=b"\\x02", label="kiln-release")
+"""
+
+
 @pytest.fixture
-def softhsm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def softhsm(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
     """A real PKCS#11 token (SoftHSM, Debian's softhsm2) holding an ECDSA P-256 key of
     id 2, PIN 1234: what a team's HSM or YubiKey is to kiln. The environment that
-    reaches it (also set in this process)."""
+    reaches it (also set in this process). Its folder lasts the session: this process's
+    PKCS#11 library keeps reading the token folder it first read."""
     lib = next((p for p in SOFTHSM_LIBS if Path(p).is_file()), None)
     if lib is None or shutil.which("softhsm2-util") is None:
         missing("SOFTHSM", "no SoftHSM here (apt-get install softhsm2)")
-    import pkcs11  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    from pkcs11.util.ec import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
-        encode_named_curve_parameters,
-    )
-
-    (tmp_path / "tokens").mkdir()
-    conf = tmp_path / "softhsm2.conf"
-    conf.write_text(f"directories.tokendir = {tmp_path / 'tokens'}\nlog.level = ERROR\n")
+    pytest.importorskip("pkcs11")
+    where = tmp_path_factory.mktemp("softhsm")
+    (where / "tokens").mkdir()
+    conf = where / "softhsm2.conf"
+    conf.write_text(f"directories.tokendir = {where / 'tokens'}\nlog.level = ERROR\n")
     env = {"SOFTHSM2_CONF": str(conf), "PYKCS11LIB": lib, "KILN_SIGN_PIN": "1234"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -345,11 +359,7 @@ def softhsm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         check=True,
         capture_output=True,
     )
-    token = pkcs11.lib(lib).get_token(token_label="kiln-test")
-    with token.open(rw=True, user_pin="1234") as session:
-        curve = {pkcs11.Attribute.EC_PARAMS: encode_named_curve_parameters("secp256r1")}
-        params = session.create_domain_parameters(pkcs11.KeyType.EC, curve, local=True)
-        params.generate_keypair(store=True, id=b"\x02", label="kiln-release")
+    subprocess.run([sys.executable, "-c", _KEYPAIR], check=True, env={**os.environ, **env})
     return env
 
 
@@ -386,8 +396,10 @@ def test_a_token_key_that_cannot_sign_stops_the_build_before_anything_softhsm(
     )
     assert res.returncode == SignatureError.exit_code, res.stderr
     (line,) = res.stderr.strip().splitlines()
+    # the public key is read without the PIN; the probe's signature is refused
     assert line == (
-        f"kiln: error: --sign {HSM_URI}: PinIncorrect: the token refused the PIN in $KILN_SIGN_PIN"
+        f"kiln: error: --sign {HSM_URI}: the key cannot sign: PinIncorrect: the token refused "
+        "the PIN in $KILN_SIGN_PIN"
     ), line
     assert artifacts_files(tmp_path / "artifacts") == []
     os.environ.pop("KILN_SIGN_PIN")
