@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kiln.inside.kit import contract
 from kiln.orchestrate.options import FIELD_OPTIONS, NOT_GIVEN, Option, Options
 
 # The parsed arguments' attribute listing the options a verb took (resolve() reads it).
@@ -256,7 +257,7 @@ PLAN_PROFILES = Option(
     "only this profile ('default': [profile]; a [profiles.NAME] name); repeatable",
     kind="list",
     default_text="[profile] and every [profiles.NAME]",
-    env="KILN_PROFILE",
+    env=contract.PROFILE,
     metavar="NAME",
     dest="profiles",
 )
@@ -282,14 +283,14 @@ GPU_PYTHON = Option(
     "the Python whose torch (with CUDA) the test environment builds on",
     default=sys.executable,
     default_text="this one",
-    env="KILN_GPU_PYTHON",
+    env=contract.GPU_PYTHON,
     metavar="PYTHON",
 )
 WHEEL_VENDOR = Option(
     "--vendor",
     "expect this vendor's recipe archs",
     default_text="the profile's",
-    env="KILN_VENDOR",
+    env=contract.VENDOR,
     metavar="NAME",
 )
 WHEEL_ARCHS = Option(

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from kiln.config.workspace import read_toml
 from kiln.errors import ConfigError
+from kiln.inside.kit import contract
 
-ENV_VAR = "KILN_MIRRORS"
+ENV_VAR = contract.MIRRORS
 
 
 @dataclass(frozen=True)

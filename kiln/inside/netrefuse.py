@@ -25,10 +25,16 @@ import sys
 import tempfile
 import threading
 
+try:
+    from kiln.inside.kit import contract
+except ImportError:  # run as a file, isolated (python -I .../netrefuse.py): the kit beside
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "kit"))
+    import contract  # type: ignore[no-redef]
+
 MARK = "kiln: refused a download: "
 # The step's own process diagnoses its failure from its command's output, which this
 # wrapper's lines are not part of: they also go to this file, named in its environment.
-RECORD_ENV = "KILN_REFUSED_DOWNLOADS"
+RECORD_ENV = contract.REFUSED_DOWNLOADS
 PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
 LOCAL = "localhost,127.0.0.1,::1"
 

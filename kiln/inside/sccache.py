@@ -27,7 +27,9 @@ import tempfile
 from collections.abc import Iterator, MutableMapping
 from typing import TypedDict
 
-DIST_PORT = "KILN_SCCACHE_DIST_PORT"
+from kiln.inside.kit import contract
+
+DIST_PORT = contract.SCCACHE_DIST_PORT
 
 
 def free_port() -> int:
@@ -84,7 +86,7 @@ class StatsRecord(TypedDict, total=False):
 def served(env: MutableMapping[str, str]) -> Iterator[None]:
     """Run the step's sccache servers while the body runs; ``env`` (the step's
     environment) gets their ports, or loses ``KILN_SCCACHE`` where none would start."""
-    binary = env.get("KILN_SCCACHE")
+    binary = env.get(contract.SCCACHE)
     if not binary:
         yield
         return
@@ -96,25 +98,25 @@ def served(env: MutableMapping[str, str]) -> Iterator[None]:
         env["SCCACHE_CONF"] = _conf(folder, "local.toml", "")
         env["SCCACHE_SERVER_PORT"] = str(free_port())
         ok, why = _start(binary, env)
-        if not ok and env.get("KILN_SCCACHE_STORE_VARS"):
+        if not ok and env.get(contract.SCCACHE_STORE_VARS):
             record["warnings"].append(
                 f"the shared compiler cache could not be reached ({why}): compiling with "
                 "the local cache alone"
             )
             _warn(record["warnings"][-1])
             record["store"] = "unreachable"
-            for k in env.pop("KILN_SCCACHE_STORE_VARS").split():
+            for k in env.pop(contract.SCCACHE_STORE_VARS).split():
                 env.pop(k, None)
             ok, why = _start(binary, env)
-        elif ok and env.get("KILN_SCCACHE_STORE_VARS"):
+        elif ok and env.get(contract.SCCACHE_STORE_VARS):
             record["store"] = "reachable"
         if not ok:
             record["warnings"].append(f"sccache did not start ({why}): compiling without it")
             _warn(record["warnings"][-1])
-            del env["KILN_SCCACHE"]
+            del env[contract.SCCACHE]
         else:
             started.append(dict(env))
-        url, token = env.get("KILN_DIST_URL"), env.get("KILN_DIST_TOKEN", "")
+        url, token = env.get(contract.DIST_URL), env.get(contract.DIST_TOKEN, "")
         if ok and url:
             record["distributed_to"] = url
             dist = {**env, "SCCACHE_SERVER_PORT": str(free_port())}
@@ -136,7 +138,7 @@ def served(env: MutableMapping[str, str]) -> Iterator[None]:
                 stats = json.loads(out) if rc == 0 else {}
                 record["servers"].append({**stats, "port": server["SCCACHE_SERVER_PORT"]})
             _sccache(binary, ["--stop-server"], server)
-        stats_file = env.get("KILN_SCCACHE_STATS")
+        stats_file = env.get(contract.SCCACHE_STATS)
         if stats_file:
             with open(stats_file, "w") as fh:
                 json.dump(record, fh, indent=1, sort_keys=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kiln.errors import BuildError
 from kiln.inside import diagnose, memwatch, netrefuse, pep517, proc, sccache
-from kiln.inside.kit import pipcuda
+from kiln.inside.kit import contract, pipcuda
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class StepSpec:
 # The vendor's own build tools (build.build_tools: kiln/toolchain/vendortools.py), the
 # build's PYTHONPATH. (The runner's PYTHONPATH is kiln's source, for the step's own
 # process alone.)
-BUILD_TOOLS_ENV = "KILN_BUILD_TOOLS"
+BUILD_TOOLS_ENV = contract.BUILD_TOOLS
 
 
 def own_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -135,7 +135,7 @@ def run(spec: StepSpec, env: Mapping[str, str] | None = None) -> None:
     sampling the memory of everything it starts into ``KILN_STEP_MEM`` when set."""
     _die_with_parent()
     step_env = dict(os.environ if env is None else env)
-    mem_file = step_env.get("KILN_STEP_MEM")
+    mem_file = contract.StepFiles.from_env(step_env).step_mem
     with contextlib.ExitStack() as stack:
         if mem_file:
             stack.enter_context(memwatch.Watcher(os.getpid(), Path(mem_file)))
@@ -153,7 +153,7 @@ def _record_failure(spec: StepSpec, env: Mapping[str, str], exc: BuildError) -> 
     ``KILN_STEP_FAILURE`` for the host to show. Read here, where the build ran: the
     headers and libraries it names are the ones the build saw. A diagnosis that itself
     fails must never hide the build's own error."""
-    record = env.get("KILN_STEP_FAILURE")
+    record = contract.StepFiles.from_env(env).step_failure
     # a silent failure (curl -sf) may still have tried a download its wrapper refused
     if not record or not (exc.output or netrefuse.recorded()):
         return
@@ -175,7 +175,7 @@ def _materialize(spec: StepSpec, env: Mapping[str, str] | None) -> None:
             pipcuda.materialize(
                 spec.pip_cuda,
                 str(Path(spec.tree) / pipcuda.LINKS_DIR),
-                cc=where.get("KILN_REAL_CC", "gcc"),
+                cc=where.get(contract.REAL_CC, "gcc"),
             )
         except subprocess.CalledProcessError as exc:
             # the compiler's own words (a full $TMPDIR, a missing gcc) are the first error,

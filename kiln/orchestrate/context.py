@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kiln.config.workspace import Workspace
 from kiln.errors import BuildError, KilnError
+from kiln.inside.kit import contract
 from kiln.inside.step import StepSpec
 from kiln.orchestrate import failure, fixcheck, progress
 from kiln.orchestrate.options import Options
@@ -176,9 +177,8 @@ def run_step(
         ) from None
     # every compile went through kiln's wrapper: an object no compiler run of it wrote was
     # compiled past it (its arch flags and determinism never reached that compile)
-    records = (
-        jobs.job_stats(Path(step.env["KILN_JOB_STATS"])) if "KILN_JOB_STATS" in step.env else []
-    )
+    stats = contract.StepFiles.from_env(step.env).job_stats
+    records = jobs.job_stats(Path(stats)) if stats else []
     bypassed = wrapped.unrecorded_objects(tree, (r.get("out") for r in records), started)
     if bypassed:
         raise BuildError(wrapped.bypass_message(step.spec.vendor, bypassed, tree))

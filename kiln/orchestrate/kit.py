@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from kiln.inside.kit import contract
 from kiln.inside.kit.objcache import wrapper_env
 from kiln.toolchain.checks import Toolchain
 
@@ -28,8 +29,9 @@ KIT_FILES = (
     "ninjaorder.py",
     "unitsize.py",
     "treemem.py",
+    "contract.py",
 )
-WRAPPERS = {"gcc": "KILN_REAL_CC", "g++": "KILN_REAL_CXX", "nvcc": "KILN_REAL_NVCC"}
+WRAPPERS = {"gcc": contract.REAL_CC, "g++": contract.REAL_CXX, "nvcc": contract.REAL_NVCC}
 WRAPPER_DEFAULTS = {"gcc": "gcc", "g++": "g++", "nvcc": "nvcc"}
 # nvcc calls its host compiler (this wrapper again) several times per CUDA unit, inside a
 # compile the wrapper already runs (KILN_WRAPPED=1): those calls get the flags alone, from
@@ -66,7 +68,7 @@ def install_kit(tree: Path) -> Path:
         wrapper.write_text(WRAPPER.format(var=var, default=WRAPPER_DEFAULTS[name]))
         wrapper.chmod(0o755)
     # first on the build's PATH: ``nvcc`` by name compiles through the wrapper too
-    (kit / "path" / "nvcc").write_text(WRAPPER.format(var="KILN_REAL_NVCC", default="nvcc"))
+    (kit / "path" / "nvcc").write_text(WRAPPER.format(var=contract.REAL_NVCC, default="nvcc"))
     (kit / "path" / "nvcc").chmod(0o755)
     (kit / "order").mkdir(exist_ok=True)
     (kit / "order" / "ninja").write_text(NINJA)

@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar, get_args, overload
 
 from kiln.errors import ConfigError
 from kiln.fsutil import user_cache_dir
+from kiln.inside.kit import contract
 
 Kind = Literal["value", "flag", "list", "words"]
 # The choices of the options that take one: each a Literal, its values written once (the
@@ -150,7 +151,7 @@ class Options:
         group="folders",
         type=Path,
         default=Path("."),
-        env="KILN_WORKSPACE",
+        env=contract.WORKSPACE,
         metavar="DIR",
     )
     vendors: tuple[str, ...] | None = None
@@ -160,7 +161,7 @@ class Options:
         group="folders",
         default=None,
         default_text="[profile]",
-        env="KILN_PROFILE",
+        env=contract.PROFILE,
         metavar="NAME",
     )
     artifacts: Path = option(
@@ -169,7 +170,7 @@ class Options:
         group="folders",
         type=Path,
         default=Path("artifacts"),
-        env="KILN_ARTIFACTS",
+        env=contract.ARTIFACTS,
         metavar="DIR",
     )
     cache: Path = option(
@@ -179,7 +180,7 @@ class Options:
         type=Path,
         default_factory=user_cache_dir,
         default_text="$XDG_CACHE_HOME/kiln, else ~/.cache/kiln",
-        env="KILN_CACHE_DIR",
+        env=contract.CACHE_DIR,
         metavar="DIR",
     )
     work: Path = option(
@@ -188,7 +189,7 @@ class Options:
         group="folders",
         type=Path,
         default=Path("build/work"),
-        env="KILN_WORK",
+        env=contract.WORK,
         metavar="DIR",
     )
     mirrors: Path | None = option(
@@ -196,7 +197,7 @@ class Options:
         "TOML mapping upstream URL prefixes to mirrors",
         group="sources",
         type=Path,
-        env="KILN_MIRRORS",
+        env=contract.MIRRORS,
         metavar="FILE",
         default=None,
     )
@@ -209,7 +210,7 @@ class Options:
         "point that at a local one",
         group="sources",
         kind="flag",
-        env="KILN_OFFLINE",
+        env=contract.OFFLINE,
         default=False,
     )
     # --bundles DIR: upstreams from the git bundles there (the workspace's bundles.toml);
@@ -222,7 +223,7 @@ class Options:
         "(made into mirrors; implies --offline)",
         group="sources",
         type=Path,
-        env="KILN_FROM_BUNDLES",
+        env=contract.FROM_BUNDLES,
         metavar="DIR",
         default=None,
     )
@@ -231,7 +232,7 @@ class Options:
         "build Python holding the profile's torch",
         group="toolchain",
         default_text="a venv kiln provisions once",
-        env="KILN_BUILD_PYTHON",
+        env=contract.BUILD_PYTHON,
         metavar="PYTHON",
         default=None,
     )
@@ -240,7 +241,7 @@ class Options:
         "the CUDA toolkit to compile with",
         group="toolchain",
         default_text="$CUDA_HOME, nvcc on PATH, /usr/local/cuda",
-        env="KILN_CUDA_HOME",
+        env=contract.CUDA_HOME,
         metavar="DIR",
         default=None,
     )
@@ -251,14 +252,14 @@ class Options:
         group="where builds run",
         default="auto",
         choices=get_args(RunnerChoice),
-        env="KILN_RUNNER",
+        env=contract.RUNNER,
     )
     image: str | None = option(
         "--image",
         "base image for the Docker runner, NAME:TAG@sha256:DIGEST",
         group="where builds run",
         default_text="profile.image",
-        env="KILN_IMAGE",
+        env=contract.IMAGE,
         metavar="REF",
         default=None,
     )
@@ -267,7 +268,7 @@ class Options:
         "accept an image without a digest (the manifest says 'unpinned')",
         group="where builds run",
         kind="flag",
-        env="KILN_ALLOW_UNPINNED_IMAGE",
+        env=contract.ALLOW_UNPINNED_IMAGE,
         default=False,
     )
     allow_network: bool = option(
@@ -278,7 +279,7 @@ class Options:
         "steps as not isolated)",
         group="where builds run",
         kind="flag",
-        env="KILN_ALLOW_NETWORK",
+        env=contract.ALLOW_NETWORK,
         default=False,
     )
     docker_dir: Path | None = option(
@@ -287,7 +288,7 @@ class Options:
         group="where builds run",
         type=Path,
         default_text="<workspace>/docker",
-        env="KILN_DOCKER_DIR",
+        env=contract.DOCKER_DIR,
         metavar="DIR",
         default=None,
     )
@@ -296,7 +297,7 @@ class Options:
         "an extra bind mount for build containers, e.g. a CUDA toolkit; repeatable",
         group="where builds run",
         kind="list",
-        env="KILN_DOCKER_MOUNTS",
+        env=contract.DOCKER_MOUNTS,
         metavar="SRC[:DST[:ro|rw]]",
         default_factory=tuple,
     )
@@ -306,7 +307,7 @@ class Options:
         group="where builds run",
         type=float,
         default_text="what the scheduler planned",
-        env="KILN_MEM_LIMIT",
+        env=contract.MEM_LIMIT,
         metavar="GIB",
         default=None,
     )
@@ -316,7 +317,7 @@ class Options:
         group="toolchain",
         default="system",
         choices=get_args(ToolchainChoice),
-        env="KILN_TOOLCHAIN",
+        env=contract.TOOLCHAIN,
     )
     jobs: int | None = option(
         "--jobs",
@@ -324,7 +325,7 @@ class Options:
         group="speed and caches",
         type=int,
         default_text="this machine's usable CPUs: its affinity and cgroup CPU quota",
-        env="KILN_JOBS",
+        env=contract.JOBS,
         metavar="N",
         default=None,
     )
@@ -334,7 +335,7 @@ class Options:
         group="speed and caches",
         type=float,
         default_text="available memory minus a margin",
-        env="KILN_MEM_BUDGET",
+        env=contract.MEM_BUDGET,
         metavar="GIB",
         default=None,
     )
@@ -344,7 +345,7 @@ class Options:
         group="speed and caches",
         type=Path,
         default_text="<cache>/ccache or <cache>/sccache",
-        env="KILN_COMPILER_CACHE",
+        env=contract.COMPILER_CACHE,
         metavar="DIR",
         default=None,
     )
@@ -353,7 +354,7 @@ class Options:
         "compile without ccache or sccache",
         group="speed and caches",
         kind="flag",
-        env="KILN_NO_COMPILER_CACHE",
+        env=contract.NO_COMPILER_CACHE,
         default=False,
     )
     # "ccache", or "sccache" (implied by --distribute and S3/GHA stores): compilercache.py
@@ -363,7 +364,7 @@ class Options:
         group="speed and caches",
         choices=get_args(CacheBackend),
         default_text="ccache",
-        env="KILN_COMPILER_CACHE_BACKEND",
+        env=contract.COMPILER_CACHE_BACKEND,
         default=None,
     )
     cache_store: str | None = option(
@@ -372,7 +373,7 @@ class Options:
         "s3://BUCKET/PREFIX[?endpoint=URL] or gha:// (sccache), or a folder; credentials from "
         "the environment",
         group="speed and caches",
-        env="KILN_CACHE_STORE",
+        env=contract.CACHE_STORE,
         metavar="URL",
         default=None,
     )
@@ -380,7 +381,7 @@ class Options:
         "--distribute",
         "send compiles to this sccache-dist scheduler (its token: $KILN_DIST_TOKEN)",
         group="speed and caches",
-        env="KILN_DISTRIBUTE",
+        env=contract.DISTRIBUTE,
         metavar="URL",
         default=None,
     )
@@ -389,7 +390,7 @@ class Options:
         "rebuild every vendor even when its inputs are unchanged",
         group="speed and caches",
         kind="flag",
-        env="KILN_NO_ARTIFACT_CACHE",
+        env=contract.NO_ARTIFACT_CACHE,
         invert=True,
         default=True,
     )
@@ -399,7 +400,7 @@ class Options:
         group="speed and caches",
         type=Path,
         default_text="<cache>/artifacts",
-        env="KILN_ARTIFACT_CACHE",
+        env=contract.ARTIFACT_CACHE,
         metavar="DIR",
         default=None,
     )
@@ -408,7 +409,7 @@ class Options:
         "wait for another build using the same artifacts/ or work folder instead of refusing",
         group="folders",
         kind="flag",
-        env="KILN_WAIT",
+        env=contract.WAIT,
         default=False,
     )
     keep_container: bool = option(
@@ -416,7 +417,7 @@ class Options:
         "keep a failed step's build container (docker start -ai it to look inside)",
         group="where builds run",
         kind="flag",
-        env="KILN_KEEP_CONTAINER",
+        env=contract.KEEP_CONTAINER,
         default=False,
     )
     live: bool | None = None  # live progress table (default: when stderr is a terminal)
@@ -432,7 +433,7 @@ class Options:
         "learned.json (default: what the cache learned, else <workspace>/learned.json)",
         group="speed and caches",
         type=Path,
-        env="KILN_LEARNED_FROM",
+        env=contract.LEARNED_FROM,
         metavar="FILE",
         default=None,
     )
@@ -442,7 +443,7 @@ class Options:
         "machine's first build is then scheduled like the tenth)",
         group="speed and caches",
         kind="flag",
-        env="KILN_SAVE_LEARNED",
+        env=contract.SAVE_LEARNED,
         default=False,
     )
     timings: bool = option(
@@ -452,7 +453,7 @@ class Options:
         "and timings.trace.json (for ui.perfetto.dev or chrome://tracing); docs/timings.md",
         group="speed and caches",
         kind="flag",
-        env="KILN_TIMINGS",
+        env=contract.TIMINGS,
         default=False,
     )
     sign: str | None = option(
@@ -464,7 +465,7 @@ class Options:
         "token); the DSSE envelope provenance.intoto.dsse.json vouches for every file of "
         "the release",
         group="verification",
-        env="KILN_SIGN",
+        env=contract.SIGN,
         metavar="KEY-URI",
         default=None,
     )
@@ -474,7 +475,7 @@ class Options:
         "consumer's environment and imported there before the release folder is written)",
         group="verification",
         kind="flag",
-        env="KILN_NO_IMPORT_PROOF",
+        env=contract.NO_IMPORT_PROOF,
         invert=True,
         default=True,
     )
@@ -488,7 +489,7 @@ class Options:
         group="verification",
         default="install",
         choices=get_args(ProofEnvChoice),
-        env="KILN_PROOF_ENV",
+        env=contract.PROOF_ENV,
     )
 
     def resolved(self) -> Options:

@@ -23,7 +23,7 @@ from kiln.orchestrate import failure, importproof, kit, learned
 from kiln.orchestrate.context import Context, Step, Timings, phases_file, timed
 from kiln.orchestrate.kinds import KINDS, Job
 from kiln.plan import bound, cachekey, jobs, schedule
-from kiln.plan.environment import build_environment
+from kiln.plan.environment import build_environment, step_files
 from kiln.release import artifactcache, files
 from kiln.release.manifest import (
     ArtifactCacheInfo,
@@ -301,12 +301,6 @@ def _environment(
             ctx.logs / f"{vendor.name}-tools.log",
         )
         env[BUILD_TOOLS_ENV] = str(tools)
-    # the archs the step builds, for its diagnosis (kiln.inside.causes): not recorded
-    env["KILN_BUILD_ARCHS"] = " ".join(vendor.build.archs)
-    if vendor.build.arch_control == "torch-arch-list" and vendor.build.archs:
-        # each CUDA unit must make every arch of TORCH_CUDA_ARCH_LIST: an upstream that
-        # maps it through a table of its own is stopped at its first compile
-        env["KILN_NVCC_EXPECT"] = " ".join(vendor.build.archs)
     logs = StepLogs.of(ctx, vendor.name)
     for f in (logs.jobs, logs.mem, logs.ccache, logs.failure):
         f.unlink(missing_ok=True)
@@ -317,16 +311,16 @@ def _environment(
     hints = ctx.gate / f"hints-{vendor.name}.json"
     hints.write_text(json.dumps(schedule.gate_hints(vendor, ctx.peaks)))
     env.update(
-        {
-            "KILN_GATE_HINTS": str(hints),
-            "KILN_GATE_DIR": str(ctx.gate),
+        step_files(
+            gate=ctx.gate,
+            hints=hints,
             # per compile: what a unit of a kind nothing was learned or seen of reserves
-            # (a learned step's figures are per unit, family and kind: KILN_GATE_HINTS)
-            "KILN_GATE_MEM_GIB": str(schedule.recipe_guess(vendor, choice.nvcc_threads)),
-            "KILN_JOB_STATS": str(logs.jobs),
-            "KILN_STEP_MEM": str(logs.mem),
-            "KILN_STEP_FAILURE": str(logs.failure),
-        }
+            # (a learned step's figures are per unit, family and kind: the hints)
+            guess_gib=schedule.recipe_guess(vendor, choice.nvcc_threads),
+            jobs=logs.jobs,
+            mem=logs.mem,
+            failure=logs.failure,
+        )
     )
     return StepSetup(env, recorded, fixes, logs)
 

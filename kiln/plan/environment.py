@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from string import Template
 
 from kiln.config.models import Profile, Vendor
 from kiln.config.workspace import arch_to_torch
+from kiln.inside.kit import contract
 
 # Variables that would leak the caller's machine into the build.
 _SCRUBBED = (
@@ -51,12 +53,14 @@ def build_environment(
         "PYTHONNOUSERSITE": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
-    if b.nvcc_drop_flags:
-        own["KILN_NVCC_DROP"] = " ".join(b.nvcc_drop_flags)
-    if b.cxx_append_flags:
-        own["KILN_CXX_APPEND"] = " ".join(b.cxx_append_flags)
-    if b.nvcc_append_flags:
-        own["KILN_NVCC_APPEND"] = " ".join(b.nvcc_append_flags)
+    # the recipe's flags, which the compiler wrapper applies to every call
+    own.update(
+        contract.Flags(
+            nvcc_drop=tuple(b.nvcc_drop_flags),
+            cxx_append=tuple(b.cxx_append_flags),
+            nvcc_append=tuple(b.nvcc_append_flags),
+        ).to_env()
+    )
     if b.arch_control == "torch-arch-list":
         own["TORCH_CUDA_ARCH_LIST"] = ";".join(arch_to_torch(a) for a in b.archs)
     if b.arch_control == "rewrite":
@@ -64,7 +68,7 @@ def build_environment(
         # torch's list too, so that a torch extension without arch flags of its own does
         # not ask a GPU-less machine for its GPU; torch refuses family targets ("10.0f"):
         # their generic form covers them (docs/archs.md).
-        own["KILN_NVCC_ARCHS"] = " ".join(b.archs)
+        own.update(contract.Archs(rewrite=tuple(b.archs)).to_env())
         own["TORCH_CUDA_ARCH_LIST"] = ";".join(
             dict.fromkeys(arch_to_torch(a.rstrip("f")) for a in b.archs)
         )
@@ -72,7 +76,27 @@ def build_environment(
     for key, value in b.env.items():
         own[key] = env[key] = Template(value).safe_substitute(env)
     recorded = {k: v for k, v in own.items() if k != "PATH"}
+    # not recorded: the archs the step builds, for its diagnosis (kiln.inside.causes); and
+    # under torch-arch-list, the archs each CUDA unit must make (an upstream that maps
+    # TORCH_CUDA_ARCH_LIST through a table of its own is stopped at its first compile)
+    expect = tuple(b.archs) if b.arch_control == "torch-arch-list" else ()
+    env.update(contract.Archs(expect=expect, built=tuple(b.archs)).to_env())
     env["MAX_JOBS"] = str(max_jobs)
     if nvcc_threads is not None:
         env["NVCC_THREADS"] = str(nvcc_threads)
     return env, recorded
+
+
+def step_files(
+    *, gate: Path, hints: Path, guess_gib: float, jobs: Path, mem: Path, failure: Path
+) -> dict[str, str]:
+    """Where a step's compiles meet the host (the compile gate, its hints, the step's
+    records), as the step's environment carries it (kiln.inside.kit.contract.StepFiles)."""
+    return contract.StepFiles(
+        gate_dir=str(gate),
+        gate_hints=str(hints),
+        gate_mem_gib=guess_gib,
+        job_stats=str(jobs),
+        step_mem=str(mem),
+        step_failure=str(failure),
+    ).to_env()

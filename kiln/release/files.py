@@ -18,6 +18,7 @@ from typing import Any
 from packaging.version import Version
 
 from kiln import __version__, fsutil
+from kiln.inside.kit import contract
 from kiln.release import provenance, variants
 from kiln.release.manifest import Manifest, Output, ReleaseFile
 from kiln.release.manifest import read as read_manifest
@@ -124,7 +125,7 @@ def install_script(m: Manifest, reqs: str) -> str:
         "install.sh",
         {
             "RELEASE": m.release.name,
-            "KILN_VERSION": __version__,
+            contract.VERSION: __version__,
             "PYTHON": p.python,
             "CUDA_MAJOR": p.cuda.split(".")[0],
             "PIP_ARGS": pip_args,
@@ -143,7 +144,7 @@ def rebuild_script(m: Manifest, vendor: str) -> str:
         "rebuild.sh",
         {
             "RELEASE": m.release.name,
-            "KILN_VERSION": __version__,
+            contract.VERSION: __version__,
             "VENDOR": vendor,
             "INSTALL_ROOT": m.release.install_root or DEFAULT_INSTALL_ROOT,
             "DEFAULT_PATCH": applied[-1] if applied else "NONE.patch",
@@ -196,7 +197,7 @@ def build_script(m: Manifest) -> str:
         "build.sh",
         {
             "RELEASE": m.release.name,
-            "KILN_VERSION": __version__,
+            contract.VERSION: __version__,
             "RECIPE": "\n".join(["# What it builds, and how:", *recipe_lines(m)]),
         },
     )

@@ -24,10 +24,11 @@ from securesystemslib.exceptions import UnsupportedLibraryError
 from securesystemslib.signer import Key, Signer, SigstoreSigner
 
 from kiln.errors import SignatureError
+from kiln.inside.kit import contract
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
-IDENTITY_ENV = "KILN_SIGN_IDENTITY"
-ISSUER_ENV = "KILN_SIGN_ISSUER"
+IDENTITY_ENV = contract.SIGN_IDENTITY
+ISSUER_ENV = contract.SIGN_ISSUER
 EXAMPLE = "https://github.com/OWNER/REPO/.github/workflows/release.yml@refs/heads/main"
 
 

@@ -50,14 +50,15 @@ from securesystemslib.signer import (
 
 from kiln.errors import SignatureError
 from kiln.fsutil import sha256_file
+from kiln.inside.kit import contract
 from kiln.release import keyless, provenance
 from kiln.release.manifest import FILE_NAME as MANIFEST_FILE
 from kiln.release.manifest import Manifest
 
 ENVELOPE_FILE = "provenance.intoto.dsse.json"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
-PUBKEY_ENV = "KILN_SIGN_PUBKEY"  # the public key of a signer kiln cannot derive it from
-PIN_ENV = "KILN_SIGN_PIN"  # the PIN of a PKCS#11 token (hsm:)
+PUBKEY_ENV = contract.SIGN_PUBKEY  # the public key of a signer kiln cannot derive it from
+PIN_ENV = contract.SIGN_PIN  # the PIN of a PKCS#11 token (hsm:)
 
 
 @dataclass(frozen=True)

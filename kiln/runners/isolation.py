@@ -35,6 +35,7 @@ from os import PathLike
 from pathlib import Path
 
 from kiln.inside import netrefuse
+from kiln.inside.kit import contract
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def _unshare_argv(unshare: str, binds: Sequence[str], command: Sequence[str]) ->
 
 def _probe_unshare() -> tuple[str | None, str]:
     """unshare's path where it isolates a step here (root), else None and why not."""
-    unshare = _program("unshare", "KILN_UNSHARE")
+    unshare = _program("unshare", contract.UNSHARE)
     if unshare is None:
         return None, "unshare (util-linux) is not installed"
     if os.geteuid() != 0:
@@ -107,7 +108,7 @@ def _probe_unshare() -> tuple[str | None, str]:
 
 def _probe() -> tuple[str, str] | None:
     """(how, its program) where a step can be isolated here, else None (said once)."""
-    bwrap = _program("bwrap", "KILN_BWRAP")
+    bwrap = _program("bwrap", contract.BWRAP)
     why = "bubblewrap (bwrap) is not installed"
     if bwrap:
         try:

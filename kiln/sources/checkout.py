@@ -27,6 +27,7 @@ from kiln.config.mirrors import Mirrors, is_remote
 from kiln.config.models import Source
 from kiln.errors import FetchFailed, SourceError
 from kiln.inside import proc
+from kiln.inside.kit import contract
 from kiln.sources import bundles
 from kiln.sources.git import commit_time, git, git_env, git_out
 
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 # A fetch that receives nothing for this long has stalled (a server that accepted the
 # connection and went silent): it is stopped and reported. Progress lines keep coming
 # while data flows, however slowly.
-STALL_ENV = "KILN_FETCH_STALL_S"
+STALL_ENV = contract.FETCH_STALL_S
 DEFAULT_STALL_S = 120.0
 
 

@@ -25,12 +25,13 @@ from kiln import fsutil
 from kiln.config.models import Profile
 from kiln.errors import ToolchainError
 from kiln.inside import proc
+from kiln.inside.kit import contract
 from kiln.toolchain import provision as prov
 from kiln.toolchain import uvtool
 
 log = logging.getLogger(__name__)
 
-ENV_VAR = "KILN_BUILD_PYTHON"
+ENV_VAR = contract.BUILD_PYTHON
 MARKER = ".kiln-complete"
 # Every file of a venv kiln provisions gets this mtime (1980-01-01, zip's epoch). GCC's
 # `#pragma once` takes two headers of equal content, size and mtime (in seconds) for one

@@ -34,6 +34,7 @@ from typing import Any, TypedDict
 from urllib.parse import parse_qs, urlsplit
 
 from kiln.errors import ConfigError
+from kiln.inside.kit import contract
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,9 @@ CREDENTIALS = (
     "ACTIONS_RESULTS_URL",
     "ACTIONS_RUNTIME_TOKEN",
     "ACTIONS_CACHE_SERVICE_V2",
-    "KILN_DIST_TOKEN",
+    contract.DIST_TOKEN,
 )
-DIST_TOKEN = "KILN_DIST_TOKEN"
+DIST_TOKEN = contract.DIST_TOKEN
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def environment(
     if cache.tool == "sccache":
         return _sccache_environment(cache, tree, stats_log, os.environ if where is None else where)
     env = {
-        "KILN_CCACHE": cache.binary,
+        contract.CCACHE: cache.binary,
         "CCACHE_DIR": str(cache.directory),
         "CCACHE_BASEDIR": str(tree),
         "CCACHE_NOHASHDIR": "1",
@@ -251,8 +252,8 @@ def _sccache_environment(
     cache: CompilerCache, tree: Path, stats_log: Path, where: Mapping[str, str]
 ) -> dict[str, str]:
     env = {
-        "KILN_SCCACHE": str(cache.binary),
-        "KILN_SCCACHE_STATS": str(stats_log),
+        contract.SCCACHE: str(cache.binary),
+        contract.SCCACHE_STATS: str(stats_log),
         "SCCACHE_DIR": str(cache.directory),
         "SCCACHE_BASEDIRS": str(tree),
         # sccache's preprocessor cache mode with base directories has given wrong objects
@@ -268,11 +269,11 @@ def _sccache_environment(
         env.update(cache.store.env)
         env["SCCACHE_MULTILEVEL_CHAIN"] = f"disk,{cache.store.kind}"
         env["SCCACHE_MULTILEVEL_WRITE_ERROR_POLICY"] = "ignore"
-        env["KILN_SCCACHE_STORE_VARS"] = " ".join(
+        env[contract.SCCACHE_STORE_VARS] = " ".join(
             sorted([*cache.store.env, "SCCACHE_MULTILEVEL_CHAIN"])
         )
     if cache.distribute and cache.remote_slots:
-        env["KILN_DIST_URL"] = cache.distribute
+        env[contract.DIST_URL] = cache.distribute
     env.update({k: where[k] for k in CREDENTIALS if where.get(k)})  # unset secrets: ''
     return env
 

@@ -16,7 +16,7 @@ import pytest
 from kiln.config.workspace import Workspace
 from kiln.errors import ConfigError
 from kiln.inside import diagnose
-from kiln.inside.kit import archflags, objcache
+from kiln.inside.kit import archflags, contract, objcache
 from kiln.plan.environment import build_environment
 from kiln.verify.binaries import device_archs
 from tests.workspace import PROFILE, plain_vendor, write
@@ -315,13 +315,16 @@ def test_the_step_gets_the_archs_for_the_wrapper_and_torch(tmp_path: Path) -> No
     profile = {**PROFILE, "archs": ["sm_100f", "sm_103a"]}
     ws = Workspace(write(tmp_path, {"plain": _vendor([])}, profile=profile))
     env, recorded = build_environment(ws.vendors["plain"], ws.profile, "/cuda", 0, base={})
-    assert recorded["KILN_NVCC_ARCHS"] == "sm_100f sm_103a"
+    assert recorded[contract.NVCC_ARCHS] == "sm_100f sm_103a"
+    # the archs built, for the diagnosis: in the step's environment, not recorded
+    assert contract.Archs.from_env(env).built == ("sm_100f", "sm_103a")
+    assert contract.BUILD_ARCHS not in recorded
     # torch refuses family targets ("10.0f"): their generic form covers them
     assert recorded["TORCH_CUDA_ARCH_LIST"] == "10.0;10.3a"
     hard = plain_vendor(SHA)
     ws = Workspace(write(tmp_path / "hard", {"plain": hard}))
     env, _ = build_environment(ws.vendors["plain"], ws.profile, "/cuda", 0, base={})
-    assert "KILN_NVCC_ARCHS" not in env
+    assert contract.NVCC_ARCHS not in env
 
 
 def test_a_unit_that_drops_an_arch_of_the_recipe_is_stopped_at_its_compile(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kiln.inside.causes.cause import Cause, Failure, toml_edit
 from kiln.inside.causes.places import ARCH_SINCE, ARCH_UNTIL, argv_of, nvcc_version, version_tuple
-from kiln.inside.kit import archflags
+from kiln.inside.kit import archflags, contract
 
 
 def _torch_form(arch: str) -> str:
@@ -115,9 +115,9 @@ def _has_instruction(insn: str, arch: str) -> bool:
 
 def _built_archs(env: Mapping[str, str]) -> list[str]:
     """The archs the step builds, as kiln told its compiler wrapper or torch."""
-    for var in ("KILN_BUILD_ARCHS", "KILN_NVCC_ARCHS", "KILN_NVCC_EXPECT"):
-        if env.get(var):
-            return env[var].split()
+    told = contract.Archs.from_env(env).named
+    if told:
+        return list(told)
     listed = [a.removesuffix("+PTX") for a in env.get("TORCH_CUDA_ARCH_LIST", "").split(";")]
     return [f"sm_{a.replace('.', '')}" for a in listed if a]
 

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from kiln.inside.causes.cause import Cause, Failure
+from kiln.inside.kit import contract
 
 # What a step killed for memory is told (the runners' out-of-memory error and this row):
 # a compile killed while others ran beside it was compiled again alone already (the
@@ -69,7 +70,7 @@ def cannot_write(f: Failure) -> Cause | None:
     why = (m["why"] or "").strip() or _state(path)
     kept = (
         ": what compiled is kept by the compiler cache"
-        if f.env.get("KILN_CCACHE") or f.env.get("KILN_SCCACHE")
+        if f.env.get(contract.CCACHE) or f.env.get(contract.SCCACHE)
         else ""
     )
     fix = (

@@ -31,7 +31,11 @@ import os
 import re
 import shlex
 
-ENV = "KILN_NVCC_ARCHS"  # compileflags.ARCHS
+try:
+    from kiln.inside.kit import contract
+except ImportError:  # run from a tree's .kiln/: the kit's copies beside it
+    import contract  # type: ignore[no-redef]
+
 # nvcc reads extra flags from these; the rewrite reads them into the command line.
 NVCC_ENV_FLAGS = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
 
@@ -251,7 +255,7 @@ def rewrite(args: list[str], built: list[str], unit: str = "this nvcc call") -> 
     makes no device code (``-E``, ``-M``, ``--version``: left as it is)."""
     targets = [target(b) for b in built]
     if not targets:
-        raise ArchFlagError(f"{unit}: {ENV} names no arch")
+        raise ArchFlagError(f"{unit}: {contract.NVCC_ARCHS} names no arch")
     try:
         rest, asked, first = split(args)
     except ArchFlagError as exc:
@@ -272,7 +276,7 @@ def from_environment(args: list[str], unit: str) -> list[str]:
     ``NVCC_PREPEND_FLAGS``/``NVCC_APPEND_FLAGS`` are moved into the command line (and out
     of this process's environment, which the real nvcc inherits), so their arch flags are
     rewritten too."""
-    built = os.environ.get(ENV, "").split()
+    built = list(contract.Archs.from_env(os.environ).rewrite)
     if not built:
         return args
     before = shlex.split(os.environ.pop(NVCC_ENV_FLAGS[0], ""))
@@ -304,7 +308,6 @@ def check_covered(args: list[str], built: list[str], unit: str) -> None:
         )
 
 
-EXPECT = "KILN_NVCC_EXPECT"  # compileflags.EXPECT: the archs every CUDA unit must make
 DROPPED = re.compile(
     r"^(?P<unit>.+?): compiled for (?P<made>.+?) only, not for (?P<missing>.+?) of the "
     r"recipe's archs \((?P<expected>[^)]*)\)"

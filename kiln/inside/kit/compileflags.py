@@ -11,13 +11,15 @@ import re
 import sys
 from types import ModuleType
 
+try:
+    from kiln.inside.kit import contract
+except ImportError:  # run from a tree's .kiln/: the kit's copies beside it
+    import contract  # type: ignore[no-redef]
+
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
 CXX_SUFFIXES = (".cc", ".cpp", ".cxx")
 # Set for everything a compile run through the wrapper starts (nvcc's -ccbin host compiler).
-NESTED = "KILN_WRAPPED"
-# The archs every nvcc call is rewritten to (arch_control = "rewrite"; archflags.ENV).
-ARCHS = "KILN_NVCC_ARCHS"
-EXPECT = "KILN_NVCC_EXPECT"  # archflags.EXPECT
+NESTED = contract.WRAPPED
 
 
 # How the compiler wrapper (objcache.py) prints an error of its own (kiln.inside.diagnose
@@ -37,7 +39,7 @@ def archflags() -> ModuleType:
 
 def env_roots() -> list[tuple[str, str]]:
     pairs = []
-    raw = os.environ.get("KILN_OBJCACHE_ROOTS", "")
+    raw = os.environ.get(contract.OBJCACHE_ROOTS, "")
     for item in raw.split(";"):
         name, _, path = item.partition("=")
         if name and path:
@@ -127,11 +129,12 @@ def relocatable_rpaths(args: list[str], site: str | None) -> list[str]:
 
 
 def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, str]]) -> list[str]:
-    if os.environ.get("KILN_DETERMINISTIC") == "0":
+    if os.environ.get(contract.DETERMINISTIC) == "0":
         return args
     nvcc = is_nvcc(compiler)
+    flags = contract.Flags.from_env(os.environ)  # the recipe's, as the host told the step
     if nvcc:
-        drop = set(os.environ.get("KILN_NVCC_DROP", "").split())
+        drop = set(flags.nvcc_drop)
         args = [a for a in args if a not in drop]
     if "-c" not in args and not (nvcc and "-dlink" in args):
         return relocatable_rpaths(args, dict(roots).get("SITE"))
@@ -146,10 +149,10 @@ def deterministic_args(compiler: str, args: list[str], roots: list[tuple[str, st
     args = relative_paths(args, dict(roots).get("TREE"))
     if not nvcc:
         cxx = "-c" in args and any(a.endswith(CXX_SUFFIXES) for a in args)
-        append = os.environ.get("KILN_CXX_APPEND", "").split() if cxx else []
+        append = list(flags.cxx_append) if cxx else []
         return [*args, *append, *maps]
     if "-c" in args:
-        args = [*args, *os.environ.get("KILN_NVCC_APPEND", "").split()]
+        args = [*args, *flags.nvcc_append]
     extra = [x for m in maps for x in ("-Xcompiler", m)]
     sources = [a for a in args if a.endswith(".cu") and os.path.isfile(a)]
     if len(sources) == 1:
@@ -170,7 +173,7 @@ def nested_main(argv: list[str]) -> int:
     no gate, and the real compiler in this process's place (``exec``)."""
     compiler = argv[1]
     args = deterministic_args(compiler, argv[2:], env_roots())
-    if is_nvcc(compiler) and os.environ.get(ARCHS):
+    if is_nvcc(compiler) and contract.Archs.from_env(os.environ).rewrite:
         rewrite = archflags()
         try:
             args = rewrite.from_environment(args, rewrite.unit_of(args) or "nvcc")

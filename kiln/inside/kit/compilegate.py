@@ -60,9 +60,10 @@ from pathlib import Path
 from typing import TypedDict, cast
 
 try:
-    from kiln.inside.kit import compileflags, treemem
+    from kiln.inside.kit import compileflags, contract, treemem
 except ImportError:  # run from a tree's .kiln/: the kit's copies beside it
     import compileflags  # type: ignore[no-redef]
+    import contract  # type: ignore[no-redef]
     import treemem  # type: ignore[no-redef]
 
 POLL_S = 0.25  # how often a waiter whose turn may come next looks at ``changed``
@@ -386,7 +387,7 @@ def slot(
 def learned_hints() -> dict[str, object]:
     """The step's learned figures (``KILN_GATE_HINTS``: plan.schedule.GateHints as JSON),
     {} where there are none; each figure is checked where it is read."""
-    path = os.environ.get("KILN_GATE_HINTS")
+    path = contract.StepFiles.from_env(os.environ).gate_hints
     if not path:
         return {}
     try:
@@ -479,7 +480,7 @@ def peaks_here(source: str) -> tuple[float | None, float | None]:
     9.2 GiB), which stood in for every unit of a step whose others took 1-2.6 GiB, so
     fewer ran at once than memory allowed. Compiles sent to build servers (their local
     peak is sccache's), cache hits and compiles killed for memory do not count."""
-    path = os.environ.get("KILN_JOB_STATS")
+    path = contract.StepFiles.from_env(os.environ).job_stats
     if not path:
         return None, None
     family, kind = _family(source), kind_of(source)
@@ -535,7 +536,7 @@ def mem_per_compile(source: str | None) -> float:
     it (a cold build ran one compile at a time on 2 cores that way). What a guess misses
     the gate sees as the compile grows (its live figure), and a compile the kernel kills
     is compiled again alone."""
-    guess = float(os.environ.get("KILN_GATE_MEM_GIB", "0") or 0)
+    guess = contract.StepFiles.from_env(os.environ).gate_mem_gib
     if not source:
         return guess
     learned = _unit_hint(source, "mem_gib")
@@ -559,7 +560,7 @@ def from_environment(
     (nvcc's ``--threads`` for this unit; 1 for anything else) and its memory
     (:func:`mem_per_compile`); ``alone``: by itself (killed for memory once). Outside
     kiln's builds (e.g. ``rebuild.py`` on an installed tree) no slot: ``Held(None)``."""
-    gate = os.environ.get("KILN_GATE_DIR")
+    gate = contract.StepFiles.from_env(os.environ).gate_dir
     if not gate or not (Path(gate) / "budget.json").is_file():
         return contextlib.nullcontext(Held(None))
     threads = max(threads, 1)

@@ -30,6 +30,11 @@ import shutil
 import sys
 import tempfile
 
+try:
+    from kiln.inside.kit import contract
+except ImportError:  # run from a tree's .kiln/: the kit's copies beside it
+    import contract  # type: ignore[no-redef]
+
 SHIM_VERSION = "1"  # part of every module ID: a change to this scheme changes the IDs
 
 
@@ -85,7 +90,7 @@ def ensure_home(real_home: str, dest: str, python: str) -> str:
         _write_file(
             os.path.join(tmp, "bin", "cudafe++"),
             "#!/bin/sh\n# kiln: cudafe++ with a fixed module ID (see cudashim.py)\n"
-            f'KILN_REAL_CUDAFE="{os.path.join(real_bin, "cudafe++")}" '
+            f'{contract.REAL_CUDAFE}="{os.path.join(real_bin, "cudafe++")}" '
             f'exec "{python}" "{here}" "$@"\n',
             0o755,
         )
@@ -124,14 +129,14 @@ def cudafe_args(args: list[str], ident: str | None) -> tuple[list[str], str | No
 
 
 def main(argv: list[str]) -> int:
-    real = os.environ.get("KILN_REAL_CUDAFE")
+    real = os.environ.get(contract.REAL_CUDAFE)
     if not real:
         sys.stderr.write("cudashim: KILN_REAL_CUDAFE is not set\n")
         return 2
-    args, target = cudafe_args(argv[1:], os.environ.get("KILN_MODULE_ID"))
+    args, target = cudafe_args(argv[1:], os.environ.get(contract.MODULE_ID))
     if target:
         with open(target, "w") as fh:
-            fh.write(os.environ["KILN_MODULE_ID"])
+            fh.write(os.environ[contract.MODULE_ID])
     os.execv(real, [real, *args])
     return 127  # not reached
 

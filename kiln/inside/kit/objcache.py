@@ -48,10 +48,11 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from kiln.inside.kit import compileflags, compilegate, cudashim, treemem
+    from kiln.inside.kit import compileflags, compilegate, contract, cudashim, treemem
 except ImportError:  # run as .kiln/objcache.py of a shipped tree: the kit's copies beside it
     import compileflags  # type: ignore[no-redef]
     import compilegate  # type: ignore[no-redef]
+    import contract  # type: ignore[no-redef]
     import cudashim  # type: ignore[no-redef]
     import treemem  # type: ignore[no-redef]
 
@@ -79,7 +80,7 @@ def _names(roots: list[tuple[str, str]]) -> list[tuple[str, str]]:
             pairs.append((name, os.path.dirname(include)))
     # The build venv's own include/ (setuptools adds -I<venv>/include), so that a key does
     # not carry where the venv lies; only a venv (pyvenv.cfg), never a prefix such as /usr.
-    python = os.environ.get("KILN_OBJCACHE_PYTHON", "")
+    python = os.environ.get(contract.OBJCACHE_PYTHON, "")
     venv = os.path.dirname(os.path.dirname(os.path.abspath(python))) if python else ""
     if venv and os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
         pairs.append(("VENV", os.path.realpath(venv)))
@@ -178,8 +179,8 @@ def _launcher(call: Call) -> list[str]:
     one: sccache (``KILN_SCCACHE``) or ccache (``KILN_CCACHE``), each with its settings.
     Only where the working directory is in the tree (its base directory): elsewhere the
     tree's paths could not be written relative, and a hit would name another tree."""
-    sccache = os.environ.get("KILN_SCCACHE")
-    tool = sccache or os.environ.get("KILN_CCACHE")
+    sccache = os.environ.get(contract.SCCACHE)
+    tool = sccache or os.environ.get(contract.CCACHE)
     base = os.environ.get("SCCACHE_BASEDIRS" if sccache else "CCACHE_BASEDIR")
     in_base = bool(base) and compileflags.inside(
         os.path.realpath(os.getcwd()), os.path.realpath(base or "/")
@@ -188,7 +189,7 @@ def _launcher(call: Call) -> list[str]:
 
 
 SPECS = os.path.join(".kiln", "host", "prefix-maps.specs")
-PREFIX_ENV = "KILN_PREFIX_"  # + a root's name (TREE, SITE, CUDA): its path, for the specs
+PREFIX_ENV = contract.PREFIX  # + a root's name (TREE, SITE, CUDA): its path, for the specs
 
 
 def _specs_maps(args: list[str]) -> list[tuple[str, str, str]]:
@@ -298,7 +299,7 @@ def _record(
     and the benchmark's floor), when it started after its gate wait (for the most
     compiles that ran at once), how long it waited, and what the compiler cache
     answered."""
-    stats = os.environ.get("KILN_JOB_STATS")
+    stats = contract.StepFiles.from_env(os.environ).job_stats
     if not stats:
         return
     line = json.dumps(
@@ -334,16 +335,16 @@ def _nvcc_from_shim(call: Call, seed: str) -> tuple[str, dict[str, str]]:
     it may end the ID with its process id). The real nvcc where there is no tree."""
     roots = dict(compileflags.env_roots())
     tree, home = roots.get("TREE"), roots.get("CUDA")
-    if os.environ.get("KILN_DETERMINISTIC") == "0" or not tree or not home:
+    if os.environ.get(contract.DETERMINISTIC) == "0" or not tree or not home:
         return call.compiler, {}
     given = os.path.dirname(os.path.dirname(os.path.abspath(call.compiler)))
     if os.path.realpath(given) != home:
         return call.compiler, {}  # some other nvcc than the build's CUDA home
-    python = os.environ.get("KILN_OBJCACHE_PYTHON") or sys.executable
+    python = os.environ.get(contract.OBJCACHE_PYTHON) or sys.executable
     shim = cudashim.ensure_home(given, os.path.join(tree, SHIM_HOME), python)
     env = {}
     if call.source and call.source.endswith(".cu"):
-        env["KILN_MODULE_ID"] = cudashim.module_id(_tree_relative(call.source), seed)
+        env[contract.MODULE_ID] = cudashim.module_id(_tree_relative(call.source), seed)
     return os.path.join(shim, "bin", os.path.basename(call.compiler)), env
 
 
@@ -440,7 +441,7 @@ def _ccache_log(env: dict[str, str]) -> str | None:
     """This compile's own ccache stats log (``CCACHE_STATSLOG`` for it alone), so its
     record says hit or miss; the step's log gets its lines after (:func:`_ccache_answer`)."""
     step_log = env.get("CCACHE_STATSLOG")
-    if not step_log or not os.environ.get("KILN_CCACHE"):
+    if not step_log or not os.environ.get(contract.CCACHE):
         return None
     own = f"{step_log}.{uuid.uuid4().hex[:12]}"
     env["CCACHE_STATSLOG"] = own
@@ -495,22 +496,22 @@ def run_real(call: Call, seed: str = "", alone: bool = False) -> int:
     # work (the device code, the bulk of a CUDA unit), which comes back the same bytes; a
     # g++ compile it runs from the preprocessed source, whose debug info then differs
     # (line tables, file indices: measured on a -g unit) from the local compile's.
-    remote_ok = bool(launcher and os.environ.get("KILN_SCCACHE_DIST_PORT")) and nvcc
+    remote_ok = bool(launcher and os.environ.get(contract.SCCACHE_DIST_PORT)) and nvcc
     own_args, threads = unit_threads(call.args) if call.cacheable and nvcc else (call.args, 1)
     kills = treemem.oom_kills()
     with compilegate.from_environment(source, _priority(call), remote_ok, threads, alone) as held:
         args = own_args
         if held.where == "remote":
-            env["SCCACHE_SERVER_PORT"] = os.environ["KILN_SCCACHE_DIST_PORT"]
+            env["SCCACHE_SERVER_PORT"] = os.environ[contract.SCCACHE_DIST_PORT]
         elif launcher and (nvcc or gcc_like(call.compiler)):
             args, prefix_env = with_specs_file(args, nvcc)
             env.update(prefix_env)
         own_log = _ccache_log(env) if launcher else None
         argv = [*launcher, compiler, *args]
-        plain = not nvcc or os.environ.get("KILN_DETERMINISTIC") == "0"
+        plain = not nvcc or os.environ.get(contract.DETERMINISTIC) == "0"
         if plain or "--keep" in call.args or "-o" not in call.args:
             ran, _ = _spawn(argv, env, held)
-        elif os.environ.get("KILN_SCCACHE") and launcher:
+        elif os.environ.get(contract.SCCACHE) and launcher:
             # sccache hashes --keep-dir as written: a folder named by the compile, given
             # relative to the working directory, is the same in every tree.
             name = hashlib.sha256(f"{seed}\0{_tree_relative(call.out)}".encode()).hexdigest()
@@ -557,7 +558,7 @@ def _nvcc_keeping_ptx(
     not a folder gone with the compile."""
     ran, text = _spawn(argv, env, held, capture=True)
     text = text or ""
-    stats = os.environ.get("KILN_JOB_STATS")
+    stats = contract.StepFiles.from_env(os.environ).job_stats
     if ran.rc != 0 and stats and ".ptx" in text:
         unit = _tree_relative(call.source) or os.path.basename(call.out or "nvcc")
         kept = os.path.join(os.path.splitext(stats)[0] + "-ptx", unit.replace("/", "_"))
@@ -581,12 +582,12 @@ def wrapper_env(
     with ``python`` first on PATH: used by kiln's builds and by ``rebuild.py`` alike."""
     kit = tree / ".kiln"
     return {
-        "KILN_OBJCACHE_DIR": str(kit / "objcache"),
-        "KILN_OBJCACHE_ROOTS": f"TREE={tree};SITE={site};CUDA={cuda_home}",
-        "KILN_OBJCACHE_PYTHON": python,
-        "KILN_REAL_CC": base.get("CC", "gcc"),
-        "KILN_REAL_CXX": base.get("CXX", "g++"),
-        "KILN_REAL_NVCC": f"{cuda_home}/bin/nvcc",
+        contract.OBJCACHE_DIR: str(kit / "objcache"),
+        contract.OBJCACHE_ROOTS: f"TREE={tree};SITE={site};CUDA={cuda_home}",
+        contract.OBJCACHE_PYTHON: python,
+        contract.REAL_CC: base.get("CC", "gcc"),
+        contract.REAL_CXX: base.get("CXX", "g++"),
+        contract.REAL_NVCC: f"{cuda_home}/bin/nvcc",
         "CC": str(kit / "bin" / "gcc"),
         "CXX": str(kit / "bin" / "g++"),
         "NVCC": str(kit / "bin" / "nvcc"),
@@ -650,7 +651,8 @@ def main(argv: list[str]) -> int:
     if os.environ.get(compileflags.NESTED) == "1":  # inside a compile this wrapper already runs
         return compileflags.nested_main(argv)
     args = compileflags.deterministic_args(argv[1], argv[2:], compileflags.env_roots())
-    if compileflags.is_nvcc(argv[1]) and os.environ.get(compileflags.ARCHS):
+    told = contract.Archs.from_env(os.environ)
+    if compileflags.is_nvcc(argv[1]) and told.rewrite:
         archflags = compileflags.archflags()
         unit = archflags.unit_of(args)
         try:
@@ -658,15 +660,13 @@ def main(argv: list[str]) -> int:
         except archflags.ArchFlagError as exc:
             sys.stderr.write(f"{archflags.PREFIX}{exc}\n")
             return 1
-    if compileflags.is_nvcc(argv[1]) and os.environ.get(compileflags.EXPECT):
+    if compileflags.is_nvcc(argv[1]) and told.expect:
         # arch_control = "torch-arch-list": every CUDA unit makes every arch of the recipe;
         # one that does not is refused now, not the wheel after the whole build.
         archflags = compileflags.archflags()
         unit = archflags.unit_of(args)
         try:
-            archflags.check_expected(
-                args, os.environ[compileflags.EXPECT].split(), _tree_relative(unit)
-            )
+            archflags.check_expected(args, list(told.expect), _tree_relative(unit))
         except archflags.ArchFlagError as exc:
             sys.stderr.write(f"{archflags.PREFIX}{exc}\n")
             return 1
@@ -705,8 +705,8 @@ def _output_gone(call: Call) -> int:
 def _compile(
     call: Call, roots: list[tuple[str, str]], named: list[object], seed: str, own: bool
 ) -> int:
-    cache_dir = os.environ.get("KILN_OBJCACHE_DIR")
-    if not call.cacheable or not cache_dir or os.environ.get("KILN_OBJCACHE_DISABLE"):
+    cache_dir = os.environ.get(contract.OBJCACHE_DIR)
+    if not call.cacheable or not cache_dir or os.environ.get(contract.OBJCACHE_DISABLE):
         return run_real(call, seed)
     cache = Path(cache_dir)
     key_material = json.dumps(
@@ -730,7 +730,7 @@ def _compile(
                     Path(call.depfile).write_text(
                         f"{call.out}: " + " ".join(d.replace(" ", "\\ ") for d in deps) + "\n"
                     )
-                if os.environ.get("KILN_OBJCACHE_VERBOSE"):
+                if os.environ.get(contract.OBJCACHE_VERBOSE):
                     sys.stderr.write(f"objcache: hit {call.source}\n")  # one write: no interleaving
                 now = time.monotonic()
                 _record(call, Ran(0, now, now), "objcache-hit")
@@ -758,7 +758,7 @@ def _compile(
         return _output_gone(call)
     _write_atomic(cache / "objects" / f"{obj_hash}.o", obj_bytes)
     _write_atomic(entry_path, json.dumps(entry, indent=1, sort_keys=True).encode())
-    if os.environ.get("KILN_OBJCACHE_VERBOSE"):
+    if os.environ.get(contract.OBJCACHE_VERBOSE):
         sys.stderr.write(f"objcache: miss {call.source}\n")
     return 0
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from kiln.errors import ConfigError, KilnError
 from kiln.inside import diagnose, proc
 from kiln.inside.causes import table
+from kiln.inside.kit import contract
 from kiln.inside.kit.archflags import target
 from kiln.verbs.add import includes
 from kiln.verbs.add.scan import Environment, Findings
@@ -163,7 +164,8 @@ def check(
             continue
         d = diagnose.first_errors(res.output, tree)
         d.unit = d.unit or unit  # ptxas names only nvcc's own temporary PTX
-        d.cause = table.explain(d, res.output, {"KILN_BUILD_ARCHS": built}, tree, name)
+        told = contract.Archs(built=tuple(built.split())).to_env()  # as a build's step is
+        d.cause = table.explain(d, res.output, told, tree, name)
         missing = _missing_header(res.output)
         if missing:
             done.append(Compiled(unit, kind, cmd, seconds, missing))
