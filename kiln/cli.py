@@ -7,13 +7,13 @@ import argparse
 import logging
 import os
 import signal
-import sys
 from pathlib import Path
 
 from kiln import commands
 from kiln.commands import flags
 from kiln.commands.common import Help, say_err, verbosity
 from kiln.errors import Interrupted, KilnError
+from kiln.inside import say
 
 log = logging.getLogger("kiln")
 
@@ -77,10 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     verbose = getattr(args, "verbose", False)
     # -v is kiln's own debug output (every command it runs), not its libraries': they
     # stay at INFO (cyclonedx alone logs some 800 DEBUG lines while it is imported).
-    logging.basicConfig(
-        level=logging.WARNING if getattr(args, "quiet", False) and not verbose else logging.INFO,
-        format="kiln: %(message)s",
-        stream=sys.stderr,
+    say.configure_logging(
+        logging.WARNING if getattr(args, "quiet", False) and not verbose else logging.INFO
     )
     log.setLevel(logging.DEBUG if verbose else logging.NOTSET)
     os.umask(0o022)  # zip member modes follow the umask

@@ -4,17 +4,12 @@ formatter, and -v/-q."""
 from __future__ import annotations
 
 import argparse
-import sys
 
+from kiln.inside import say
 
-def out(text: object) -> None:
-    """A command's result, on stdout (what scripts read: a path, a table, JSON)."""
-    sys.stdout.write(f"{text}\n")
-
-
-def say_err(text: object) -> None:
-    """A report for people, on stderr (a verify's differences, an error)."""
-    sys.stderr.write(f"{text}\n")
+# kiln's one output channel (kiln/inside/say.py): a result on stdout, a report on stderr
+out = say.result
+say_err = say.report
 
 
 class Help(argparse.RawDescriptionHelpFormatter):

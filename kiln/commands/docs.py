@@ -10,6 +10,7 @@ import re
 from kiln import commands
 from kiln.commands import flags as o
 from kiln.commands.common import verbosity
+from kiln.inside import say
 from kiln.orchestrate.options import Option
 
 INTRO = """\
@@ -97,4 +98,4 @@ def options_markdown() -> str:
 
 
 if __name__ == "__main__":
-    print(options_markdown(), end="")
+    say.result(options_markdown().removesuffix("\n"))

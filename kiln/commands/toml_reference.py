@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kiln.config.reference import stale, write_all
 from kiln.errors import ConfigError
+from kiln.inside import say
 
 COMMAND = "python -m kiln.commands.toml_reference"
 
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.write:
         for rel in write_all(args.root):
-            print(f"wrote {rel}")
+            say.report(f"wrote {rel}")
         return 0
     old = stale(args.root)
     if old:
@@ -40,5 +41,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except ConfigError as exc:
-        print(f"kiln: error: {exc}", file=sys.stderr)
+        say.report(f"kiln: error: {exc}")
         sys.exit(exc.exit_code)

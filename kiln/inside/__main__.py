@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from kiln.errors import KilnError
+from kiln.inside import say
 
 
 def _step(args: argparse.Namespace) -> None:
@@ -29,11 +30,11 @@ def _probe(args: argparse.Namespace) -> None:
     if args.system:  # {"requirements": [...], "include_dirs": [...]}: which are missing
         asked = json.loads(args.system)
         missing = facts.missing_system(asked["requirements"], asked["include_dirs"])
-        sys.stdout.write(json.dumps(missing) + "\n")
+        say.result(json.dumps(missing))
         return
     python = Path(args.python or sys.executable)
     found = facts.probe(python, facts.find_cuda_home(args.cuda_home))
-    sys.stdout.write(json.dumps(found) + "\n")
+    say.result(json.dumps(found))
 
 
 def _prove(args: argparse.Namespace) -> None:
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except KilnError as err:
-        sys.stderr.write(f"kiln: error: {err}\n")
+        say.report(f"kiln: error: {err}")
         return err.exit_code
     return 0
 

@@ -13,7 +13,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.errors import BuildError, KilnError
+from kiln.inside import say
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +93,7 @@ class Streamer:
             self.sink.write(text)
             self.sink.flush()
         if self.echo:
-            sys.stderr.write(text)
-            sys.stderr.flush()
+            say.raw(text)
 
     def feed(self, text: str) -> None:
         """Output in arbitrary pieces (a container's log stream): split into lines."""

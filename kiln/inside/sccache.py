@@ -22,11 +22,11 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator, MutableMapping
 from typing import TypedDict
 
+from kiln.inside import say
 from kiln.inside.kit import contract
 
 DIST_PORT = contract.SCCACHE_DIST_PORT
@@ -46,8 +46,7 @@ def _sccache(binary: str, args: list[str], env: MutableMapping[str, str]) -> tup
 
 
 def _warn(text: str) -> None:
-    sys.stderr.write(f"kiln: warning: {text}\n")
-    sys.stderr.flush()
+    say.report(f"kiln: warning: {text}")
 
 
 def _conf(folder: str, name: str, text: str) -> str:

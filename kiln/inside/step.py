@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kiln.errors import BuildError
-from kiln.inside import diagnose, memwatch, netrefuse, pep517, proc, sccache
+from kiln.inside import diagnose, memwatch, netrefuse, pep517, proc, say, sccache
 from kiln.inside.kit import contract, pipcuda
 
 
@@ -164,7 +164,7 @@ def _record_failure(spec: StepSpec, env: Mapping[str, str], exc: BuildError) -> 
         what = str(exc).splitlines()[0] if str(exc) else "the build"
         diagnose.write_record(Path(record), spec.vendor, what, found)
     except Exception as problem:  # reported; the build's own error stays the error
-        print(f"kiln: could not read the failure's first errors: {problem!r}", flush=True)
+        say.result(f"kiln: could not read the failure's first errors: {problem!r}")
 
 
 def _materialize(spec: StepSpec, env: Mapping[str, str] | None) -> None:
@@ -185,7 +185,7 @@ def _materialize(spec: StepSpec, env: Mapping[str, str] | None) -> None:
                 f"{exc.returncode}",
                 output=f"{exc.stdout or ''}{exc.stderr or ''}",
             )
-            print(failed.output, end="", flush=True)
+            say.raw(failed.output)
             raise failed from None
 
 

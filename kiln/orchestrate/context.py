@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kiln.config.workspace import Workspace
 from kiln.errors import BuildError, KilnError
+from kiln.inside import say
 from kiln.inside.kit import contract
 from kiln.inside.step import StepSpec
 from kiln.orchestrate import failure, fixcheck, progress
@@ -133,6 +134,25 @@ def timed(timings: dict[str, float], step: str) -> Iterator[None]:
                 pass  # a report's input: never a reason to fail the build
 
 
+def _run_folded(ctx: Context, command: Command, title: str) -> None:
+    """The step through the runner, its output one GitHub Actions fold group under
+    ``title`` (kiln.inside.say): echoed, folded as it comes (one step at a time);
+    otherwise the whole log at once when the step ends, however it ends."""
+    if ctx.echo:
+        with say.group(title):
+            ctx.runner.run(command)
+        return
+    try:
+        ctx.runner.run(command)
+    finally:
+        if say.in_actions() and command.log_file is not None:
+            try:
+                text = command.log_file.read_text(errors="replace")
+            except OSError:
+                text = ""
+            say.folded(title, text)
+
+
 def run_step(
     ctx: Context, step: Step, refused: Callable[[], KilnError | None] | None = None
 ) -> None:
@@ -147,23 +167,20 @@ def run_step(
     if ctx.ccache.directory is not None:
         writable.append(ctx.ccache.directory)
     started = time.time() - 1.0  # a file system's timestamps may be a second coarse
+    command = Command(
+        [step.spec.python, "-m", "kiln.inside", "step", spec_file],
+        tree,
+        step_env(step.env),
+        f"building {step.spec.vendor}",
+        log_file=step.log_file,
+        writable=writable,
+        mem_gib=step.mem_gib,
+        readonly=[Path(ctx.ccache.binary)] if ctx.ccache.mounted and ctx.ccache.binary else [],
+        network=ctx.ccache.networked,
+        echo=ctx.echo,
+    )
     try:
-        ctx.runner.run(
-            Command(
-                [step.spec.python, "-m", "kiln.inside", "step", spec_file],
-                tree,
-                step_env(step.env),
-                f"building {step.spec.vendor}",
-                log_file=step.log_file,
-                writable=writable,
-                mem_gib=step.mem_gib,
-                readonly=[Path(ctx.ccache.binary)]
-                if ctx.ccache.mounted and ctx.ccache.binary
-                else [],
-                network=ctx.ccache.networked,
-                echo=ctx.echo,
-            )
-        )
+        _run_folded(ctx, command, f"kiln: {step.spec.vendor}: build ({step.log_file.name})")
     except BuildError as exc:
         reason = refused() if refused is not None else None
         if reason is not None:

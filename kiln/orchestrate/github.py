@@ -5,12 +5,11 @@ failed job shows its cause on the run's page. Outside Actions both do nothing.""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 
+from kiln.inside import say
 
-def in_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
+in_actions = say.in_actions
 
 
 def _escape(text: str) -> str:
@@ -27,13 +26,10 @@ def annotate_error(
 ) -> None:
     """An ``::error::`` annotation; with ``file`` (and ``line``) GitHub puts it on that
     line of that file."""
-    if not in_actions():
-        return
     props = [f"file={_escape_property(file)}"] if file else []
     props += [f"line={line}"] if file and line else []
     props.append(f"title={_escape_property(title)}")
-    sys.stdout.write(f"::error {','.join(props)}::{_escape(message)}\n")
-    sys.stdout.flush()
+    say.command(f"::error {','.join(props)}::{_escape(message)}")
 
 
 def write_step_summary(

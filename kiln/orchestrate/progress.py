@@ -12,7 +12,6 @@ against both).
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kiln.inside import memwatch
+from kiln.inside import memwatch, say
 from kiln.orchestrate import github
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,7 @@ class Display:
     """Thread-safe: build threads call :meth:`update`; the live view refreshes itself."""
 
     def __init__(self, names: list[str], live: bool | None = None) -> None:
-        self.console = Console(stderr=True)
+        self.console = Console(file=say.reports())  # kiln's one channel's stream
         self.live = self.console.is_terminal if live is None else live
         self.steps = {n: StepView(n) for n in names}
         self._lock = threading.Lock()
@@ -153,7 +152,7 @@ class Display:
     def print_summary(self, *lines: str) -> None:
         """The summary table, and below it ``lines`` (a build that released has what
         bounded it, and what the compiler cache answered), each one line for grep."""
-        console = self.console if self.live else Console(file=sys.stderr, width=100)
+        console = self.console if self.live else Console(file=say.reports(), width=100)
         console.print(self.summary())
         for line in lines:
             console.print(Text(line), soft_wrap=True)

@@ -184,7 +184,8 @@ def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
         assert record["log"].endswith(f"{fault}-build.log") and Path(record["log"]).is_file()
         assert f"  full log: {record['log']}" in error  # whole, never cut
     # the summary table names each failure's first error, with its row
-    table = res.stderr[res.stderr.index("kiln build summary") : res.stderr.index("kiln: error:")]
+    start = res.stderr.index("kiln build summary")
+    table = res.stderr[start : res.stderr.index("kiln: error:", start)]
     for fault in SEEN:
         assert f"[{broken.row(fault)}]" in table.replace("\n", "").replace("│", ""), table
     kept = tmp_path / "artifacts/logs/test-release/ptx-instruction-ptx/csrc_hopper.cu/hopper.ptx"
@@ -207,6 +208,11 @@ def test_every_cause_row_fails_for_real_and_is_explained_on_the_first_screen(
     assert (
         "::error file=csrc/comm.cu,line=3,title=kiln%3A building missing-identifier" in res.stdout
     )
+    # each step's output folded under its name (the log whole, before the summary)
+    folded = "::group::kiln: missing-header: build (missing-header-build.log)\n"
+    assert folded in res.stderr[:start], res.stderr[:3000]
+    group = res.stderr[res.stderr.index(folded) :]
+    assert "hwloc.h: No such file or directory" in group[: group.index("::endgroup::\n")]
     markdown = summary.read_text()
     assert "| step | runner | cache | state | time | peak memory | result |" in markdown
     assert "  fix: apt-get install libhwloc-dev" in markdown
