@@ -69,30 +69,22 @@ def _download_in_setup(f: Failure) -> str | None:
     return None
 
 
-def _host(url: str) -> str | None:
+def _host_and_path(url: str) -> tuple[str | None, bool]:
+    """A URL's host, and whether it names more than the host (a path)."""
     try:
-        return urlsplit(url.split()[0]).hostname
+        parts = urlsplit(url.split()[0])
     except (ValueError, IndexError):
-        return None
+        return None, False
+    return parts.hostname, parts.path not in ("", "/")
 
 
 def _fuller(refused: str, candidates: list[str]) -> str:
     """An HTTPS request is all a proxy sees of it: ``https://HOST:443``. The output's or
     setup.py's URL on the same host says more (its path, setup.py's line): that one."""
-    if _says_more(refused):
+    host, has_path = _host_and_path(refused)
+    if has_path or host is None:
         return refused
-    host = _host(refused)
-    for candidate in candidates:
-        if _says_more(candidate) and host is not None and _host(candidate) == host:
-            return candidate
-    return refused
-
-
-def _says_more(url: str) -> bool:
-    try:
-        return bool(url) and urlsplit(url.split()[0]).path not in ("", "/")
-    except (ValueError, IndexError):
-        return False
+    return next((c for c in candidates if _host_and_path(c) == (host, True)), refused)
 
 
 def network_download(f: Failure) -> Cause | None:
