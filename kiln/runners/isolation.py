@@ -4,13 +4,14 @@ a network namespace of its own through bubblewrap (``bwrap --unshare-net``: only
 loopback of its own, which bwrap brings up, so a step's own sccache server still
 answers; the host's loopback, and everything past it, is out of reach), with the file
 system read-only but for the folders the command may write (its ``Command.writable``: the
-tree, its outputs and logs, the compiler cache; as the Docker runner mounts them) and the
-temporary folders.
+tree, its outputs and logs, the compiler cache; as the Docker runner mounts them), with a
+/tmp and /var/tmp of its own (nothing one step leaves there is another's) and a TMPDIR
+of its own on disk.
 
 Where bubblewrap is missing or cannot make namespaces, util-linux's ``unshare`` (on every
 Debian and Ubuntu) does the same as root: network, mount and pid namespaces of the
-step's own, its loopback brought up where ``ip`` is, the root file system remounted
-read-only in it but for the same folders. Where neither can (an unprivileged
+step's own, its loopback brought up where ``ip`` is, private /tmp and /var/tmp, the root
+file system remounted read-only in it but for the same folders. Where neither can (an unprivileged
 container), the build stops before its first step (``refusal``) unless told
 ``--allow-network``; the manifest and the release README record which it was
 (``runner.network``: ``isolated`` or ``not isolated``), so ``--offline`` means the same
@@ -34,6 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 
+from kiln.errors import BuildError
 from kiln.inside import netrefuse
 from kiln.inside.kit import contract
 
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 # What a step's wrap asks of the machine (namespaces, binds), tried once with `true`.
 PROBE = (
     *("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"),
-    *("--unshare-net", "--unshare-pid", "--proc", "/proc"),
+    *("--tmpfs", "/tmp", "--unshare-net", "--unshare-pid", "--proc", "/proc"),
 )
 ISOLATED = "isolated"
 NOT_ISOLATED = "not isolated"
@@ -58,26 +60,31 @@ def _program(name: str, env: str) -> str | None:
     return chosen or shutil.which(name)
 
 
-# As root, in the step's new mount namespace: each writable folder bound on itself (a
-# mount of its own), then the root file system remounted read-only (the binds stay
-# writable), the loopback up where `ip` is; then the step.
+# As root, in the step's new mount namespace, in order: ``tmpfs STAGE`` (a file system in
+# memory at STAGE), ``bind ro|rw SOURCE TARGET``, ``move STAGE ROOT`` (the staged private
+# folder moved onto ROOT, its binds with it: a bind made after ROOT's own file system is
+# covered could not reach what of ROOT the step sees); then the root file system
+# remounted read-only (the binds and the private folders stay as they are), the loopback
+# up where `ip` is; then the step.
 _UNSHARE_SETUP = (
-    'for a in "$@"; do case $a in --) break ;; '
-    'rw:*) p=${a#rw:}; mount --bind "$p" "$p" && mount -o remount,bind,rw "$p" || exit 97 ;; '
-    'ro:*) p=${a#ro:}; mount --bind "$p" "$p" && mount -o remount,bind,ro "$p" || exit 97 ;; '
-    "esac; done; "
+    'while [ "$1" != -- ]; do case $1 in '
+    'tmpfs) mkdir -p "$2" && mount -t tmpfs -o mode=1777 kiln-tmp "$2" || exit 97; shift 2 ;; '
+    'bind) mkdir -p "$4" && mount --bind "$3" "$4" && mount -o remount,bind,"$2" "$4" '
+    "|| exit 97; shift 4 ;; "
+    'move) mount --move "$2" "$3" || exit 97; shift 3 ;; '
+    "*) exit 96 ;; esac; done; shift; "
     "mount -o remount,bind,ro / || exit 97; "
     "ip link set lo up 2>/dev/null; "
-    'while [ "$1" != -- ]; do shift; done; shift; exec "$@"'
+    'exec "$@"'
 )
 
 
-def _unshare_argv(unshare: str, binds: Sequence[str], command: Sequence[str]) -> list[str]:
-    """``binds``: ``rw:PATH`` / ``ro:PATH``, in order (a later one on top)."""
+def _unshare_argv(unshare: str, setup: Sequence[str], command: Sequence[str]) -> list[str]:
+    """``setup``: the tokens above, in order (a later bind on top)."""
     return [
         unshare,
         *("--net", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child"),
-        *("sh", "-c", _UNSHARE_SETUP, "kiln-step", *binds, "--", *command),
+        *("sh", "-c", _UNSHARE_SETUP, "kiln-step", *setup, "--", *command),
     ]
 
 
@@ -93,7 +100,7 @@ def _probe_unshare() -> tuple[str | None, str]:
         # its folder writable, the rest not (a write that passes is undone, and fails it)
         check = f"touch {probe}/ok && if touch /.kiln-probe; then rm -f /.kiln-probe; exit 1; fi"
         res = subprocess.run(
-            _unshare_argv(unshare, [f"rw:{probe}"], ["sh", "-c", check]),
+            _unshare_argv(unshare, ["bind", "rw", probe, probe], ["sh", "-c", check]),
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -187,65 +194,54 @@ def state() -> str:
     return ISOLATED if isolates() else NOT_ISOLATED
 
 
-def _temporary() -> list[str]:
-    """The temporary folders compilers write into (TMPDIR, /tmp, /var/tmp)."""
-    found = [tempfile.gettempdir(), "/tmp", "/var/tmp"]
-    return list(dict.fromkeys(os.path.realpath(t) for t in found if os.path.isdir(t)))
+# The temporary folders any program writes into without asking (/tmp, /var/tmp): each
+# step has its own, a file system in memory, so nothing a step writes there is seen by
+# another step or stays after it; what of them the step must see (its tree, its own
+# TMPDIR, kiln's venv and cache, a folder its command or environment names) is bound in.
+PRIVATE = ("/tmp", "/var/tmp")
 
 
-@contextlib.contextmanager
-def own_temporary(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
-    """``env`` with a temporary folder of the step's own (TMPDIR), removed after it. A step
-    has a pid namespace of its own, so two steps' processes may have the same pid, and
-    nvcc names its temporary files by pid (``/tmp/tmpxft_00000033_...``): in one shared
-    /tmp one step's nvcc deleted the other's ("cc1plus: fatal error:
-    /tmp/tmpxft_00000033_00000000-2.cpp: No such file or directory"). Made inside this
-    process's TMPDIR. A TMPDIR the recipe sets (not this process's) is the step's as it
-    is: the user chose it, and its failures name it; so is ``env`` where the folder
-    cannot be made."""
-    base = tempfile.gettempdir()
-    if env.get("TMPDIR", base) not in (base, os.environ.get("TMPDIR")):
-        yield dict(env)
-        return
-    try:
-        own = tempfile.mkdtemp(prefix="kiln-step-", dir=base)
-    except OSError:
-        yield dict(env)
-        return
-    try:
-        yield {**env, "TMPDIR": own}
-    finally:
-        shutil.rmtree(own, ignore_errors=True)
+def _private_roots() -> list[str]:
+    return list(dict.fromkeys(os.path.realpath(t) for t in PRIVATE if os.path.isdir(t)))
 
 
-def wrap(
-    argv: Sequence[str | PathLike[str]],
-    writable: Sequence[Path] = (),
-    protected: Sequence[Path] = (),
-) -> list[str]:
-    """``argv`` in a network namespace of its own, the file system read-only but for
-    ``writable`` (the step's tree, its outputs, logs and the caches it writes, as the
-    Docker runner mounts them) and the temporary folders; of those temporary folders,
-    ``protected`` (kiln's own venv, its cache: they may lie under /tmp) stays read-only
-    but for what of it is ``writable``. As it is where no namespace can be made."""
-    found = _method()
-    command = [str(a) for a in argv]
-    if found is None:
-        return command
-    # every download the step tries goes to a proxy of its own that refuses it and names
-    # it in the step's log (kiln.inside.netrefuse): the URL, whatever made the request.
-    # Run as a file (it is standard library alone), isolated (-I): kiln need not be
-    # importable from the step's folder (kiln run from a checkout is not)
-    command = [sys.executable, "-I", netrefuse.__file__, "--", *command]
-    layers: list[tuple[str, str]] = [("rw", t) for t in _temporary()]
-    layers += [("ro", os.path.realpath(p)) for p in protected if os.path.isdir(p)]
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _named_by(words: Sequence[str]) -> list[str]:
+    """The folders the step's command and environment name (a wheel to install, PATH,
+    LIBRARY_PATH, a compiler's path, ...): each absolute path that exists, a file's
+    folder."""
+    found: list[str] = []
+    for value in words:
+        for part in value.split(os.pathsep):
+            if not part.startswith("/"):
+                continue
+            if os.path.isfile(part):
+                part = os.path.dirname(part)
+            if os.path.isdir(part):
+                found.append(os.path.realpath(part))
+    return found
+
+
+def _layers(
+    named: Sequence[str], writable: Sequence[Path], protected: Sequence[Path]
+) -> list[tuple[str, str]]:
+    """(ro|rw, folder) to bind, in order, a later one on top: what the command and its
+    environment name (``named``, read-only), kiln's own venv and cache (read-only, though
+    they may lie inside a writable folder), then what the step writes."""
+    rw = []
     for path in writable:
         Path(path).mkdir(parents=True, exist_ok=True)
-        layers.append(("rw", os.path.realpath(path)))
-    layers = list(dict.fromkeys(layers))
-    how, program = found
-    if how == "unshare":
-        return _unshare_argv(program, [f"{mode}:{path}" for mode, path in layers], command)
+        rw.append(os.path.realpath(path))
+    ro = [os.path.realpath(p) for p in protected if os.path.isdir(p)]
+    seen = [p for p in _named_by(named) if not any(_under(p, b) for b in rw + ro)]
+    layers = [("ro", p) for p in seen] + [("ro", p) for p in ro] + [("rw", p) for p in rw]
+    return list(dict.fromkeys(layers))
+
+
+def _bwrap_argv(program: str, layers: Sequence[tuple[str, str]], command: list[str]) -> list[str]:
     binds: list[str] = []
     for mode, real in layers:
         binds += ["--bind" if mode == "rw" else "--ro-bind", real, real]
@@ -255,7 +251,76 @@ def wrap(
     return [
         program,
         *("--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"),
+        *(arg for root in _private_roots() for arg in ("--tmpfs", root)),
         *binds,
         *("--unshare-net", "--unshare-pid", "--proc", "/proc", "--die-with-parent", "--"),
         *command,
     ]
+
+
+def _unshare_setup(layers: Sequence[tuple[str, str]], scratch: str) -> list[str]:
+    """The setup tokens of ``_UNSHARE_SETUP``: each private root staged in ``scratch``,
+    the layers bound (under a root: into its stage), then the stages moved onto their
+    roots, the one holding ``scratch`` last (its move covers the other stages)."""
+    roots = sorted(_private_roots(), key=lambda r: _under(scratch, r))
+    stages = {root: os.path.join(scratch, f"stage-{n}") for n, root in enumerate(roots)}
+    setup = [token for stage in stages.values() for token in ("tmpfs", stage)]
+    for mode, path in layers:
+        root = next((r for r in roots if _under(path, r)), None)
+        target = path if root is None else os.path.join(stages[root], os.path.relpath(path, root))
+        setup += ["bind", mode, path, target]
+    for root, stage in stages.items():
+        setup += ["move", stage, root]
+    return setup
+
+
+@contextlib.contextmanager
+def isolated(
+    argv: Sequence[str | PathLike[str]],
+    env: Mapping[str, str],
+    writable: Sequence[Path] = (),
+    protected: Sequence[Path] = (),
+) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """(argv, env) that run ``argv`` in a network namespace of its own, the file system
+    read-only but for ``writable`` (the step's tree, its outputs, logs and the caches it
+    writes, as the Docker runner mounts them), with a /tmp and /var/tmp of its own and a
+    TMPDIR of its own on disk (removed after it); ``protected`` (kiln's own venv, its
+    cache) stays read-only but for what of it is ``writable``. As they are where no
+    namespace can be made.
+
+    The own TMPDIR: a step has a pid namespace of its own, so two steps' processes may
+    have the same pid, and nvcc names its temporary files by pid
+    (``/tmp/tmpxft_00000033_...``): in one shared /tmp one step's nvcc deleted the
+    other's. A TMPDIR the recipe sets (not this process's) is the step's as it is: the
+    user chose it, and its failures name it."""
+    found = _method()
+    command = [str(a) for a in argv]
+    if found is None:
+        yield command, dict(env)
+        return
+    base = tempfile.gettempdir()
+    try:
+        scratch = tempfile.mkdtemp(prefix="kiln-step-", dir=base)
+    except OSError as exc:
+        raise BuildError(
+            f"cannot make a build step's temporary folder in {base} ({exc}): point TMPDIR "
+            f"at a writable folder with room, and rerun"
+        ) from exc
+    try:
+        step_env = dict(env)
+        if env.get("TMPDIR", base) in (base, os.environ.get("TMPDIR")):
+            step_env["TMPDIR"] = os.path.join(scratch, "tmp")
+        writes = [*writable, Path(step_env["TMPDIR"])] if "TMPDIR" in step_env else writable
+        layers = _layers([*command, *step_env.values()], writes, protected)
+        # every download the step tries goes to a proxy of its own that refuses it and
+        # names it in the step's log (kiln.inside.netrefuse): the URL, whatever made the
+        # request. Run as a file (it is standard library alone), isolated (-I): kiln need
+        # not be importable from the step's folder (kiln run from a checkout is not)
+        command = [sys.executable, "-I", netrefuse.__file__, "--", *command]
+        how, program = found
+        if how == "unshare":
+            yield _unshare_argv(program, _unshare_setup(layers, scratch), command), step_env
+        else:
+            yield _bwrap_argv(program, layers, command), step_env
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

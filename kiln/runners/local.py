@@ -88,11 +88,10 @@ class LocalRunner:
         # No network unless the command asks for it (issue 41): as the Docker runner's
         # kiln's own venv and cache stay read-only (they may lie under /tmp, which steps
         # write), but for what of them the step writes (its compiler cache)
-        protected = [Path(sys.prefix), self._cache]
+        protected = [Path(sys.prefix), Path(sys.base_prefix), self._cache]
         if cmd.network or not isolation.isolates():
             return self._limited(cmd, cmd.argv, cmd.env)
-        argv = isolation.wrap(cmd.argv, cmd.writable, protected)
-        with isolation.own_temporary(cmd.env) as env:  # pids repeat across its namespaces
+        with isolation.isolated(cmd.argv, cmd.env, cmd.writable, protected) as (argv, env):
             return self._limited(cmd, argv, env)
 
     def _limited(

@@ -232,7 +232,62 @@ def test_steps_at_once_with_the_same_pid_have_temporary_folders_of_their_own(
     assert said["a"][1] == said["b"][1], said  # the same pid: the case this is about
     assert said["a"][3] != said["b"][3], said  # but TMPDIRs of their own
     own = [Path(said[n][3]) for n in ("a", "b")]
-    assert all(p.parent == Path(tempfile.gettempdir()) for p in own), said
+    assert all(p.parent.parent == Path(tempfile.gettempdir()) for p in own), said
     assert [r.returncode for r in results.values()] == [0, 0, 0], results
     assert not any(p.exists() for p in own)  # removed after
     assert said["chosen"][3] == str(chosen)  # the recipe's, as it is
+
+
+# Writes /tmp and /var/tmp by name (as a program that ignores TMPDIR does), waits, reads
+# them back, and looks for a file the host keeps in /tmp that the step was not given
+# (found by a pattern: a path its command or environment names is bound in for it).
+_FIXED_NAMES = (
+    'for d in /tmp /var/tmp; do echo "$STEP" > "$d/kiln-fixed-name"; done; sleep 2; '
+    'for d in /tmp /var/tmp; do [ "$(cat "$d/kiln-fixed-name")" = "$STEP" ] || exit 3; done; '
+    'for f in /tmp/kiln-host-only-*/secret; do [ -e "$f" ] && exit 4; done; echo private'
+)
+
+
+@METHODS
+def test_each_step_has_a_tmp_and_var_tmp_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    """A program that writes /tmp or /var/tmp by name (not through TMPDIR) writes a
+    folder of the step's own (issue 55 (1)): two steps at once writing the same name each
+    read their own back, nothing is left on the machine after them, and what the machine
+    keeps in /tmp that the step was not given is not there for it to read."""
+    _needs(env)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(isolation, "_found", {})  # probed again, under env
+    for d in ("/tmp", "/var/tmp"):
+        Path(d, "kiln-fixed-name").unlink(missing_ok=True)
+    hosts = Path(tempfile.mkdtemp(prefix="kiln-host-only-", dir="/tmp")) / "secret"
+    hosts.write_text("the machine's")
+    runner = LocalRunner(None, None, tmp_path / "cache", tmp_path / "logs")
+    results: dict[str, proc.Result] = {}
+
+    def step(name: str) -> None:
+        cmd = Command(
+            argv=["sh", "-c", _FIXED_NAMES],  # neither it nor its env names the secret
+            cwd=tmp_path / name,
+            env={**os.environ, "STEP": name},
+            what=f"step {name}",
+            writable=[tmp_path / name],
+            check=False,
+        )
+        results[name] = runner.run(cmd)
+
+    try:
+        threads = [threading.Thread(target=step, args=(n,)) for n in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        shutil.rmtree(hosts.parent)
+    assert {n: (r.returncode, r.output.strip()) for n, r in results.items()} == {
+        "a": (0, "private"),
+        "b": (0, "private"),
+    }
+    assert not any(Path(d, "kiln-fixed-name").exists() for d in ("/tmp", "/var/tmp"))
