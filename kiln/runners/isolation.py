@@ -311,12 +311,13 @@ def isolated(
         if env.get("TMPDIR", base) in (base, os.environ.get("TMPDIR")):
             step_env["TMPDIR"] = os.path.join(scratch, "tmp")
         writes = [*writable, Path(step_env["TMPDIR"])] if "TMPDIR" in step_env else writable
-        layers = _layers([*command, *step_env.values()], writes, protected)
         # every download the step tries goes to a proxy of its own that refuses it and
         # names it in the step's log (kiln.inside.netrefuse): the URL, whatever made the
         # request. Run as a file (it is standard library alone), isolated (-I): kiln need
-        # not be importable from the step's folder (kiln run from a checkout is not)
+        # not be importable from the step's folder (kiln run from a checkout is not); its
+        # folder is named, so it is bound in where kiln lies under /tmp
         command = [sys.executable, "-I", netrefuse.__file__, "--", *command]
+        layers = _layers([*command, *step_env.values()], writes, protected)
         how, program = found
         if how == "unshare":
             yield _unshare_argv(program, _unshare_setup(layers, scratch), command), step_env
