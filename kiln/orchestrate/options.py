@@ -425,6 +425,7 @@ class Options:
     # signed release has (its README, verify-release.py) without the key to sign them
     signed_by: str | None = None
     signer_identity: str | None = None  # and a keyless signer's identity (issuer)
+    signer_scheme: str | None = None  # and its key's scheme
     # Another build's learned figures (a release's manifest.json or a learned.json): in
     # place of this cache's (orchestrate/learned.py). Default: the workspace's learned.json.
     learned_from: Path | None = option(

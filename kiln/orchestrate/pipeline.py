@@ -368,6 +368,7 @@ def manifest_header(ctx: Context, head: Header) -> Manifest:
                 "signer_identity": (
                     head.signing.identity if head.signing else head.opts.signer_identity
                 ),
+                "signer_scheme": (head.signing.scheme if head.signing else head.opts.signer_scheme),
             }
         ),
         profile=ProfileInfo.model_validate(ws.profile.model_dump(mode="json")),

@@ -84,6 +84,12 @@ class ReleaseInfo(Model):
         description="a Sigstore keyless signature's signer: its identity (the workflow "
         "that signed) and OIDC issuer; signed_by is the keyid of that identity",
     )
+    signer_scheme: str | None = Field(
+        default=None,
+        description="the signing key's scheme (securesystemslib's: ed25519, "
+        "ecdsa-sha2-nistp256, rsassa-pss-sha256, ...): which openssl command checks "
+        "SHA256SUMS.sig, as the README writes it out",
+    )
     readme_template: str | None = Field(
         default=None, description="the workspace's README template, as a path in it"
     )

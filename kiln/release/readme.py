@@ -11,6 +11,7 @@ import yaml
 
 from kiln.config.workspace import README_MARKER, README_SECTIONS
 from kiln.errors import ConfigError
+from kiln.release import signing
 from kiln.release.manifest import JitCacheInfo, Manifest, Output, ReleaseInfo
 
 
@@ -304,8 +305,7 @@ def _sections(m: Manifest) -> dict[str, list[str]]:
         + ")",
         f"hf download {repo} --local-dir {root}/release"
         + ("" if release.hub_repo else "   # ORG/NAME: the Hub repository it was published to"),
-        f"bash {root}/release/install.sh {root}/venv {root}"
-        + (" --pubkey SIGNER.pub" if release.signed_by and not release.signer_identity else ""),
+        *_install_lines(release, root),
         "```",
         "",
         *([_signed(release), ""] if release.signed_by else []),
@@ -388,6 +388,68 @@ def render(m: Manifest) -> str:
     return f"---\n{_yaml(meta)}\n---\n\n" + body.rstrip("\n") + "\n"
 
 
+# The openssl command that checks SHA256SUMS.sig by the key in "$KEY", per key scheme
+# (securesystemslib's names; its signers' padding and digests).
+_OPENSSL_CHECKS = {
+    "ed25519": 'openssl pkeyutl -verify -pubin -inkey "$KEY" -rawin -in {sums} -sigfile {sig}',
+    "ecdsa-sha2-nistp256": 'openssl dgst -sha256 -verify "$KEY" -signature {sig} {sums}',
+    "ecdsa-sha2-nistp384": 'openssl dgst -sha384 -verify "$KEY" -signature {sig} {sums}',
+    **{
+        f"rsassa-pss-sha{n}": f"openssl dgst -sha{n} -sigopt rsa_padding_mode:pss -sigopt "
+        f'rsa_pss_saltlen:digest -verify "$KEY" -signature {{sig}} {{sums}}'
+        for n in (256, 384, 512)
+    },
+    **{
+        f"rsa-pkcs1v15-sha{n}": f'openssl dgst -sha{n} -verify "$KEY" -signature {{sig}} {{sums}}'
+        for n in (256, 384, 512)
+    },
+}
+
+
+def receiver_check(scheme: str | None, folder: str) -> list[str]:
+    """The shell lines (bash) that check a key-signed release in ``folder`` with tools
+    the receiver already trusts, before anything from the release runs (issue 55 (2)):
+    SHA256SUMS's signature by the key in ``$KEY`` (openssl), every file's digest
+    (sha256sum), no symbolic link, and no file SHA256SUMS does not list but the
+    signature files and the Hub client's (.gitattributes, .cache/huggingface/). A scheme
+    openssl has no line for here: kiln's own checker, from a kiln the receiver installed."""
+    sums, sig = signing.SUMS_FILE, signing.SUMS_SIGNATURE_FILE
+    command = _OPENSSL_CHECKS.get(scheme or "")
+    if command is None:
+        return [f'python -m kiln verify-release {folder} --key "$KEY"']
+    passing = (*signing.SIGNATURE_FILES, *signing.HUB_CLIENT_FILES)
+    passed = " ".join(f"-e {name}" for name in passing)
+    # one && chain (set -e is not kept inside a list the caller's && tests)
+    return [
+        f"(cd {folder} &&",
+        " " + command.format(sums=sums, sig=sig) + " &&",
+        f" sha256sum --check --strict --quiet {sums} &&",
+        " ! find . -type l | grep . &&   # no symbolic link (named), no file unlisted:",
+        f" find . -path ./{signing.HUB_CLIENT_FOLDER} -prune -o -type f -printf '%P\\n' "
+        f"| grep -vxF {passed} | sort | diff <(cut -c67- {sums} | sort) -)",
+    ]
+
+
+def _install_lines(release: ReleaseInfo, root: str) -> list[str]:
+    """The install block's lines after the download: for a key-signed release, first its
+    check by the receiver's own tools, then install.sh (which checks an Ed25519 signature
+    again with its own checker; told --no-verify for the other schemes it cannot read)."""
+    install = f"bash {root}/release/install.sh {root}/venv {root}"
+    if not release.signed_by or release.signer_identity:
+        return [install]
+    scheme = release.signer_scheme
+    again = ' --pubkey "$KEY"' if scheme in (None, "ed25519") else " --no-verify"
+    *check, last = receiver_check(scheme, f"{root}/release")
+    return [
+        "# check it before anything from it runs, with openssl and coreutils (bash): KEY is",
+        "# the signer's public key, had from the signer (never from the release)",
+        "KEY=$PWD/SIGNER.pub",
+        *check,
+        f"{last} && echo 'release checked: every file signed' &&",
+        f"{install}{again}",
+    ]
+
+
 def _signed(release: ReleaseInfo) -> str:
     """Who signed the release, and how to check it."""
     vouches = (
@@ -405,9 +467,13 @@ def _signed(release: ReleaseInfo) -> str:
             "installs unchecked without one."
         )
     return (
-        vouches + f"by the key with keyid `{release.signed_by}`. Given that key's public "
-        "half, install.sh checks every file against it before it installs anything "
-        "(`--pubkey`, or `KILN_RELEASE_PUBKEY`), and refuses a file changed, added or "
-        "missing; `python -m kiln verify-release . --key SIGNER.pub` checks the same. "
-        "Without a key, install.sh says it installs unchecked."
+        vouches + f"by the key with keyid `{release.signed_by}`, and so is `SHA256SUMS` "
+        "(every other file's sha256, signed alone in `SHA256SUMS.sig`). The commands "
+        "above check it with openssl and sha256sum before anything from the release runs: "
+        "a file changed, added or missing is refused (the Hub's `.gitattributes` and "
+        "`hf download`'s `.cache/huggingface/` pass by name). install.sh checks an "
+        "Ed25519 signature again with its own checker (`--pubkey`, or "
+        "`KILN_RELEASE_PUBKEY`), and refuses a signed release without a key unless told "
+        "`--no-verify`; `python -m kiln verify-release . --key SIGNER.pub` checks the "
+        "envelope with kiln."
     )

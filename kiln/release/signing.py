@@ -56,6 +56,18 @@ from kiln.release.manifest import FILE_NAME as MANIFEST_FILE
 from kiln.release.manifest import Manifest
 
 ENVELOPE_FILE = "provenance.intoto.dsse.json"
+# A key-signed release also carries its files' digests in coreutils' form and that file's
+# signature alone (raw bytes: Ed25519's 64, else DER): what the release README's first
+# instruction checks with openssl and sha256sum, tools the receiver already trusts,
+# before anything from the release runs (issue 55 (2)). Both are subjects of the envelope.
+SUMS_FILE = "SHA256SUMS"
+SUMS_SIGNATURE_FILE = "SHA256SUMS.sig"
+SIGNATURE_FILES = (ENVELOPE_FILE, SUMS_FILE, SUMS_SIGNATURE_FILE)
+# What a release folder downloaded from the Hub holds that no release has, passed by name
+# by every check: the Hub repository's own .gitattributes, and the Hub client's records
+# (`hf download --local-dir` writes .cache/huggingface/...). install.sh reads neither.
+HUB_CLIENT_FILES = (".gitattributes",)
+HUB_CLIENT_FOLDER = ".cache/huggingface"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PUBKEY_ENV = contract.SIGN_PUBKEY  # the public key of a signer kiln cannot derive it from
 PIN_ENV = contract.SIGN_PIN  # the PIN of a PKCS#11 token (hsm:)
@@ -221,12 +233,36 @@ def first_link(folder: Path) -> Path | None:
     return None
 
 
+def hub_client_file(rel: str) -> bool:
+    """Whether ``rel`` (``/``-relative) is the Hub's or its client's, not the release's."""
+    return rel in HUB_CLIENT_FILES or rel.startswith(HUB_CLIENT_FOLDER + "/")
+
+
 def release_files(folder: Path) -> Iterator[str]:
-    """Every file of a release folder but the envelope (sorted, ``/``-relative)."""
+    """Every file of a release folder but the envelope and the Hub client's files
+    (sorted, ``/``-relative)."""
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
-        if path.is_file() and rel != ENVELOPE_FILE:
+        if path.is_file() and rel != ENVELOPE_FILE and not hub_client_file(rel):
             yield rel
+
+
+def sums_text(folder: Path) -> str:
+    """``SHA256SUMS``: every file of the release but the signature files, as ``sha256sum``
+    writes it (the digest, two spaces, the path)."""
+    return "".join(
+        f"{sha256_file(folder / rel)}  {rel}\n"
+        for rel in release_files(folder)
+        if rel not in SIGNATURE_FILES
+    )
+
+
+def _sign_sums(folder: Path, signer: Signer) -> None:
+    """``SHA256SUMS`` and its signature alone (raw bytes), beside the release's files."""
+    text = sums_text(folder).encode()
+    (folder / SUMS_FILE).write_bytes(text)
+    signature = signer.sign(text)
+    (folder / SUMS_SIGNATURE_FILE).write_bytes(bytes.fromhex(signature.signature))
 
 
 def statement_bytes(folder: Path, m: Manifest) -> bytes:
@@ -240,10 +276,15 @@ def statement_bytes(folder: Path, m: Manifest) -> bytes:
 
 
 def sign(folder: Path, m: Manifest, key: SigningKey) -> Path:
-    """The DSSE envelope of ``folder`` (every file in it now), written beside them."""
-    envelope = dsse.Envelope(statement_bytes(folder, m), PAYLOAD_TYPE, {})
+    """The DSSE envelope of ``folder`` (every file in it now), written beside them; for a
+    key (not keyless: openssl cannot check a Sigstore identity) first ``SHA256SUMS`` and
+    its signature, which the envelope then vouches for too."""
     try:
-        envelope.sign(signer_now(key))
+        signer = signer_now(key)
+        if not key.identity:
+            _sign_sums(folder, signer)
+        envelope = dsse.Envelope(statement_bytes(folder, m), PAYLOAD_TYPE, {})
+        envelope.sign(signer)
     except SignatureError:  # a keyless job's fresh token refused: said as loading says it
         raise
     except Exception as exc:  # the key store's own, after the probe passed (a token pulled)

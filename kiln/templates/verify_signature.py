@@ -7,7 +7,8 @@ signer's public key (KILN_RELEASE_PUBKEY, or --pubkey).
 Checks the DSSE envelope provenance.intoto.dsse.json: its signature by the Ed25519 key
 PUBKEY.pem (RFC 8032's verification, written out below), each signed file's sha256,
 that the statement's recipes are the manifest's, and that no file in the folder is
-unsigned. Exit 0 when all hold; else one line naming the file and what is wrong, exit 19
+unsigned (but the Hub client's: .gitattributes, .cache/huggingface/). Exit 0 when all
+hold; else one line naming the file and what is wrong, exit 19
 (kiln's SignatureError). Other key types: `kiln verify-release` checks them.
 """
 
@@ -26,6 +27,10 @@ ENVELOPE = "provenance.intoto.dsse.json"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 # An Ed25519 SubjectPublicKeyInfo is this DER prefix and the 32-byte key (RFC 8410).
 ED25519_SPKI = bytes.fromhex("302a300506032b6570032100")
+# Files a release downloaded from the Hub holds that no release has (the Hub repository's
+# own, and `hf download --local-dir`'s records): passed by name, as kiln passes them.
+HUB_CLIENT_FILES = (".gitattributes",)
+HUB_CLIENT_FOLDER = ".cache/huggingface"
 
 # Ed25519 (RFC 8032, section 5.1): the curve, its base point, and verification in
 # extended coordinates.
@@ -179,10 +184,12 @@ def check(folder: Path, pubkey: Path) -> int:
     signed = statement.get("predicate", {}).get("buildDefinition", {})
     if signed.get("internalParameters", {}).get("recipes") != recipes:
         raise Refused(f"{folder / 'manifest.json'}: its recipes are not the signed statement's")
-    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - {
-        ENVELOPE
-    }
-    unnamed = sorted(present - named)
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    unnamed = sorted(
+        rel
+        for rel in present - named - {ENVELOPE}
+        if rel not in HUB_CLIENT_FILES and not rel.startswith(HUB_CLIENT_FOLDER + "/")
+    )
     if unnamed:
         raise Refused(f"{folder / unnamed[0]}: in the release folder but not signed")
     return len(named)

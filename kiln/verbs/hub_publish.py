@@ -81,9 +81,9 @@ def checked_files(release: Path) -> list[tuple[str, int]]:
         )
     files = {o.path: o.size for o in data.outputs()}
     files[manifest.FILE_NAME] = path.stat().st_size
-    envelope = release / signing.ENVELOPE_FILE  # the signature travels with the release
-    if envelope.is_file():
-        files[signing.ENVELOPE_FILE] = envelope.stat().st_size
+    for name in signing.SIGNATURE_FILES:  # the signature travels with the release
+        if (release / name).is_file():
+            files[name] = (release / name).stat().st_size
     return sorted(files.items())
 
 
@@ -92,7 +92,7 @@ def scrub(text: str, token: str | None) -> str:
 
 
 # Files a Hub repository has that no release lists: the Hub writes it on creation.
-HUB_OWN = {".gitattributes"}
+HUB_OWN = set(signing.HUB_CLIENT_FILES)
 
 
 def foreign_files(present: set[str], old_manifest: bytes | None) -> list[str]:
@@ -106,7 +106,7 @@ def foreign_files(present: set[str], old_manifest: bytes | None) -> list[str]:
             old = None
         if old is not None:
             owned |= {o.path for o in old.outputs()} | {manifest.FILE_NAME}
-            owned.add(signing.ENVELOPE_FILE)
+            owned |= set(signing.SIGNATURE_FILES)
     return sorted(present - owned)
 
 

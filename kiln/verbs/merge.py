@@ -224,6 +224,7 @@ def merge(
         update={
             "signed_by": key.keyid if key else None,
             "signer_identity": key.identity if key else None,
+            "signer_scheme": key.scheme if key else None,
         }
     )
     merged = merged.model_copy(update={"release": release})

@@ -54,6 +54,7 @@ def workspace_from_manifest(m: Manifest, release_dir: Path, dest: Path) -> Path:
     # (Options.signed_by)
     release.pop("signed_by", None)
     release.pop("signer_identity", None)
+    release.pop("signer_scheme", None)
     release.pop("require_signature", None)
     template = release.pop("readme_template_text", None)
     if template is not None and release.get("readme_template"):
@@ -172,7 +173,8 @@ BUILDER_KEYS = ("kiln_version", "kiln_commit")  # the kiln that built: not an in
 
 def compare(m: Manifest, release_dir: Path, rebuilt_dir: Path) -> list[str]:
     """Every difference between the release and its rebuild (empty: identical): the
-    files the manifest lists, the manifest itself, and the signature envelope where the
+    files the manifest lists, the manifest itself, and the signature files (the envelope,
+    SHA256SUMS and its signature) where the
     rebuild was signed too (``kiln verify --sign`` with the release's key). A manifest
     that differs only in the kiln that wrote it (:func:`builder_note`) is not a
     difference, nor then is the envelope over it: every file it lists is the same."""
@@ -183,8 +185,9 @@ def compare(m: Manifest, release_dir: Path, rebuilt_dir: Path) -> list[str]:
         report += _compare_file(out.path, release_dir, rebuilt_dir)
     if builder_note(release_dir, rebuilt_dir) is None:
         report += _compare_file(manifest.FILE_NAME, release_dir, rebuilt_dir)
-        if (rebuilt_dir / signing.ENVELOPE_FILE).is_file():
-            report += _compare_file(signing.ENVELOPE_FILE, release_dir, rebuilt_dir)
+        for name in signing.SIGNATURE_FILES:
+            if (rebuilt_dir / name).is_file():
+                report += _compare_file(name, release_dir, rebuilt_dir)
     return report
 
 
@@ -267,5 +270,6 @@ def rebuild(manifest_file: Path, opts: Options) -> Path:
         sign=opts.sign,  # the same Ed25519 key signs the same bytes: the envelope compared
         signed_by=None if opts.sign else m.release.signed_by,
         signer_identity=None if opts.sign else m.release.signer_identity,
+        signer_scheme=None if opts.sign else m.release.signer_scheme,
     )
     return stages.build(again)

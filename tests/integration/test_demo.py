@@ -327,7 +327,7 @@ def test_the_signed_demo_is_checked_by_kiln_in_toto_and_install_sh(
     assert set(InTotoEnvelope.from_dict(data).verify([key], 1)) == {key.keyid}
     readme = (release / "README.md").read_text()
     assert f"signed by the key with keyid `{key.keyid}`" in readme
-    assert re.search(r"bash \S+/install\.sh \S+ \S+ --pubkey SIGNER\.pub\n", readme), readme
+    assert re.search(r"\nbash \S+/install\.sh \S+ \S+ --pubkey \"\$KEY\"\n", readme), readme
     checked = _install(release, tmp_path, KILN_RELEASE_PUBKEY=str(public))
     assert "verify-release: " in checked.stderr and " files checked against " in checked.stderr
     assert checked.returncode not in (0, 19)  # past the check: pip found no torch offline
@@ -346,6 +346,43 @@ def test_the_signed_demo_is_checked_by_kiln_in_toto_and_install_sh(
     assert "install.sh: installing UNCHECKED: no public key given (--no-verify)" in (
         unchecked.stderr
     )
+
+
+def _readme_check(release: Path, public: Path) -> subprocess.CompletedProcess[str]:
+    """The signed demo README's install block, from its KEY line up to install.sh, run
+    by bash in ``release`` (the README's folder replaced by it) with ``public`` as KEY."""
+    text = (release / "README.md").read_text()
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    start = next(n for n, line in enumerate(block) if line.startswith("KEY="))
+    check = block[start + 1 : -1]  # up to install.sh's line
+    assert check[-1].endswith("&& echo 'release checked: every file signed' &&"), check
+    check[-1] = check[-1].removesuffix(" &&")
+    script = "\n".join([f"KEY={public}", *check]).replace("/opt/kiln/release", str(release))
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+
+
+def test_the_signed_demos_readme_check_trusts_nothing_in_the_release(
+    signed_demo: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 55 (2): the README's first instruction (openssl and sha256sum) passes the
+    signed demo as built and as the Hub's client downloads it, and refuses it when its
+    verify-release.py and a wheel were both changed (install.sh's own check would then
+    run the changed checker)."""
+    release, public = signed_demo
+    hub = shutil.copytree(release, tmp_path / "hub")
+    (hub / ".gitattributes").write_text("*.whl filter=lfs diff=lfs merge=lfs -text\n")
+    (hub / ".cache/huggingface/download").mkdir(parents=True)
+    (hub / ".cache/huggingface/download/README.md.metadata").write_text("x\ny\n1.0\n")
+    for folder in (release, hub):
+        res = _readme_check(folder, public)
+        assert res.returncode == 0 and "release checked" in res.stdout, res
+    changed = shutil.copytree(release, tmp_path / "changed")
+    (changed / "verify-release.py").write_text("print('verify-release: 9 files checked')\n")
+    (wheel,) = (changed / "wheels").glob("vecadd-*.whl")
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+    res = _readme_check(changed, public)
+    assert res.returncode != 0 and "release checked" not in res.stdout, res
+    assert "verify-release.py: FAILED" in res.stdout and f"{wheel.name}: FAILED" in res.stdout
 
 
 def test_install_sh_installs_nothing_from_a_signed_release_changed_after(

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from in_toto.models.metadata import Envelope as InTotoEnvelope  # type: ignore[i
 from securesystemslib.signer import SSlibKey
 
 from kiln.errors import SignatureError
-from kiln.release import manifest, signing
+from kiln.release import manifest, readme, signing
 from tests.conftest import REPO, artifacts_files, build_args, run_kiln
 from tests.keys import keypair
 from tests.releases import tiny_release
@@ -60,7 +61,7 @@ def test_a_signed_release_is_checked_by_kiln_the_stdlib_checker_and_in_toto(
     release, _private, public = signed
     res = run_kiln("verify-release", release, "--key", public)
     assert res.returncode == 0, res.stderr
-    assert "3 files checked against provenance.intoto.dsse.json" in res.stdout
+    assert "5 files checked against provenance.intoto.dsse.json" in res.stdout
     assert _checker(release, public).returncode == 0
     # in-toto's own verification of the same envelope, and the digests by this test
     data = json.loads((release / signing.ENVELOPE_FILE).read_text())
@@ -76,7 +77,10 @@ def test_a_signed_release_is_checked_by_kiln_the_stdlib_checker_and_in_toto(
         "README.md",
         "manifest.json",
         "wheels/x-1.0-py3-none-any.whl",
+        signing.SUMS_FILE,
+        signing.SUMS_SIGNATURE_FILE,
     }
+    assert (release / signing.SUMS_FILE).read_text() == signing.sums_text(release)
 
 
 def test_signing_is_deterministic(signed: tuple[Path, Path, Path]) -> None:
@@ -407,3 +411,113 @@ def test_a_token_key_that_cannot_sign_stops_the_build_before_anything_softhsm(
         signing.load_signer(HSM_URI)
     with pytest.raises(SignatureError, match=r"^--sign hsm:7\?label=kiln-test: "):
         signing.load_signer("hsm:7?label=kiln-test")  # no such key on the token
+
+
+# The release README's first instruction (issue 55 (2)): the receiver's own openssl and
+# sha256sum check a key-signed release before anything from it runs.
+def _receiver_check(release: Path, public: Path, scheme: str) -> subprocess.CompletedProcess[str]:
+    """The README's check lines for ``scheme``, run by bash as a receiver runs them."""
+    lines = readme.receiver_check(scheme, str(release))
+    script = "\n".join([f"KEY={public}", *lines[:-1], f"{lines[-1]} && echo CHECKED"])
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+
+
+def _hub_download(release: Path) -> str:
+    """What `hf download --local-dir` and the Hub repository add: passes by name."""
+    (release / ".gitattributes").write_text("*.whl filter=lfs diff=lfs merge=lfs -text\n")
+    records = release / ".cache" / "huggingface" / "download" / "wheels"
+    records.mkdir(parents=True)
+    (records / "x-1.0-py3-none-any.whl.metadata").write_text("abc\n0123\n1.0\n")
+    return ""
+
+
+def _checker_and_wheel_changed(release: Path) -> str:
+    """The attack of the issue: the shipped checker stubbed and a wheel changed."""
+    (release / "verify-release.py").write_text("print('verify-release: 9 files checked')\n")
+    _tamper_wheel(release)
+    return "FAILED"
+
+
+def _sums_rewritten(release: Path) -> str:
+    """A wheel changed and SHA256SUMS rewritten to match it: the signature refuses."""
+    _tamper_wheel(release)
+    sums = release / signing.SUMS_FILE
+    sums.write_text(signing.sums_text(release))
+    return "erif"  # openssl: "Signature Verification Failure" / "Verification failure"
+
+
+def _extra_file(release: Path) -> str:
+    _add_file(release)
+    return "> wheels/evil-1.0-py3-none-any.whl"
+
+
+def _symlink(release: Path) -> str:
+    _link_file(release)
+    return "./notes.md"
+
+
+def _sums_dropped(release: Path) -> str:
+    (release / signing.SUMS_FILE).unlink()
+    return "SHA256SUMS"
+
+
+@pytest.mark.parametrize("algorithm", ["ed25519", "ec", "rsa"])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda r: "",
+        _hub_download,
+        _checker_and_wheel_changed,
+        _sums_rewritten,
+        _extra_file,
+        _symlink,
+        _sums_dropped,
+    ],
+    ids=["as-signed", "hub-download", "checker-and-wheel", "sums-rewritten", "extra-file",
+         "symlink", "sums-dropped"],
+)  # fmt: skip
+def test_the_readme_check_by_openssl_and_sha256sum(
+    tmp_path: Path, algorithm: str, tamper: Callable[[Path], str]
+) -> None:
+    """A release signed by an Ed25519, ECDSA or RSA key: the README's check passes it as
+    signed and as the Hub's client downloads it, and refuses it changed in any way (the
+    shipped checker and a wheel both changed, SHA256SUMS rewritten to match, a file
+    added, a symbolic link, SHA256SUMS gone), with nothing from the release run."""
+    private, public = keypair(tmp_path, "signer", algorithm)
+    release = tiny_release(tmp_path / "release")
+    (release / "wheels").mkdir()
+    (release / "wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"a wheel's bytes")
+    (release / "verify-release.py").write_text("# the shipped checker\n")
+    key = signing.load_signer(str(private))
+    signing.sign(release, manifest.read(release / "manifest.json"), key)
+    assert (release / signing.SUMS_SIGNATURE_FILE).is_file()
+    passed = _receiver_check(release, public, key.scheme)
+    assert passed.returncode == 0 and passed.stdout.strip().endswith("CHECKED"), passed
+    said = tamper(release)
+    res = _receiver_check(release, public, key.scheme)
+    if said == "":
+        assert res.returncode == 0 and "CHECKED" in res.stdout, res
+        assert run_kiln("verify-release", release, "--key", public).returncode == 0
+        return
+    assert res.returncode != 0 and "CHECKED" not in res.stdout, res
+    assert said in res.stdout + res.stderr, res
+
+
+def test_the_readme_names_its_check_first_and_the_scheme_install_sh_reads(
+    tmp_path: Path,
+) -> None:
+    """The install block: download, the receiver's check, then install.sh (told
+    --pubkey for Ed25519, which its own checker reads; --no-verify after openssl for
+    the others, which it cannot); a keyless release keeps kiln's Sigstore check."""
+    m = manifest.read(tiny_release(tmp_path / "r") / "manifest.json")
+    for scheme, again in [("ed25519", '--pubkey "$KEY"'), ("ecdsa-sha2-nistp256", "--no-verify")]:
+        release = m.release.model_copy(update={"signed_by": "k" * 64, "signer_scheme": scheme})
+        text = readme.render(m.model_copy(update={"release": release}))
+        block = text.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+        assert block[1].startswith("hf download ")
+        check = readme.receiver_check(scheme, "/opt/kiln/release")
+        at = block.index(check[0])
+        assert block[at : at + len(check) - 1] == check[:-1]
+        assert block[-1].startswith("bash /opt/kiln/release/install.sh") and block[-1].endswith(
+            again
+        ), block
