@@ -412,6 +412,15 @@ class Build(Strict):
         "profile does not build).",
         examples=[{"sm_90a": {"MYLIB_DISABLE_SM90": "1"}}],
     )
+    arch_also: dict[Arch, list[Arch]] = Field(
+        default_factory=dict,
+        description='For `arch_control = "rewrite"` only: archs a unit written for an '
+        "arch-specific target is compiled for too, beside it (the rewrite otherwise "
+        "builds an `a` target for that arch alone): where the compiler builds the code for "
+        "them (`kiln add` compiles a unit for each and drafts this). Each key is a "
+        "target the upstream asks for, each value an arch of `archs`.",
+        examples=[{"sm_100a": ["sm_103a"]}],
+    )
     max_jobs: Annotated[int, Field(ge=1)] | None = Field(
         None,
         description="A cap, not a setting: kiln's scheduler picks `MAX_JOBS` from the "
@@ -562,6 +571,14 @@ class Vendor(Strict):
                 )
         elif b.arch_toggles:
             raise ValueError("build.arch_toggles is for build.arch_control = 'toggles'")
+        if b.arch_also and b.arch_control != "rewrite":
+            raise ValueError("build.arch_also is for build.arch_control = 'rewrite'")
+        strays = sorted({a for also in b.arch_also.values() for a in also} - set(b.archs))
+        if strays and b.archs:
+            raise ValueError(
+                f"build.arch_also names {', '.join(strays)}, not in build.archs: add it to "
+                f"build.archs or take it out of build.arch_also"
+            )
         if b.kind == "inplace" and not (b.command and b.outputs):
             raise ValueError("build.command and build.outputs are required for kind 'inplace'")
         if b.kind == "wheel" and (b.command or b.outputs or b.rebuild_command):

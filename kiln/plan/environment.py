@@ -68,7 +68,8 @@ def build_environment(
         # torch's list too, so that a torch extension without arch flags of its own does
         # not ask a GPU-less machine for its GPU; torch refuses family targets ("10.0f"):
         # their generic form covers them (docs/archs.md).
-        own.update(contract.Archs(rewrite=tuple(b.archs)).to_env())
+        also = {k: tuple(v) for k, v in b.arch_also.items()}
+        own.update(contract.Archs(rewrite=tuple(b.archs), also=also).to_env())
         own["TORCH_CUDA_ARCH_LIST"] = ";".join(
             dict.fromkeys(arch_to_torch(a.rstrip("f")) for a in b.archs)
         )

@@ -299,8 +299,10 @@ def test_a_cuda_only_tree_with_torch_headers_gets_nvccs_standard_flag(
 def test_an_upstream_arch_table_without_a_profile_arch_is_named_in_the_draft(
     workspace: Path, fixtures, build_python: Path, tmp_path: Path
 ) -> None:
-    """Issue 35 (11): setup.py maps TORCH_CUDA_ARCH_LIST through its own table, which has
-    no 10.3a: the draft says the upstream will drop sm_103a of the profile's archs."""
+    """Issue 35 (11), 54 (3): setup.py maps TORCH_CUDA_ARCH_LIST through its own table,
+    which has no 10.3a: its targets cover sm_100a, and add compiles the unit for sm_103a
+    alone; it builds, so the draft has both archs, sm_103a from the table's sm_100a
+    (build.arch_also), and predicts no refusal."""
     from tests.broken import ARCH_TABLE_SETUP, BINDING
 
     make_repo(
@@ -320,7 +322,12 @@ def test_an_upstream_arch_table_without_a_profile_arch_is_named_in_the_draft(
     added = _add(workspace, fixtures, build_python, f"{BASE_URL}table.git", None, tmp_path)
     text = added.path.read_text().replace("\n# ", " ")
     assert "setup.py:6: `TARGETS = " in text
-    assert "with no entry for 10.3a: the upstream will drop sm_103a of this recipe" in text
+    assert "those its table's targets cover: sm_100a of the profile's archs" in text
+    assert "sm_103a too: of the family of the hard-coded sm_100a, and add compiled" in text
+    assert "will drop" not in text and "kiln stops" not in text
+    build = tomllib.loads(added.path.read_text())["build"]
+    assert build["archs"] == ["sm_100a", "sm_103a"] and build["arch_control"] == "rewrite"
+    assert build["arch_also"] == {"sm_100a": ["sm_103a"]}
 
 
 def test_a_bsd_2_clause_license_is_named_as_such(

@@ -255,6 +255,35 @@ def test_a_unit_covering_only_some_built_archs_stops_at_its_first_compile(tree: 
     assert archflags.rewrite(["-shared", "k.o", "-arch=sm_100a"], BUILT, "k.so")
 
 
+def test_arch_also_builds_an_a_targets_unit_for_the_archs_it_names(tree: Path) -> None:
+    """Issue 54 (3): ``build.arch_also = {sm_100a = ["sm_103a"]}`` (what add drafts where
+    it compiled the unit for sm_103a): the unit written for sm_100a is built for both, by
+    the real nvcc through the wrapper; without it, the same call stops (above); an arch it
+    names only for another target changes nothing."""
+    also = contract.Archs(rewrite=tuple(BUILT), also={"sm_100a": ("sm_103a",)}).to_env()
+    assert also["KILN_NVCC_ALSO"] == "sm_100a:sm_103a"
+    res = _wrapped(tree, "-c", "csrc/k.cu", "-o", "k.o", *ONLY_100A, **also)
+    assert res.returncode == 0, res.stderr
+    assert device_archs(tree / "k.o") == (BUILT, [])
+    other = contract.Archs(rewrite=tuple(BUILT), also={"sm_90a": ("sm_103a",)}).to_env()
+    res = _wrapped(tree, "-c", "csrc/k.cu", "-o", "k2.o", *ONLY_100A, **other)
+    assert res.returncode == 1 and "not sm_103a" in res.stderr
+    assert contract.Archs.from_env(also).also == {"sm_100a": ("sm_103a",)}
+
+
+def test_arch_also_reaches_the_step_and_is_checked_against_the_recipe(tmp_path: Path) -> None:
+    also = {"sm_100a": ["sm_103a"]}
+    ws = Workspace(write(tmp_path, {"plain": _vendor(BUILT, arch_also=also)}))
+    _env, recorded = build_environment(ws.vendors["plain"], ws.profile, "/cuda", 0, base={})
+    assert recorded[contract.NVCC_ALSO] == "sm_100a:sm_103a"  # recorded: it makes the SASS
+    stray = _vendor(BUILT, arch_also={"sm_100a": ["sm_110a"]})
+    with pytest.raises(ConfigError, match="build.arch_also names sm_110a, not in build.archs"):
+        Workspace(write(tmp_path / "stray", {"plain": stray}))
+    hard = plain_vendor(SHA, arch_also=also)
+    with pytest.raises(ConfigError, match="build.arch_also is for build.arch_control = 'rewrite'"):
+        Workspace(write(tmp_path / "hard", {"plain": hard}))
+
+
 @pytest.mark.parametrize("nested", [False, True], ids=["objcache.py", "compileflags.py"])
 def test_a_shipped_trees_kit_rewrites_too(tmp_path: Path, nested: bool) -> None:
     """The kit's own copies (``.kiln/``, as ``rebuild_c`` runs them, kiln not importable):
@@ -290,8 +319,8 @@ def test_a_shipped_trees_kit_rewrites_too(tmp_path: Path, nested: bool) -> None:
 SHA = "a" * 40
 
 
-def _vendor(archs: list[str]) -> dict:
-    return plain_vendor(SHA, archs=archs, arch_control="rewrite")
+def _vendor(archs: list[str], **build: object) -> dict:
+    return plain_vendor(SHA, archs=archs, arch_control="rewrite", **build)
 
 
 def test_a_rewrite_recipe_builds_the_profiles_archs_or_its_share_of_them(

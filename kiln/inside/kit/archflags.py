@@ -31,6 +31,10 @@ import os
 import re
 import shlex
 
+TYPE_CHECKING = False  # typing's own costs each nvcc call its import
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
 try:
     from kiln.inside.kit import contract
 except ImportError:  # run from a tree's .kiln/: the kit's copies beside it
@@ -187,11 +191,15 @@ def target(name: str) -> Target:
     return Target(int(m[1]), m[2])
 
 
-def covers(asked: str, built: Target) -> bool:
-    """Whether code written for ``asked`` (as the flags name it) may be built for ``built``."""
+def covers(asked: str, built: Target, also: Mapping[str, Sequence[str]] | None = None) -> bool:
+    """Whether code written for ``asked`` (as the flags name it) may be built for
+    ``built``; ``also``: the recipe's ``build.arch_also`` (an asked target -> archs the
+    compiler was shown to build its code for)."""
     if asked in ANY:
         return True
     a = target(asked)
+    if also and built.name in also.get(a.name, ()):
+        return True
     if a.suffix == "":
         return a.number <= built.number
     if a.suffix == "f":
@@ -249,7 +257,12 @@ def _shown(names: list[str]) -> str:
     return ", ".join(dict.fromkeys(seen))
 
 
-def rewrite(args: list[str], built: list[str], unit: str = "this nvcc call") -> list[str]:
+def rewrite(
+    args: list[str],
+    built: list[str],
+    unit: str = "this nvcc call",
+    also: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
     """``args`` with their arch flags replaced by one ``-gencode`` per built arch their
     request covers (in ``built``'s order); a call naming no arch gets them all, unless it
     makes no device code (``-E``, ``-M``, ``--version``: left as it is)."""
@@ -264,7 +277,7 @@ def rewrite(args: list[str], built: list[str], unit: str = "this nvcc call") -> 
         if any(a in NO_CODE for a in args):
             return args
         return [*args, *(t.gencode() for t in targets)]
-    keep = [t for t in targets if any(covers(a, t) for a in asked)]
+    keep = [t for t in targets if any(covers(a, t, also) for a in asked)]
     if not keep:
         built_names = ", ".join(t.name for t in targets)
         raise Refused(unit, _shown(asked), built_names, " ".join(arch_tokens(args)))
@@ -276,18 +289,24 @@ def from_environment(args: list[str], unit: str) -> list[str]:
     ``NVCC_PREPEND_FLAGS``/``NVCC_APPEND_FLAGS`` are moved into the command line (and out
     of this process's environment, which the real nvcc inherits), so their arch flags are
     rewritten too."""
-    built = list(contract.Archs.from_env(os.environ).rewrite)
+    told = contract.Archs.from_env(os.environ)
+    built = list(told.rewrite)
     if not built:
         return args
     before = shlex.split(os.environ.pop(NVCC_ENV_FLAGS[0], ""))
     after = shlex.split(os.environ.pop(NVCC_ENV_FLAGS[1], ""))
     whole = [*before, *args, *after]
-    rewritten = rewrite(whole, built, unit)
-    check_covered(whole, built, unit)
+    rewritten = rewrite(whole, built, unit, told.also)
+    check_covered(whole, built, unit, told.also)
     return rewritten
 
 
-def check_covered(args: list[str], built: list[str], unit: str) -> None:
+def check_covered(
+    args: list[str],
+    built: list[str],
+    unit: str,
+    also: Mapping[str, Sequence[str]] | None = None,
+) -> None:
     """Raise :class:`Uncovered` where a device compile of a ``.cu`` unit asks for archs
     that cover some of ``built``, not all: its kernels would be missing on the others."""
     compiles = any(a in ("-c", "--compile", "-dc", "--device-c") for a in args)
@@ -297,7 +316,7 @@ def check_covered(args: list[str], built: list[str], unit: str) -> None:
     if first is None:
         return  # no arch flag: it gets every built arch
     targets = [target(b) for b in built]
-    keep = [t for t in targets if any(covers(a, t) for a in asked)]
+    keep = [t for t in targets if any(covers(a, t, also) for a in asked)]
     if keep and len(keep) < len(targets):
         raise Uncovered(
             unit,

@@ -73,6 +73,7 @@ FETCH_STALL_S = "KILN_FETCH_STALL_S"
 BUILD_ARCHS = "KILN_BUILD_ARCHS"
 NVCC_ARCHS = "KILN_NVCC_ARCHS"
 NVCC_EXPECT = "KILN_NVCC_EXPECT"
+NVCC_ALSO = "KILN_NVCC_ALSO"
 NVCC_DROP = "KILN_NVCC_DROP"
 CXX_APPEND = "KILN_CXX_APPEND"
 NVCC_APPEND = "KILN_NVCC_APPEND"
@@ -123,13 +124,14 @@ def _put(env: dict[str, str], name: str, words: tuple[str, ...]) -> None:
 class Archs:
     """The archs a step builds, as the host tells its compiles and its diagnosis."""
 
-    __slots__ = ("built", "expect", "rewrite")
+    __slots__ = ("also", "built", "expect", "rewrite")
 
     def __init__(
         self,
         rewrite: tuple[str, ...] = (),
         expect: tuple[str, ...] = (),
         built: tuple[str, ...] = (),
+        also: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         # every nvcc call's arch flags replaced by these (arch_control = "rewrite")
         self.rewrite = tuple(rewrite)
@@ -137,17 +139,26 @@ class Archs:
         self.expect = tuple(expect)
         # what the recipe builds, whatever the control: read by the failure's diagnosis
         self.built = tuple(built)
+        # under the rewrite: an asked target -> archs built from it too (build.arch_also)
+        self.also = {k: tuple(v) for k, v in (also or {}).items()}
 
     def to_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
         _put(env, NVCC_ARCHS, self.rewrite)
         _put(env, NVCC_EXPECT, self.expect)
         _put(env, BUILD_ARCHS, self.built)
+        _put(env, NVCC_ALSO, tuple(f"{k}:{a}" for k, v in sorted(self.also.items()) for a in v))
         return env
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Archs:
-        return cls(_words(env, NVCC_ARCHS), _words(env, NVCC_EXPECT), _words(env, BUILD_ARCHS))
+        also: dict[str, tuple[str, ...]] = {}
+        for word in _words(env, NVCC_ALSO):
+            asked, _, arch = word.partition(":")
+            also[asked] = (*also.get(asked, ()), arch)
+        return cls(
+            _words(env, NVCC_ARCHS), _words(env, NVCC_EXPECT), _words(env, BUILD_ARCHS), also
+        )
 
     @property
     def named(self) -> tuple[str, ...]:

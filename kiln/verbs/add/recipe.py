@@ -66,6 +66,7 @@ class DecidedBuild(TypedDict, total=False):
     archs: list[str]
     arch_control: str
     arch_toggles: dict[str, dict[str, str]]
+    arch_also: dict[str, list[str]]
     nvcc_threads: int | None
     mem_per_job_gib: float
     nvcc_drop_flags: list[str]
@@ -135,18 +136,73 @@ def family_candidates(common: list[str], hard: list[str], keep: list[str]) -> li
     ]
 
 
+def table_targets(f: Findings) -> list[str]:
+    """The targets an upstream's own arch tables ask nvcc for: their keys, as
+    TORCH_CUDA_ARCH_LIST spells them (``10.0a`` -> ``sm_100a``)."""
+    found = []
+    for m in f.setup:
+        for keys, _seen in m.arch_tables:
+            for key in keys:
+                spelt = re.fullmatch(r"(\d+)\.(\d)([af]?)", key.removesuffix("+PTX"))
+                if spelt:
+                    found.append(f"sm_{spelt[1]}{spelt[2]}{spelt[3]}")
+    return list(dict.fromkeys(found))
+
+
 def family_to_check(f: Findings, profiles: dict[str | None, Profile]) -> list[str]:
     """The archs :func:`_archs` would leave out as of a hard-coded 'a' target's family
-    (setup.py hard-codes sm_100a, the profile has sm_103a), for add to compile the first
-    CUDA unit for each before drafting; [] where the draft is decided otherwise."""
+    (setup.py hard-codes sm_100a, or its own arch table knows 10.0a, and the profile has
+    sm_103a), for add to compile the first CUDA unit for each before drafting; [] where
+    the draft is decided otherwise."""
     flags, common = f.arch_flags, common_archs(profiles) or list(profiles[None].archs)
     literal = [fl for fl in flags if fl.archs]
     sms = list(dict.fromkeys(a for fl in literal for a in fl.archs if a.startswith("sm_")))
     toggled = all(fl.toggle for fl in flags) and len({fl.toggle for fl in flags}) == len(flags)
-    if not f.device_sources or not sms or (literal and toggled):
+    if not f.device_sources or not flags or (literal and toggled):
         return []
-    keep = [a for a in common if any(_allows(h, a) for h in sms)]
-    return family_candidates(common, sms, keep) if keep else []
+    hard = sms or table_targets(f)
+    keep = [a for a in common if any(_allows(h, a) for h in hard)]
+    return family_candidates(common, hard, keep) if keep else []
+
+
+def _also(hard: list[str], proven: list[str]) -> dict[str, list[str]]:
+    """``build.arch_also``: each hard-coded 'a' target -> the proven archs of its family."""
+    return {
+        h: [a for a in proven if _sm(a)[0] // 10 == _sm(h)[0] // 10] for h in _kin(hard, proven)
+    }
+
+
+def _family_said(
+    f: Findings, hard: list[str], family: list[str], why: str
+) -> tuple[str, list[str], dict[str, list[str]]]:
+    """``why`` told what add's check compiles said of ``family`` (archs of the family of
+    a hard-coded 'a' target of ``hard``); the proven ones and their ``arch_also``."""
+    checked = f.family_checked or {}
+    proven = [a for a in family if a in checked and checked[a] is None]
+    refused = [a for a in family if checked.get(a)]
+    unit = f.device_sources[0] if f.device_sources else "its first CUDA unit"
+    if proven:
+        kin = ", ".join(_kin(hard, proven))
+        them = "it" if len(proven) == 1 else "each"
+        why += (
+            f" {', '.join(proven)} too: of the family of the hard-coded {kin}, and add "
+            f"compiled {unit} for {them} alone (the compiler proves the code builds there; "
+            f"an arch guard in it would have refused): build.arch_also has the rewrite "
+            f"build a unit asking for {kin} for {'it' if len(proven) == 1 else 'them'} too."
+        )
+    for arch in refused:
+        why += f" Not {arch}: the compiler refuses {unit} for it at add ({checked[arch]})."
+    unchecked = [a for a in family if a not in checked]
+    if unchecked:
+        kins = _kin(hard, unchecked)
+        why += (
+            f" Not {', '.join(unchecked)}: of the family of the hard-coded "
+            f"{', '.join(kins)}, but an 'a' target's code may use features of that arch "
+            f"alone, and add did not compile {unit} to check; where it is valid on the "
+            f"family, a patch asking for the family target (sm_{_sm(kins[0])[0]}f) builds "
+            f"{', '.join(unchecked)} too (add them to archs then)."
+        )
+    return why, proven, _also(hard, proven)
 
 
 def _kin(hard: list[str], family: list[str]) -> list[str]:
@@ -492,7 +548,10 @@ def _torch_arch(arch: str) -> str:
 def _arch_table_note(t: Table, f: Findings, b: DecidedBuild) -> None:
     """An arch table of the upstream's own (keys spelled as TORCH_CUDA_ARCH_LIST spells
     them) without an entry for an arch the recipe builds: that arch would be dropped; kiln
-    stops at the first compile then, and the draft says so now."""
+    stops at the first compile then, and the draft says so now. (Under the rewrite the
+    archs are decided by what the table's targets cover and the compiler builds.)"""
+    if b.get("arch_control") == "rewrite":
+        return
     archs = list(b.get("archs") or [])
     for m in f.setup:
         for keys, seen in m.arch_tables:
@@ -565,6 +624,7 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: Decide
     if flags:
         for fl in flags[:4]:
             _say(t, f"{fl.seen}")
+        also: dict[str, list[str]] = {}
         if sms:
             keep = [a for a in common if any(_allows(h, a) for h in sms)]
             why = (
@@ -577,33 +637,8 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: Decide
                 keep = list(common)
                 why += f" None of {where} fits them: all of them; check each compiles."
             family = family_candidates(common, sms, keep)
-            checked = f.family_checked or {}
-            proven = [a for a in family if a in checked and checked[a] is None]
-            refused = [a for a in family if checked.get(a)]
-            if proven:
-                unit = f.device_sources[0]
-                keep = [a for a in common if a in keep or a in proven]
-                why += (
-                    f" {', '.join(proven)} too: of the family of the hard-coded "
-                    f"{', '.join(_kin(sms, proven))}, and add compiled {unit} for "
-                    f"{'it' if len(proven) == 1 else 'each'} alone (the compiler proves "
-                    f"the code builds there; an arch guard in it would have refused)."
-                )
-            for arch in refused:
-                why += (
-                    f" Not {arch}: the compiler refuses {f.device_sources[0]} for it at add "
-                    f"({checked[arch]})."
-                )
-            family = [a for a in family if a not in checked]
-            if family:
-                kin = _kin(sms, family)
-                why += (
-                    f" Not {', '.join(family)}: of the family of the hard-coded "
-                    f"{', '.join(kin)}, but an 'a' target's code "
-                    f"may use features of that arch alone; where it is valid on the family, a "
-                    f"patch asking for the family target (sm_{_sm(keep[0])[0]}f) builds "
-                    f"{', '.join(family)} too (add them to archs then)."
-                )
+            why, proven, also = _family_said(f, sms, family, why)
+            keep = [a for a in common if a in keep or a in proven]
         else:
             keep = list(common)
             tables = [(keys, seen) for m in f.setup for keys, seen in m.arch_tables]
@@ -614,10 +649,34 @@ def _archs(t: Table, f: Findings, profiles: dict[str | None, Profile], b: Decide
             )
             why = (
                 f"setup.py computes its arch flags {how}: kiln's compiler wrapper rewrites "
-                f"every compile's arch flags to the recipe's archs, all of {where}; check "
-                f"that the code compiles for each."
+                f"every compile's arch flags to the recipe's archs"
             )
+            table = table_targets(f)
+            covered = [a for a in common if any(_allows(h, a) for h in table)]
+            if covered:
+                # the table asks nvcc for its own targets: an arch it has no entry for is
+                # built only where one of them covers it, or where the compiler proves the
+                # code of its family's target builds there (build.arch_also)
+                why += f", those its table's targets cover: {', '.join(covered)} of {where}."
+                family = family_candidates(common, table, covered)
+                why, proven, also = _family_said(f, table, family, why)
+                keep = [a for a in common if a in covered or a in proven]
+                left = [a for a in common if a not in keep and a not in family]
+                if left:
+                    them = "it" if len(left) == 1 else "them"
+                    why += (
+                        f" Not {', '.join(left)}: no target of its table covers {them}; give "
+                        f"the table an entry (a patch in patches/) to build {them}."
+                    )
+            else:
+                why += f", all of {where}; check that the code compiles for each."
         _choose(t, b, why, keep, "rewrite")
+        if also:
+            inline = tomlkit.inline_table()
+            for asked, archs in also.items():
+                inline.append(asked, archs)
+            t.add("arch_also", inline)
+            b["arch_also"] = also
         return
     torch_ext = f.first("torch_extension")
     reads = [r for r in f.env_reads if r.name == "TORCH_CUDA_ARCH_LIST"]
