@@ -107,6 +107,18 @@ class Profile(Strict):
             return None
         return f"torch=={Version(self.torch).public}"
 
+    @property
+    def wheel_platforms(self) -> list[str]:
+        """pip's ``--platform`` values for this profile's build tools, newest first: every
+        manylinux glibc up to 2.39 (the newest a CUDA 13 image has) and the legacy names.
+        pip does not widen a ``manylinux_2_28`` it is given to the older tags (a tool whose
+        wheel is manylinux_2_12, swig's, was "not found")."""
+        machine = self.platform.removeprefix("linux_")
+        return [
+            *(f"manylinux_2_{minor}_{machine}" for minor in range(39, 4, -1)),
+            *(f"{legacy}_{machine}" for legacy in ("manylinux2014", "manylinux2010", "manylinux1")),
+        ]
+
 
 class JitCache(Strict):
     """A JIT kernel cache the release may carry (`kiln pack-jit-cache`): its folder name

@@ -42,7 +42,7 @@ def pip_command(profile: Profile, reqs: list[str], target: Path, report: Path) -
         sys.executable,
         *("-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--no-input"),
         *("--only-binary=:all:", "--python-version", profile.python),
-        *("--platform", "manylinux_2_28_" + profile.platform.removeprefix("linux_")),
+        *(arg for platform in profile.wheel_platforms for arg in ("--platform", platform)),
         *("--target", str(target), "--report", str(report)),
         *index,
         *reqs,

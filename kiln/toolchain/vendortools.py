@@ -39,7 +39,7 @@ def pip_command(reqs: Sequence[str], profile: Profile, target: Path, offline: bo
         sys.executable,
         *("-m", "pip", "install", "--quiet", "--no-input", "--disable-pip-version-check"),
         *("--no-deps", "--only-binary=:all:", "--python-version", profile.python),
-        *("--platform", "manylinux_2_28_" + profile.platform.removeprefix("linux_")),
+        *(arg for platform in profile.wheel_platforms for arg in ("--platform", platform)),
         *("--target", str(target)),
         *(["--no-index"] if offline else []),
         *reqs,

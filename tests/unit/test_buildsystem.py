@@ -55,7 +55,9 @@ def test_add_pins_the_build_systems_requires_with_their_dependencies(
     index = tmp_path / "index"
     index.mkdir()
     _wheel(index, "skbuild-core", "0.11.6", ["pathspec>=0.10.1", "packaging>=21.3"])
-    _wheel(index, "pathspec", "0.12.1", [])
+    # a wheel of an older manylinux alone (as swig's): pip, told manylinux_2_28 alone,
+    # did not take it ("from versions: none"), and the draft said "set by hand"
+    _wheel(index, "pathspec", "0.12.1", [], tag="py3-none-manylinux_2_12_x86_64")
     _wheel(index, "packaging", "25.0", [])
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_NO_INDEX", "1")

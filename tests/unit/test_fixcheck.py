@@ -21,17 +21,19 @@ RESOLVE = {
 }
 
 
-def _wheel(folder: Path, name: str, version: str, requires: list[str]) -> None:
+def _wheel(
+    folder: Path, name: str, version: str, requires: list[str], tag: str = "py3-none-any"
+) -> None:
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
     files = {
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
         + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
+        f"Tag: {tag}\n",
     }
     files[f"{info}/RECORD"] = "".join(f"{k},,\n" for k in [*files, f"{info}/RECORD"])
-    with zipfile.ZipFile(folder / f"{dist}-{version}-py3-none-any.whl", "w") as z:
+    with zipfile.ZipFile(folder / f"{dist}-{version}-{tag}.whl", "w") as z:
         for path, text in files.items():
             z.writestr(path, text)
 

@@ -78,9 +78,16 @@ def _pins(findings: scan.Findings, profile: Profile, offline: bool) -> dict[str,
     wanted += findings.build_system_unmet
     if offline or not wanted:
         return {}
-    got, _, failed = fixcheck.dry_resolve(profile, wanted)
-    if failed:
-        log.warning("build tools %s not resolved (%s): the draft says what to set", wanted, failed)
+    got, said, failed = fixcheck.dry_resolve(profile, wanted)
+    if failed or not got:
+        lines = said.strip().splitlines()
+        errors = [ln for ln in lines if ln.startswith("ERROR:")]
+        why = failed or next(iter(errors), lines[-1] if lines else "no output")
+        log.warning(
+            "build tools %s not resolved on the profile's index (%s): the draft says what to set",
+            ", ".join(wanted),
+            why,
+        )
     pins = {canonicalize_name(k): v for k, v in got.items()}
     return {k: v for k, v in pins.items() if findings.build_venv.get(k) != v}
 
