@@ -34,6 +34,7 @@ import difflib
 import json
 import re
 import subprocess
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -323,6 +324,33 @@ def test_an_import_over_its_time_limit_releases_with_the_limit_raised_as_printed
     again = _build(tmp_path, ws, cases.mirrors, build_python)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "building (jobs" not in again.stderr  # the proof alone: the wheel was kept
+
+
+def test_a_package_that_raises_at_import_releases_with_the_skip_as_printed(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """raises-at-import (issue 55 (3): a raising ``__init__``): the printed
+    ``import_proof.skip = { ... }``, its REASONs filled in and pasted into [build] as
+    printed, and the next build proves the kept wheel without those imports and releases."""
+    cases = landing.make(tmp_path / "landing")
+    ws = write(
+        tmp_path / "ws",
+        {"raises": landing.vendor("raises", cases.commits["raises"])},
+        profile=PROFILE_NO_TORCH,
+    )
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 18, res.stderr[-3000:]
+    fix = printed_fixes(res.stderr)["raises"]
+    said = re.search(r"with the reason: (import_proof\.skip = \{.*\}) in \[build\] of", fix)
+    assert said, fix
+    line = said[1].replace('"REASON"', '"configured for another cluster at import"')
+    recipe = ws / "vendors" / "raises.toml"
+    text = recipe.read_text()
+    recipe.write_text(text.replace("[build]\n", f"[build]\n{line}\n", 1))
+    assert tomllib.loads(recipe.read_text())["build"]["import_proof"]["skip"]
+    again = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "release ready" in again.stderr
 
 
 def test_a_setup_import_given_as_the_vendors_own_build_tools_releases(
