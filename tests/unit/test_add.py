@@ -877,3 +877,19 @@ def test_a_gpu_probe_with_its_own_switch_drafts_the_switch(tmp_path: Path) -> No
     said = " ".join(tomlkit.dumps(table).replace("#", " ").split())
     assert "no variable of its own forces it" in said and "a patch" in said
     assert _setup(tmp_path, "import os\n").gpu_probe is None
+
+
+def test_a_torch_extension_named_through_the_module_is_one(tmp_path: Path) -> None:
+    """``from torch.utils import cpp_extension`` then ``cpp_extension.CUDAExtension(...)``
+    (IST-DASLab/marlin's setup.py): a torch extension, so add's check compiles its units
+    with torch's own -std=c++20 (as a stranger's build would have it), not the compiler's
+    default C++17, which torch's headers refuse (the draft was refused at add)."""
+    (tmp_path / "setup.py").write_text(
+        "from setuptools import setup\n"
+        "from torch.utils import cpp_extension\n"
+        "setup(name='m', ext_modules=[cpp_extension.CUDAExtension('m_cuda', ['m.cpp', 'k.cu'])],\n"
+        "      cmdclass={'build_ext': cpp_extension.BuildExtension})\n"
+    )
+    found = pysetup.read(tmp_path, "setup.py")
+    assert found.torch_extension is not None and found.torch_extension.line == 3
+    assert found.build_extension is not None

@@ -470,6 +470,16 @@ class _Reader:
                     self.out.torch_extension = self.seen(node)
                 if "BuildExtension" in imported and not self.out.build_extension:
                     self.out.build_extension = self.seen(node)
+            # the module imported whole: `from torch.utils import cpp_extension` then
+            # `cpp_extension.CUDAExtension(...)` (IST-DASLab/marlin), or `torch.utils.
+            # cpp_extension.BuildExtension`
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value).endswith(
+                "cpp_extension"
+            ):
+                if node.attr in ("CUDAExtension", "CppExtension") and not self.out.torch_extension:
+                    self.out.torch_extension = self.seen(node)
+                if node.attr == "BuildExtension" and not self.out.build_extension:
+                    self.out.build_extension = self.seen(node)
 
     def _strings(self) -> None:
         for node in self._walk():
