@@ -893,3 +893,31 @@ def test_a_torch_extension_named_through_the_module_is_one(tmp_path: Path) -> No
     found = pysetup.read(tmp_path, "setup.py")
     assert found.torch_extension is not None and found.torch_extension.line == 3
     assert found.build_extension is not None
+
+
+def test_the_unit_check_gives_a_torch_extensions_cuda_unit_torchs_own_nvcc_flags(
+    workspace: Path, fixtures, build_python: Path, tmp_path: Path
+) -> None:
+    """torch's BuildExtension gives every CUDA unit its COMMON_NVCC_FLAGS
+    (``-D__CUDA_NO_HALF_OPERATORS__``, ...): the check does too, read from the build
+    venv's torch (without them rusty1s/pytorch_cluster's fps_cuda.cu failed at add with
+    "more than one operator ">" matches", though its build passes). The unit here fails
+    to compile without them."""
+    setup = (
+        "from setuptools import setup\n"
+        "from torch.utils.cpp_extension import BuildExtension, CUDAExtension\n"
+        'setup(name="halfops", version="0.1", cmdclass={"build_ext": BuildExtension},\n'
+        '      ext_modules=[CUDAExtension("halfops._C", ["csrc/k.cu"])])\n'
+    )
+    unit = (
+        "#ifndef __CUDA_NO_HALF_OPERATORS__\n#error compiled unlike torch compiles it\n#endif\n"
+        "__global__ void k(float* x) { x[0] = 1.0f; }\n"
+    )
+    make_repo(
+        fixtures.root / "halfops.git",
+        [CommitSpec("half", {"setup.py": setup, "csrc/k.cu": unit, "LICENSE": BSD2})],
+    )
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}halfops.git", None, tmp_path)
+    [compiled] = added.compiled
+    assert (compiled.unit, compiled.kind, compiled.missing) == ("csrc/k.cu", "CUDA", None)
+    assert "-D__CUDA_NO_HALF_OPERATORS__" in compiled.command

@@ -9,6 +9,7 @@ standard the build venv's torch requires.
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 import tomllib
@@ -91,6 +92,8 @@ class Findings:
     system_headers: list[SystemHeader] = field(default_factory=list)
     pip_headers: list[PipHeader] = field(default_factory=list)
     torch_cxx: tuple[int, Seen] | None = None  # the standard torch's headers require
+    # the flags torch's BuildExtension gives every CUDA unit (its COMMON_NVCC_FLAGS)
+    torch_nvcc_flags: tuple[str, ...] = ()
     license: license_text.LicenseFile | None = None
     submodules: list[SubmoduleFinding] = field(default_factory=list)
     title: str = ""
@@ -269,6 +272,7 @@ def scan(co: Checkout, env: Environment) -> Findings:
         elif pip and not deb:
             found.pip_headers.append(PipHeader(inc.header, pip, inc))
     found.torch_cxx = torch_cxx(env.site_packages)
+    found.torch_nvcc_flags = torch_nvcc_flags(env.site_packages)
     found.missing_imports = missing_imports(tree, found.setup, env.site_packages)
     found.requires = runtime_requires(tree, found.setup)
     if "pybind11/numpy.h" in found.closure.first:  # its functions take numpy arrays
@@ -378,6 +382,28 @@ def torch_cxx(site_packages: Path | None) -> tuple[int, Seen] | None:
             shown = f"torch/include/{rel}"
             return _CPLUSPLUS_STD[int(m.group(1))], Seen(shown, line, m.group(0).split("\n")[0])
     return None
+
+
+def torch_nvcc_flags(site_packages: Path | None) -> tuple[str, ...]:
+    """``COMMON_NVCC_FLAGS`` of the build venv's torch.utils.cpp_extension, read from its
+    text (importing torch costs seconds): torch's BuildExtension gives them to every CUDA
+    unit (``-D__CUDA_NO_HALF_OPERATORS__``, ...); without them a unit that reaches both
+    torch's and CUDA's half types fails ("more than one operator ">" matches")."""
+    path = site_packages / "torch" / "utils" / "cpp_extension.py" if site_packages else None
+    if path is None or not path.is_file():
+        return ()
+    for node in ast.parse(path.read_text(errors="replace")).body:
+        if (
+            isinstance(node, ast.Assign)
+            and [ast.unparse(t) for t in node.targets] == ["COMMON_NVCC_FLAGS"]
+            and isinstance(node.value, ast.List)
+        ):
+            return tuple(
+                e.value
+                for e in node.value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            )
+    return ()
 
 
 def _title(tree: Path) -> str:

@@ -116,7 +116,8 @@ def command(
         nvcc = env.cuda_home / "bin" / "nvcc" if env.cuda_home is not None else Path("nvcc")
         archs = build.get("archs")
         gencode = [target(str(a)).gencode() for a in archs] if isinstance(archs, list) else []
-        head = [str(nvcc), "-c", "-x", "cu", *NVCC_COMMON, *gencode]
+        torch = f.torch_nvcc_flags if f.first("torch_extension") else ()
+        head = [str(nvcc), "-c", "-x", "cu", *NVCC_COMMON, *torch, *gencode]
     else:
         head = [os.environ.get("CXX", "g++"), "-c", "-x", "c++", "-fPIC"]
     return [*head, *upstream, *appended, *defines, *include_dirs(index, f, unit, env), unit]
