@@ -280,13 +280,15 @@ def isolated(
     env: Mapping[str, str],
     writable: Sequence[Path] = (),
     protected: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
 ) -> Iterator[tuple[list[str], dict[str, str]]]:
     """(argv, env) that run ``argv`` in a network namespace of its own, the file system
     read-only but for ``writable`` (the step's tree, its outputs, logs and the caches it
     writes, as the Docker runner mounts them), with a /tmp and /var/tmp of its own and a
     TMPDIR of its own on disk (removed after it); ``protected`` (kiln's own venv, its
-    cache) stays read-only but for what of it is ``writable``. As they are where no
-    namespace can be made.
+    cache) stays read-only but for what of it is ``writable``; ``readable`` (the
+    command's ``readonly``: a wheel to install, an environment) and what the command and
+    its environment name are seen read-only. As they are where no namespace can be made.
 
     The own TMPDIR: a step has a pid namespace of its own, so two steps' processes may
     have the same pid, and nvcc names its temporary files by pid
@@ -317,7 +319,8 @@ def isolated(
         # not be importable from the step's folder (kiln run from a checkout is not); its
         # folder is named, so it is bound in where kiln lies under /tmp
         command = [sys.executable, "-I", netrefuse.__file__, "--", *command]
-        layers = _layers([*command, *step_env.values()], writes, protected)
+        named = [*command, *step_env.values(), *(str(p) for p in readable)]
+        layers = _layers(named, writes, protected)
         how, program = found
         if how == "unshare":
             yield _unshare_argv(program, _unshare_setup(layers, scratch), command), step_env

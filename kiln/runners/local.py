@@ -91,7 +91,10 @@ class LocalRunner:
         protected = [Path(sys.prefix), Path(sys.base_prefix), self._cache]
         if cmd.network or not isolation.isolates():
             return self._limited(cmd, cmd.argv, cmd.env)
-        with isolation.isolated(cmd.argv, cmd.env, cmd.writable, protected) as (argv, env):
+        with isolation.isolated(cmd.argv, cmd.env, cmd.writable, protected, cmd.readonly) as (
+            argv,
+            env,
+        ):
             return self._limited(cmd, argv, env)
 
     def _limited(

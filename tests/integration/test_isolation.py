@@ -244,7 +244,9 @@ def test_steps_at_once_with_the_same_pid_have_temporary_folders_of_their_own(
 _FIXED_NAMES = (
     'for d in /tmp /var/tmp; do echo "$STEP" > "$d/kiln-fixed-name"; done; sleep 2; '
     'for d in /tmp /var/tmp; do [ "$(cat "$d/kiln-fixed-name")" = "$STEP" ] || exit 3; done; '
-    'for f in /tmp/kiln-host-only-*/secret; do [ -e "$f" ] && exit 4; done; echo private'
+    'for f in /tmp/kiln-host-only-*/secret; do [ -e "$f" ] && exit 4; done; '
+    'for f in /tmp/kiln-given-*/given; do [ "$(cat "$f")" = given ] || exit 5; '
+    '(echo x > "$f") 2>/dev/null && exit 6; done; echo private'
 )
 
 
@@ -255,7 +257,8 @@ def test_each_step_has_a_tmp_and_var_tmp_of_its_own(
     """A program that writes /tmp or /var/tmp by name (not through TMPDIR) writes a
     folder of the step's own (issue 55 (1)): two steps at once writing the same name each
     read their own back, nothing is left on the machine after them, and what the machine
-    keeps in /tmp that the step was not given is not there for it to read."""
+    keeps in /tmp that the step was not given is not there for it to read; what it was
+    given read-only (a wheel to install) it reads and cannot write."""
     _needs(env)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -264,6 +267,8 @@ def test_each_step_has_a_tmp_and_var_tmp_of_its_own(
         Path(d, "kiln-fixed-name").unlink(missing_ok=True)
     hosts = Path(tempfile.mkdtemp(prefix="kiln-host-only-", dir="/tmp")) / "secret"
     hosts.write_text("the machine's")
+    given = Path(tempfile.mkdtemp(prefix="kiln-given-", dir="/tmp")) / "given"
+    given.write_text("given")  # the command's readonly: seen, not written
     runner = LocalRunner(None, None, tmp_path / "cache", tmp_path / "logs")
     results: dict[str, proc.Result] = {}
 
@@ -274,6 +279,7 @@ def test_each_step_has_a_tmp_and_var_tmp_of_its_own(
             env={**os.environ, "STEP": name},
             what=f"step {name}",
             writable=[tmp_path / name],
+            readonly=[given],
             check=False,
         )
         results[name] = runner.run(cmd)
@@ -286,6 +292,7 @@ def test_each_step_has_a_tmp_and_var_tmp_of_its_own(
             t.join()
     finally:
         shutil.rmtree(hosts.parent)
+        shutil.rmtree(given.parent)
     assert {n: (r.returncode, r.output.strip()) for n, r in results.items()} == {
         "a": (0, "private"),
         "b": (0, "private"),
