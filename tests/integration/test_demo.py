@@ -350,14 +350,16 @@ def test_the_signed_demo_is_checked_by_kiln_in_toto_and_install_sh(
 
 def _readme_check(release: Path, public: Path) -> subprocess.CompletedProcess[str]:
     """The signed demo README's install block, from its KEY line up to install.sh, run
-    by bash in ``release`` (the README's folder replaced by it) with ``public`` as KEY."""
+    by bash in ``release`` (the README's release folder replaced by it) with ``public``
+    as KEY."""
     text = (release / "README.md").read_text()
     block = text.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
     start = next(n for n, line in enumerate(block) if line.startswith("KEY="))
     check = block[start + 1 : -1]  # up to install.sh's line
     assert check[-1].endswith("&& echo 'release checked: every file signed' &&"), check
     check[-1] = check[-1].removesuffix(" &&")
-    script = "\n".join([f"KEY={public}", *check]).replace("/opt/kiln/release", str(release))
+    folder = check[0].removeprefix("(cd ").removesuffix(" &&")  # the README's install root
+    script = "\n".join([f"KEY={public}", *check]).replace(folder, str(release))
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
 
 
