@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,8 @@ _OPTION = re.compile(r"^\s*option\s*\(\s*(\w+)\s+(\"[^\"]*\"|\S+)\s*(\w+)?\s*\)"
 _CACHED = re.compile(r"^\s*set\s*\(\s*(\w+)\s+(\"[^\"]*\"|[^\s)]+)\s+CACHE\s+(\w+)", re.I)
 _IF = re.compile(r"^\s*(if|elseif)\s*\((.*)\)\s*$", re.I)
 _ELSE = re.compile(r"^\s*else\s*\(", re.I)
+# a plain variable set to a boolean: ``set(BUILD_CUDA ON)``
+_SET_BOOL = re.compile(r"^\s*set\s*\(\s*(\w+)\s+\"?(\w+)\"?\s*\)", re.I)
 _ENDIF = re.compile(r"^\s*endif\s*\(", re.I)
 _CUDA = re.compile(
     r"enable_language\s*\(\s*CUDA\b|find_package\s*\(\s*CUDA(?:Toolkit)?\b|\bCUDA::\w"
@@ -107,10 +109,44 @@ def cuda_switches(tree: Path, submodules: Sequence[str] = ()) -> list[Switch]:
                 declared.setdefault(m.group(1), (_value(m.group(3) or "OFF"), f"{rel}:{i}"))
             elif m := _CACHED.match(line):
                 declared.setdefault(m.group(1), (_value(m.group(2)), f"{rel}:{i}"))
+    # a plain variable a switch's value sets (bitsandbytes: ``if(${COMPUTE_BACKEND} STREQUAL
+    # "cuda")`` sets ``BUILD_CUDA ON``, and ``if(BUILD_CUDA)`` gates the CUDA part): it
+    # stands for that switch at that value
+    derived: dict[str, tuple[str, str, str]] = {}  # name -> (switch, its value, if's file:line)
+    for line, stack in _walk(tree, lines_of):
+        m = _SET_BOOL.match(line)
+        if not m or m.group(2).upper() not in _TRUE or m.group(1) in declared:
+            continue
+        for condition, where in (e for e in stack if e is not None):
+            for name in declared:
+                value = _enabling(condition, name)
+                if value is not None and m.group(1) not in derived:
+                    derived[m.group(1)] = (name, value, where)
     found: dict[str, Switch] = {}
+    for line, stack in _walk(tree, lines_of):
+        if not _CUDA.search(line):
+            continue
+        for condition, where in (e for e in stack if e is not None):
+            for name, (default, at) in declared.items():
+                value = _enabling(condition, name)
+                if value is None or _same(default, value) or name in found:
+                    continue
+                found[name] = Switch(name, default, value, at, where)
+            for var, (name, value, gate) in derived.items():
+                default, at = declared[name]
+                if _enabling(condition, var) == "ON" and not _same(default, value):
+                    found.setdefault(name, Switch(name, default, value, at, gate))
+    return list(found.values())
+
+
+def _walk(
+    tree: Path, lines_of: Mapping[Path, list[str]]
+) -> Iterator[tuple[str, list[tuple[str, str] | None]]]:
+    """Each line of each file that is not an if/else/endif, with the if()s around it
+    (condition, file:line; None for an else branch)."""
     for path, lines in lines_of.items():
         rel = path.relative_to(tree).as_posix()
-        stack: list[tuple[str, str] | None] = []  # (condition, file:line); None: an else
+        stack: list[tuple[str, str] | None] = []
         for i, line in enumerate(lines, 1):
             if m := _IF.match(line):
                 if m.group(1).lower() == "if":
@@ -124,18 +160,7 @@ def cuda_switches(tree: Path, submodules: Sequence[str] = ()) -> list[Switch]:
             if _ENDIF.match(line) and stack:
                 stack.pop()
                 continue
-            if not _CUDA.search(line):
-                continue
-            for entry in stack:
-                if entry is None:
-                    continue
-                condition, where = entry
-                for name, (default, at) in declared.items():
-                    value = _enabling(condition, name)
-                    if value is None or _same(default, value) or name in found:
-                        continue
-                    found[name] = Switch(name, default, value, at, where)
-    return list(found.values())
+            yield line, stack
 
 
 def set_by(switch: Switch, command: Sequence[str], env: Mapping[str, str]) -> bool:

@@ -77,3 +77,25 @@ def test_a_pep517_cmake_build_gets_the_switch_in_cmake_args(tmp_path: Path) -> N
     assert decided["env"] == {"CMAKE_ARGS": "-DWITH_GPU=ON -DBACKEND=cuda"}
     said = " ".join(tomlkit.dumps(table).replace("#", " ").split())
     assert "CMakeLists.txt:3: WITH_GPU defaults to OFF, which leaves the CUDA part out" in said
+
+
+def test_a_switch_that_sets_a_variable_gating_the_cuda_part_is_named(tmp_path: Path) -> None:
+    """bitsandbytes' shape (issue 54 (2)): the backend switch sets a plain variable, and
+    that variable's if() gates the CUDA part; the switch is named at its own if()."""
+    (tmp_path / "CMakeLists.txt").write_text(
+        'set(COMPUTE_BACKEND "cpu" CACHE STRING "cpu, cuda, hip")\n'
+        "set(BUILD_CUDA OFF)\n"
+        'if(${COMPUTE_BACKEND} STREQUAL "cuda")\n'
+        "  set(BUILD_CUDA ON)\n"
+        'elseif(${COMPUTE_BACKEND} STREQUAL "hip")\n'
+        "  set(BUILD_HIP ON)\n"
+        "endif()\n"
+        "if(BUILD_CUDA)\n"
+        "  enable_language(CUDA)\n"
+        "  target_link_libraries(k PUBLIC CUDA::cublas)\n"
+        "endif()\n"
+    )
+    (found,) = cmakeswitch.cuda_switches(tmp_path)
+    assert (found.name, found.default, found.enables, found.declared, found.gates) == (
+        "COMPUTE_BACKEND", "cpu", "cuda", "CMakeLists.txt:1", "CMakeLists.txt:3",
+    )  # fmt: skip

@@ -757,6 +757,12 @@ def _parallelism(t: Table, f: Findings, b: DecidedBuild) -> None:
             f"MAX_JOBS: {build_ext}: torch's BuildExtension runs ninja with MAX_JOBS jobs; "
             f"kiln's scheduler sets it from the memory budget (no cap).",
         )
+    elif "scikit_build_core" in f.backend.detail:
+        _say(
+            t,
+            f"MAX_JOBS: {f.backend.detail}: CMake builds the units with its generator's own "
+            f"parallelism (ninja), not setuptools (no cap).",
+        )
     elif f.setup:
         _say(
             t,
