@@ -76,6 +76,8 @@ def build_environment(
     env.update(own)
     for key, value in b.env.items():
         own[key] = env[key] = Template(value).safe_substitute(env)
+    if b.arch_control == "rewrite":
+        _cmake_archs(own, env, b.archs)
     recorded = {k: v for k, v in own.items() if k != "PATH"}
     # not recorded: the archs the step builds, for its diagnosis (kiln.inside.causes); and
     # under torch-arch-list, the archs each CUDA unit must make (an upstream that maps
@@ -86,6 +88,22 @@ def build_environment(
     if nvcc_threads is not None:
         env["NVCC_THREADS"] = str(nvcc_threads)
     return env, recorded
+
+
+def _cmake_archs(own: dict[str, str], env: dict[str, str], archs: list[str]) -> None:
+    """Under the rewrite, CMake is told the build's archs (as numbers: the wrapper gives
+    each compile the recipe's targets) through ``CUDAARCHS`` and, for scikit-build-core
+    and setup.py's CMake, ``CMAKE_ARGS`` (the recipe's own kept before it): a project
+    that defaults to ``native`` (AMYPAD/CuVec) otherwise fails its configure where no GPU
+    answers ("CUDA_ARCHITECTURES is set to "native", but no GPU was detected")."""
+    numbers = ";".join(dict.fromkeys(a.removeprefix("sm_").rstrip("af") for a in archs))
+    if not numbers:
+        return
+    own.setdefault("CUDAARCHS", numbers)
+    given = own.get("CMAKE_ARGS", env.get("CMAKE_ARGS", ""))
+    if "CMAKE_CUDA_ARCHITECTURES" not in given:
+        own["CMAKE_ARGS"] = f"{given} -DCMAKE_CUDA_ARCHITECTURES={numbers}".strip()
+    env.update({k: own[k] for k in ("CUDAARCHS", "CMAKE_ARGS")})
 
 
 def step_files(

@@ -7,6 +7,8 @@ the recipe's archs and environment."""
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -419,3 +421,46 @@ def test_an_unknown_arch_the_upstream_hard_codes_is_dropped_by_an_edit(
         }
     asked = diagnose.diagnose(output, tmp_path, {"KILN_BUILD_ARCHS": "sm_101a"}, "v")
     assert asked.cause is not None and asked.cause.edit is None  # kiln's own arch
+
+
+NATIVE_CMAKE = """\
+cmake_minimum_required(VERSION 3.24)
+project(p LANGUAGES CXX)
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES native CACHE STRING "CUDA arch" FORCE)
+endif()
+enable_language(CUDA)
+add_library(k SHARED k.cu)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(NVCC), reason=f"no nvcc at {NVCC}")
+def test_cmake_is_told_the_builds_archs_where_it_defaults_to_native(tmp_path: Path) -> None:
+    """A CMake project that defaults CMAKE_CUDA_ARCHITECTURES to ``native``
+    (AMYPAD/CuVec) fails its configure where no GPU answers; under the rewrite the step's
+    CMAKE_ARGS (read by scikit-build-core and setup.py's CMake) and CUDAARCHS carry the
+    build's archs, after the recipe's own CMAKE_ARGS. Real cmake, configured both ways."""
+    if not shutil.which("cmake"):
+        pytest.skip("cmake is not installed")
+    ws = Workspace(
+        write(tmp_path / "ws", {"plain": _vendor(BUILT, env={"CMAKE_ARGS": "-DWITH_GPU=ON"})})
+    )
+    env, recorded = build_environment(ws.vendors["plain"], ws.profile, "/cuda", 0, base={})
+    assert recorded["CMAKE_ARGS"] == "-DWITH_GPU=ON -DCMAKE_CUDA_ARCHITECTURES=100;103"
+    assert recorded["CUDAARCHS"] == "100;103"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(NATIVE_CMAKE)
+    (project / "k.cu").write_text(KERNEL)
+    run = {**os.environ, "CUDACXX": NVCC}
+    for folder, args in (("told", shlex.split(env["CMAKE_ARGS"])), ("untold", [])):
+        res = subprocess.run(
+            ["cmake", "-S", str(project), "-B", str(tmp_path / folder), *args],
+            env=run, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        said = res.stdout + res.stderr
+        assert (res.returncode == 0) == (folder == "told"), said[-2000:]
+    assert 'CUDA_ARCHITECTURES is set to "native", but no GPU was detected' in said
+    hard = Workspace(write(tmp_path / "hard", {"plain": plain_vendor(SHA)}))
+    _env, recorded = build_environment(hard.vendors["plain"], hard.profile, "/cuda", 0, base={})
+    assert "CMAKE_ARGS" not in recorded  # only where the wrapper rewrites the archs
