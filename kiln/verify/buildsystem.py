@@ -15,19 +15,44 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from kiln.verify import imports
 
+# What a backend's get_requires_for_build_wheel adds to ``requires`` for a setting of its
+# own (kiln calls no such hook: it builds without isolation, from what it pinned):
+# scikit-build-core's metadata providers, by the module a [tool.scikit-build] metadata
+# field names (extending-jax: its version from setuptools-scm, which its requires lack).
+PROVIDER_REQUIRES = {
+    "scikit_build_core.metadata.setuptools_scm": "setuptools-scm",
+    "scikit_build_core.metadata.fancy_pypi_readme": "hatch-fancy-pypi-readme",
+}
+
 
 def declared(tree: Path) -> list[str]:
-    """``[build-system] requires`` of the tree's pyproject.toml (none: none)."""
+    """``[build-system] requires`` of the tree's pyproject.toml (none: none), and what its
+    backend's configuration makes it require (:data:`PROVIDER_REQUIRES`)."""
     try:
         data = tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError):
         return []
     requires = data.get("build-system", {}).get("requires", [])
-    return [r for r in requires if isinstance(r, str)] if isinstance(requires, list) else []
+    listed = [r for r in requires if isinstance(r, str)] if isinstance(requires, list) else []
+    fields = data.get("tool", {}).get("scikit-build", {}).get("metadata", {})
+    for field in fields.values() if isinstance(fields, dict) else []:
+        provider = field.get("provider") if isinstance(field, dict) else None
+        extra = PROVIDER_REQUIRES.get(str(provider))
+        if extra and canonicalize_name(extra) not in {_requirement_name(r) for r in listed}:
+            listed.append(extra)
+    return listed
+
+
+def _requirement_name(requirement: str) -> str:
+    try:
+        return canonicalize_name(Requirement(requirement).name)
+    except InvalidRequirement:
+        return requirement
 
 
 def unmet(tree: Path, installed: Mapping[str, str]) -> list[str]:

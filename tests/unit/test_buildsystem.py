@@ -114,3 +114,23 @@ def test_a_build_tool_without_its_dependency_is_refused_with_the_pin_to_add(
     assert buildsystem.tools_unmet(tools, {"packaging": "25.0", "pathspec": "0.12.1"}) == []
     old = buildsystem.tools_unmet(tools, {"packaging": "20.0", "pathspec": "0.12.1"})
     assert old == ["skbuild-core 0.11.6 needs packaging>=21.3 (the build has packaging 20.0)"]
+
+
+def test_what_scikit_build_cores_metadata_provider_needs_is_required(tmp_path: Path) -> None:
+    """dfm/extending-jax's shape: its version from setuptools-scm through scikit-build-core's
+    metadata provider, which its ``requires`` do not list (the backend's
+    get_requires_for_build_wheel adds it; kiln calls no such hook): required all the same,
+    so add pins it (the build died with ``No module named 'setuptools_scm'``)."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["pybind11>=2.6", "scikit-build-core>=0.5"]\n'
+        'build-backend = "scikit_build_core.build"\n\n[tool.scikit-build]\n'
+        'metadata.version.provider = "scikit_build_core.metadata.setuptools_scm"\n'
+    )
+    venv = {"pybind11": "3.0.1", "scikit-build-core": "0.11.6"}
+    assert buildsystem.unmet(tmp_path, venv) == ["setuptools-scm"]
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["scikit-build-core", "setuptools_scm>=8"]\n'
+        "[tool.scikit-build.metadata.version]\n"
+        'provider = "scikit_build_core.metadata.setuptools_scm"\n'
+    )
+    assert buildsystem.declared(tmp_path) == ["scikit-build-core", "setuptools_scm>=8"]
