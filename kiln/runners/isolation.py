@@ -236,7 +236,14 @@ def _layers(
         Path(path).mkdir(parents=True, exist_ok=True)
         rw.append(os.path.realpath(path))
     ro = [os.path.realpath(p) for p in protected if os.path.isdir(p)]
-    seen = [p for p in _named_by(named) if not any(_under(p, b) for b in rw + ro)]
+    # (only those in a private temporary folder: the rest of the file system is there,
+    # read-only, already)
+    roots = _private_roots()
+    seen = [
+        p
+        for p in _named_by(named)
+        if any(_under(p, r) for r in roots) and not any(_under(p, b) for b in rw + ro)
+    ]
     layers = [("ro", p) for p in seen] + [("ro", p) for p in ro] + [("rw", p) for p in rw]
     return list(dict.fromkeys(layers))
 
