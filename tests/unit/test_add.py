@@ -200,21 +200,39 @@ def test_the_unit_check_compiles_with_torchs_own_standard_where_setup_py_passes_
     """torch's BuildExtension adds -std=c++20 (its headers' standard) where setup.py
     passes no -std: the check does too (with the compiler's default C++17, causal-conv1d's
     draft was refused though its build passes). A unit whose code is C++20."""
-    setup = (
-        "from setuptools import setup\n"
-        "from torch.utils.cpp_extension import BuildExtension, CppExtension\n"
-        'setup(name="plus20", version="0.1", cmdclass={"build_ext": BuildExtension},\n'
-        '      ext_modules=[CppExtension("plus20._C", ["csrc/k.cpp"])])\n'
-    )
     unit = "#include <Python.h>\ntemplate <typename T> concept Any = true;\nint f(Any auto x);\n"
-    make_repo(
-        fixtures.root / "plus20.git",
-        [CommitSpec("c++20", {"setup.py": setup, "csrc/k.cpp": unit, "LICENSE": BSD2})],
+    compiled = _one_unit_checked(
+        workspace, fixtures, build_python, tmp_path, "plus20", "CppExtension", "csrc/k.cpp", unit
     )
-    added = _add(workspace, fixtures, build_python, f"{BASE_URL}plus20.git", None, tmp_path)
-    [compiled] = added.compiled
     assert (compiled.unit, compiled.kind, compiled.missing) == ("csrc/k.cpp", "C++", None)
     assert "-std=c++20" in compiled.command
+
+
+def _one_unit_checked(
+    workspace: Path,
+    fixtures,
+    build_python: Path,
+    tmp_path: Path,
+    name: str,
+    extension: str,
+    path: str,
+    unit: str,
+):
+    """``kiln add`` of a torch extension of one unit (``extension``: CppExtension or
+    CUDAExtension); the unit its check compiled."""
+    setup = (
+        "from setuptools import setup\n"
+        f"from torch.utils.cpp_extension import BuildExtension, {extension}\n"
+        f'setup(name="{name}", version="0.1", cmdclass={{"build_ext": BuildExtension}},\n'
+        f'      ext_modules=[{extension}("{name}._C", ["{path}"])])\n'
+    )
+    make_repo(
+        fixtures.root / f"{name}.git",
+        [CommitSpec(name, {"setup.py": setup, path: unit, "LICENSE": BSD2})],
+    )
+    added = _add(workspace, fixtures, build_python, f"{BASE_URL}{name}.git", None, tmp_path)
+    [compiled] = added.compiled
+    return compiled
 
 
 CU_ONLY_SETUP = """\
@@ -903,21 +921,12 @@ def test_the_unit_check_gives_a_torch_extensions_cuda_unit_torchs_own_nvcc_flags
     venv's torch (without them rusty1s/pytorch_cluster's fps_cuda.cu failed at add with
     "more than one operator ">" matches", though its build passes). The unit here fails
     to compile without them."""
-    setup = (
-        "from setuptools import setup\n"
-        "from torch.utils.cpp_extension import BuildExtension, CUDAExtension\n"
-        'setup(name="halfops", version="0.1", cmdclass={"build_ext": BuildExtension},\n'
-        '      ext_modules=[CUDAExtension("halfops._C", ["csrc/k.cu"])])\n'
-    )
     unit = (
         "#ifndef __CUDA_NO_HALF_OPERATORS__\n#error compiled unlike torch compiles it\n#endif\n"
         "__global__ void k(float* x) { x[0] = 1.0f; }\n"
     )
-    make_repo(
-        fixtures.root / "halfops.git",
-        [CommitSpec("half", {"setup.py": setup, "csrc/k.cu": unit, "LICENSE": BSD2})],
+    compiled = _one_unit_checked(
+        workspace, fixtures, build_python, tmp_path, "halfops", "CUDAExtension", "csrc/k.cu", unit
     )
-    added = _add(workspace, fixtures, build_python, f"{BASE_URL}halfops.git", None, tmp_path)
-    [compiled] = added.compiled
     assert (compiled.unit, compiled.kind, compiled.missing) == ("csrc/k.cu", "CUDA", None)
     assert "-D__CUDA_NO_HALF_OPERATORS__" in compiled.command
