@@ -930,3 +930,22 @@ def test_the_unit_check_gives_a_torch_extensions_cuda_unit_torchs_own_nvcc_flags
     )
     assert (compiled.unit, compiled.kind, compiled.missing) == ("csrc/k.cu", "CUDA", None)
     assert "-D__CUDA_NO_HALF_OPERATORS__" in compiled.command
+
+
+def test_install_requires_bound_to_a_name_first_is_read(tmp_path: Path) -> None:
+    """rusty1s/pytorch_cluster: ``install_requires = ['scipy']`` at the top, then
+    ``setup(install_requires=install_requires)``: read as the literal it is (the build
+    was refused for scipy, which add had not listed); a name bound twice is not guessed."""
+    from kiln.verbs.add import scan
+
+    (tmp_path / "setup.py").write_text(
+        "from setuptools import setup\n"
+        "install_requires = [\n    'scipy',\n]\n"
+        "setup(name='c', install_requires=install_requires)\n"
+    )
+    requires = scan.runtime_requires(tmp_path, [pysetup.read(tmp_path, "setup.py")])
+    assert requires == [("scipy", "setup.py:2: `install_requires = [`")]
+    (tmp_path / "setup.py").write_text(
+        "from setuptools import setup\nreqs = ['a']\nreqs = ['b']\nsetup(install_requires=reqs)\n"
+    )
+    assert scan.runtime_requires(tmp_path, [pysetup.read(tmp_path, "setup.py")]) == []

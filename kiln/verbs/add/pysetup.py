@@ -251,6 +251,17 @@ class _Reader:
         """The module's nodes on the path a CUDA build runs."""
         return (n for n in ast.walk(self.module) if n not in self.rocm_only)
 
+    def _literal(self, node: ast.expr) -> ast.expr:
+        """``node``, or where it is a name the module assigns once at its top, that value."""
+        if not isinstance(node, ast.Name):
+            return node
+        bound = [
+            st.value
+            for st in self.module.body
+            if isinstance(st, ast.Assign) and [ast.unparse(t) for t in st.targets] == [node.id]
+        ]
+        return bound[0] if len(bound) == 1 else node
+
     def seen(self, node: ast.AST) -> Seen:
         line = getattr(node, "lineno", 0)
         text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
@@ -444,10 +455,14 @@ class _Reader:
                     self.out.imports.append((top, self.seen(node)))
             if isinstance(node, ast.Call) and _called(node) in ("setup", "setuptools.setup"):
                 for k in node.keywords:
-                    if k.arg == "install_requires" and isinstance(k.value, ast.List | ast.Tuple):
+                    # a literal list, or a name the module binds to one once
+                    # (rusty1s/pytorch_cluster: `install_requires = ['scipy']`, then
+                    # `install_requires=install_requires`)
+                    value = self._literal(k.value) if k.arg == "install_requires" else None
+                    if isinstance(value, ast.List | ast.Tuple):
                         self.out.install_requires += [
-                            (e.value, self.seen(k.value))
-                            for e in k.value.elts
+                            (e.value, self.seen(value))
+                            for e in value.elts
                             if isinstance(e, ast.Constant) and isinstance(e.value, str)
                         ]
             if (
