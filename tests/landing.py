@@ -41,6 +41,7 @@ class KernelFirst(build_ext):
         ext.extra_objects = [obj]
         ext.library_dirs = [os.path.join(os.environ["CUDA_HOME"], "lib64")]
         ext.libraries = SPEC.get("libraries", ["cudart_static", "rt", "pthread", "dl"])
+        ext.extra_link_args = SPEC.get("link_args", [])
         super().build_extension(ext)
 
 
@@ -110,6 +111,23 @@ BASE: dict[str, str] = {
 CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
     # lands and imports
     "good": ({"sources": ["csrc/module.cpp", "csrc/ops.cpp"]}, {}),
+    # linked to a library an NVIDIA-style wheel of the consumer environment ships
+    # (nvidia/cu13/lib/libcublas_kilnfake.so.1), found through RUNPATH $ORIGIN/../nvidia/cu13/lib
+    # as torch's own extensions find cuBLAS: loads only where the wheel and that wheel
+    # share one site-packages (tests/integration/test_import_proof.py builds the library)
+    "nvidia-runpath": (
+        {
+            "sources": ["csrc/module.cpp", "csrc/ops.cpp"],
+            "libraries": ["cublas_kilnfake", "cudart_static", "rt", "pthread", "dl"],
+            "link_args": ["-Wl,-rpath,$ORIGIN/../nvidia/cu13/lib"],
+        },
+        {
+            "csrc/ops.cpp": (
+                '#include "ops.h"\nextern "C" int kiln_fake(void);\n'
+                "int kiln_scale(int x) { return kiln_fake() == 7 ? 2 * x : 0; }\n"
+            )
+        },
+    ),
     # kiln_scale is declared, called, defined in csrc/ops.cpp: which the source list forgot
     "undefined-symbol": ({"sources": ["csrc/module.cpp"]}, {}),
     # linked against the CUDA runtime's shared library, which nothing where it lands ships

@@ -7,7 +7,8 @@ there, before the release folder is written (on by default; ``--no-import-proof`
    Docker runner) and reused.
 2. The output installed from the release's staging folder, as ``install.sh`` installs
    it (a wheel ``--no-deps --no-index``; a tarball unpacked, its tree on a ``.pth``),
-   into a small venv of its own that sees the environment after itself.
+   into a small venv of its own whose site-packages holds the environment's
+   distributions (linked in), as install.sh's one venv does.
 3. Its ``Requires-Dist`` held against what the environment has (a runtime lock that
    pins another torch fails here, with the pin to change).
 4. Every extension module, top-level package and declared module imported by
@@ -332,8 +333,18 @@ def _outside(path: Path, folder: Path) -> list[Path]:
     return [] if path.is_relative_to(folder) else [path]
 
 
-def _overlay(ctx: Context, env: ConsumerEnv, root: Path, log_file: Path) -> tuple[Path, Path]:
-    """A venv at ``root`` that sees ``env``'s packages after its own: (python, site)."""
+def _overlay(
+    ctx: Context, env: ConsumerEnv, root: Path, log_file: Path, own: frozenset[str] = frozenset()
+) -> tuple[Path, Path]:
+    """A venv at ``root`` whose one site-packages holds ``env``'s distributions, as
+    install.sh's venv holds them beside the wheels it installs: (python, site). Each entry
+    of the environment's site-packages is linked in (the environment is made once and
+    kept), so what a wheel reaches relative to itself there resolves as it will where it
+    lands: a RUNPATH ``$ORIGIN/../nvidia/cu13/lib`` (with the environment on a ``.pth``,
+    beside it, ``libcublas.so.13`` was not found, and the fix offered the same rpath).
+    A folder the output installs into too (``own``: its top-level names, a namespace
+    such as ``nvidia/``) is made here, its entries linked: nothing is written into the
+    environment, which other proofs share."""
     _run(
         ctx,
         [str(env.python), "-m", "venv", "--without-pip", str(root)],
@@ -344,10 +355,15 @@ def _overlay(ctx: Context, env: ConsumerEnv, root: Path, log_file: Path) -> tupl
         readonly=[env.root],
     )
     site = sorted((root / "lib").glob("python3*/site-packages"))[0]
-    # addsitedir, not a plain path: the environment's own .pth files count too.
-    (site / "_kiln_consumer_env.pth").write_text(
-        f"import site; site.addsitedir({str(env.site_packages())!r})\n"
-    )
+    for entry in sorted(env.site_packages().iterdir()):
+        if (site / entry.name).exists():
+            continue
+        if entry.name in own and entry.is_dir():
+            (site / entry.name).mkdir()
+            for inner in sorted(entry.iterdir()):
+                (site / entry.name / inner.name).symlink_to(inner, inner.is_dir())
+            continue
+        (site / entry.name).symlink_to(entry, entry.is_dir())  # .pth files: read here too
     return root / "bin" / "python", site
 
 
@@ -362,7 +378,9 @@ def _extract_shared_objects(members: dict[str, bytes], dest: Path) -> dict[str, 
 
 
 def land_wheel(ctx: Context, env: ConsumerEnv, wheel: Path, root: Path, log_file: Path) -> Landed:
-    python, site = _overlay(ctx, env, root / "venv", log_file)
+    with zipfile.ZipFile(wheel) as zf:
+        own = frozenset(name.split("/")[0] for name in zf.namelist())
+    python, site = _overlay(ctx, env, root / "venv", log_file, own)
     # install.sh's own line (`pip install --no-deps --no-index WHEELS`), by the build
     # Python's pip: the environment has no pip of its own where it installs nothing else
     _run(

@@ -339,3 +339,41 @@ def test_the_build_pythons_own_distributions_prove_a_wheel_where_there_is_no_ind
     assert "--proof-env build-python: the build Python" in last, last
     assert "kiln-no-such-distribution==1.0 (not installed)" in last, last
     assert artifacts_files(again / "artifacts") == []
+
+
+def test_a_wheel_reaching_an_nvidia_wheels_library_by_runpath_is_proven_as_it_lands(
+    tmp_path: Path, cases: landing.Landing, build_python: Path
+) -> None:
+    """Issue 55 (4): a wheel linked to a library an NVIDIA-style wheel of the consumer
+    environment ships (``nvidia/cu13/lib/libcublas_kilnfake.so.1``: a ``libcublas*``
+    name, so auditwheel does not graft it, as for cuBLAS), reached through RUNPATH
+    ``$ORIGIN/../nvidia/cu13/lib`` as torch's extensions reach cuBLAS: install.sh puts
+    both in one site-packages, where it loads; the proof lands it the same way and
+    releases it (with the environment on a ``.pth`` beside the proof's venv it failed:
+    "libcublas_kilnfake.so.1: cannot open shared object file")."""
+    import subprocess
+
+    from tests.integration.test_inplace import make_wheel
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fake.c").write_text("int kiln_fake(void) { return 7; }\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcublas_kilnfake.so.1", str(lib / "fake.c"),
+         "-o", str(lib / "libcublas_kilnfake.so.1")],
+        check=True,
+    )  # fmt: skip
+    (lib / "libcublas_kilnfake.so").symlink_to("libcublas_kilnfake.so.1")
+    wheelhouse = tmp_path / "wheelhouse"
+    shipped = {
+        "nvidia/cu13/lib/libcublas_kilnfake.so.1": (lib / "libcublas_kilnfake.so.1").read_bytes()
+    }
+    make_wheel(wheelhouse, "kiln_fake_nvidia", "1.1", shipped)
+    recipe = landing.vendor("nvidia-runpath", cases.commits["nvidia-runpath"])
+    recipe["build"]["env"] = {"LIBRARY_PATH": str(lib)}  # where it links
+    ws = write(tmp_path / "ws", {"nvidia-runpath": recipe}, profile=PROFILE_NO_TORCH)
+    (ws / "runtime-requirements.txt").write_text("kiln_fake_nvidia==1.1\n")
+    offline_pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
+    res = _build(tmp_path, ws, cases.mirrors, build_python, env=offline_pip)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "release ready" in res.stderr

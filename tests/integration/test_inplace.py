@@ -37,12 +37,16 @@ DEP = "kiln_fixture_dep"
 NO_TORCH = {k: v for k, v in PROFILE.items() if k != "torch"}
 
 
-def make_wheel(folder: Path, name: str = DEP, version: str = "1.0") -> Path:
-    """A tiny pure-Python wheel for install.sh to install from a local folder."""
+def make_wheel(
+    folder: Path, name: str = DEP, version: str = "1.0", extra: dict[str, bytes] | None = None
+) -> Path:
+    """A tiny pure-Python wheel for install.sh to install from a local folder (``extra``:
+    more files in it, by path)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-{version}-py3-none-any.whl"
     info = f"{name}-{version}.dist-info"
     files = {
+        **(extra or {}),
         f"{name}/__init__.py": b"VALUE = 42\n",
         f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: kiln-tests\n"
