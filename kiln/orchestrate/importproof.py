@@ -355,7 +355,14 @@ def _overlay(
         readonly=[env.root],
     )
     site = sorted((root / "lib").glob("python3*/site-packages"))[0]
-    for entry in sorted(env.site_packages().iterdir()):
+    link_environment(site, env.site_packages(), own)
+    return root / "bin" / "python", site
+
+
+def link_environment(site: Path, environment: Path, own: frozenset[str] = frozenset()) -> None:
+    """Each entry of the ``environment`` site-packages linked into ``site`` (its .pth
+    files too: site reads them there); a folder of ``own`` made, its entries linked."""
+    for entry in sorted(environment.iterdir()):
         if (site / entry.name).exists():
             continue
         if entry.name in own and entry.is_dir():
@@ -363,8 +370,7 @@ def _overlay(
             for inner in sorted(entry.iterdir()):
                 (site / entry.name / inner.name).symlink_to(inner, inner.is_dir())
             continue
-        (site / entry.name).symlink_to(entry, entry.is_dir())  # .pth files: read here too
-    return root / "bin" / "python", site
+        (site / entry.name).symlink_to(entry, entry.is_dir())
 
 
 def _extract_shared_objects(members: dict[str, bytes], dest: Path) -> dict[str, Path]:

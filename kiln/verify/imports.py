@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -374,7 +375,10 @@ def another_torch(version: str, where: str, want: str | None, sites: Sequence[st
     when it is the environment's, of that version, or no torch was loaded."""
     if not version or not want:
         return None
-    inside = any(where.startswith(site.rstrip("/") + "/") for site in sites)
+    # by real path: the proof's site-packages links the environment's distributions in
+    # (as install.sh's one venv holds them), so its torch is reached through a link
+    real = os.path.realpath(where)
+    inside = any(real.startswith(os.path.realpath(site).rstrip("/") + "/") for site in sites)
     if inside and _same_version(version, want):
         return None
     try:

@@ -21,6 +21,7 @@ from kiln import fsutil
 from kiln.inside import import_child as importproof
 from kiln.inside.causes import table
 from kiln.inside.causes.cause import Cause
+from kiln.orchestrate import importproof as landing_layout
 from kiln.release import files
 from kiln.toolchain import consumerenv, pipconfig, uvtool
 from kiln.verify import imports, loadfacts
@@ -229,14 +230,12 @@ def test_another_torch_is_fixed_by_pinning_the_profiles_torch(
     profile_torch = PROFILE["torch"]
 
     def judge(env: consumerenv.ConsumerEnv, name: str) -> Cause | None:
-        # where the proof imports: a venv of its own holding the package, that sees the
-        # environment's packages after its own (importproof._overlay's layout)
+        # where the proof imports: a venv of its own holding the package and the
+        # environment's distributions linked in (importproof._overlay's layout)
         root = tmp_path / name
         subprocess.run([str(env.python), "-m", "venv", "--without-pip", str(root)], check=True)
         overlay = sorted((root / "lib").glob("python3*/site-packages"))[0]
-        (overlay / "_kiln_consumer_env.pth").write_text(
-            f"import site; site.addsitedir({str(env.site_packages())!r})\n"
-        )
+        landing_layout.link_environment(overlay, env.site_packages())
         shutil.copytree(site / "pkg", overlay / "pkg")
         res = importproof.import_one(
             str(root / "bin" / "python"), {"name": "pkg"}, importproof._environment(None), 300, root
