@@ -224,6 +224,13 @@ def artifacts_files(artifacts: Path) -> list[str]:
     )
 
 
+def step_marker(root: Path, name: str, release: str = "test-release") -> Path:
+    """A file a build step writes (or reads) to signal a test: in the release's logs
+    folder under ``root``'s artifacts, one of the few places an isolated step may write
+    (it has a /tmp of its own; its tree, its outputs and its logs are the machine's)."""
+    return root / "artifacts" / "logs" / release / name
+
+
 def start_kiln_until(
     marker: Path, *args: str | Path, timeout: float = 180
 ) -> subprocess.Popen[str]:

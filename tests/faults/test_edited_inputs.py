@@ -13,7 +13,7 @@ from pathlib import Path
 import tomlkit
 import zstandard
 
-from tests.conftest import start_kiln_until
+from tests.conftest import start_kiln_until, step_marker
 from tests.faults.conftest import (
     FAULT_PROFILE,
     make_tiny,
@@ -52,7 +52,7 @@ def test_inputs_edited_mid_run_are_not_mixed_in(tmp_path: Path) -> None:
     up = tmp_path / "up"
     commit = make_tiny(up)
     mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
-    started, go = tmp_path / "started", tmp_path / "go"
+    started, go = step_marker(tmp_path, "started"), step_marker(tmp_path, "go")
     first = tiny_vendor(commit, command=[sys.executable, "-c", HOLD, str(started), str(go)])
     second = tiny_vendor(commit, after=["first"], env={"SETTING": "original"})
     ws = write(tmp_path / "ws", {"first": first, "second": second}, profile=FAULT_PROFILE)

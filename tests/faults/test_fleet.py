@@ -17,6 +17,7 @@ from kiln.errors import ConfigError
 from kiln.inside.sccache import free_port
 from kiln.orchestrate import stages
 from tests import fleet
+from tests.conftest import step_marker
 from tests.fleet import builder, compiler_info, wheels
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
@@ -67,7 +68,7 @@ def test_a_store_killed_during_the_build_is_a_warning_not_a_failure(
 ) -> None:
     """ccache's remote storage: the first compile reaches Redis, the next finds it gone."""
     ws = _slow_plain(tmp_path, upstreams)
-    marker = tmp_path / "compiling"
+    marker = step_marker(tmp_path / "b", "compiling")  # in builder b's logs: it may write there
     local = stages.build(builder(options, ws, tmp_path, "local"))
     _kill_when(marker, redis_server.kill)
     monkeypatch.setenv("PLAIN_STARTED_MARKER", str(marker))

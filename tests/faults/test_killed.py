@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from kiln.release import manifest
-from tests.conftest import start_kiln_until
+from tests.conftest import start_kiln_until, step_marker
 from tests.faults.conftest import (
     FAULT_PROFILE,
     build_cli,
@@ -61,7 +61,7 @@ def test_sigkill_mid_build_then_a_rerun_cleans_up_and_reuses_what_finished(
     up = tmp_path / "up"
     commit = make_tiny(up)
     mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
-    marker = tmp_path / "compiling"
+    marker = step_marker(tmp_path, "compiling")
     slow = tiny_vendor(commit, command=[sys.executable, "-c", SLOW, str(marker)], after=["fast"])
     ws = write(tmp_path / "ws", {"fast": tiny_vendor(commit), "slow": slow}, profile=FAULT_PROFILE)
 

@@ -14,7 +14,14 @@ from kiln.plan.jobs import job_stats
 from kiln.release import manifest
 from kiln.toolchain import compilercache
 from tests import require
-from tests.conftest import artifacts_files, build_args, run_kiln, shared_cache, start_kiln_until
+from tests.conftest import (
+    artifacts_files,
+    build_args,
+    run_kiln,
+    shared_cache,
+    start_kiln_until,
+    step_marker,
+)
 from tests.releases import manifest_json
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
@@ -184,7 +191,7 @@ def test_non_writable_compiler_cache_warns_once_and_builds_without(
 def test_two_builds_on_one_artifacts_folder_never_interleave(
     tmp_path: Path, upstreams: Upstreams, options, build_python: Path
 ) -> None:
-    marker = tmp_path / "compiling"
+    marker = step_marker(tmp_path, "compiling")
     vendor = plain_vendor(upstreams.plain[1], archs=["sm_100a"])
     vendor["build"]["env"] = {"PLAIN_BUILD_DELAY": "120", "PLAIN_STARTED_MARKER": str(marker)}
     ws = write(tmp_path / "ws", {"plain": vendor})

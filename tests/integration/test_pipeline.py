@@ -17,7 +17,7 @@ from kiln.errors import BuildError, PreflightError, VerifyError
 from kiln.orchestrate import stages
 from kiln.release import manifest
 from kiln.runners import isolation
-from tests.conftest import artifacts_files, build_args, run_kiln, start_kiln_until
+from tests.conftest import artifacts_files, build_args, run_kiln, start_kiln_until, step_marker
 from tests.releases import manifest_json
 from tests.upstreams import Upstreams
 from tests.workspace import PATCH, PROFILE, plain_vendor, write
@@ -265,7 +265,7 @@ def test_interrupted_build_leaves_no_partial_output(
     tmp_path: Path, upstreams: Upstreams, build_python: Path
 ) -> None:
     vendor = plain_vendor(upstreams.plain[2])
-    marker = tmp_path / "compiling"
+    marker = step_marker(tmp_path, "compiling")
     vendor["build"]["env"] = {"PLAIN_BUILD_DELAY": "120", "PLAIN_STARTED_MARKER": str(marker)}
     ws = write(tmp_path / "ws", {"plain": vendor})
     work = tmp_path / "work-interrupt"

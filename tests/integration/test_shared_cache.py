@@ -32,10 +32,14 @@ WAITING = "waiting for another kiln making tiny's artifact cache entry"
 
 def test_two_checkouts_build_at_once_with_one_cache(tmp_path: Path) -> None:
     up = tmp_path / "up"
-    go = tmp_path / "go"
+    # GO's folder named in the step's environment: an isolated step has a /tmp of its
+    # own, and sees what of the machine's its command or environment names
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    go = signals / "go"
     commit = make_tiny(up, files={"build.py": HELD_BUILD_PY.format(go=str(go)) + BUILD_PY})
     mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
-    first = tiny_workspace(tmp_path / "one" / "ws", commit)
+    first = tiny_workspace(tmp_path / "one" / "ws", commit, env={"TEST_SIGNALS": str(signals)})
     second = tmp_path / "two" / "ws"
     shutil.copytree(first, second)
     cache = tmp_path / "cache"  # one cache, empty: no clone, no facts, no artifacts
