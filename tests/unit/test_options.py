@@ -20,10 +20,11 @@ from kiln.orchestrate.options import Option, Options
 from tests.conftest import REPO, run_kiln
 
 # Options fields no option fills: the vendors are build's positional arguments; the live
-# table follows the terminal; signed_by (and a keyless signer's signer_identity) is the keyid
+# table follows the terminal; signed_by (and a keyless signer's signer_identity, a key's
+# signer_scheme) is the keyid
 # a rebuild of a signed release writes its files with (kiln verify sets it from the
 # manifest, no key at hand).
-NOT_OPTIONS = {"vendors", "live", "signed_by", "signer_identity"}
+NOT_OPTIONS = {"vendors", "live", "signed_by", "signer_identity", "signer_scheme"}
 
 
 def parse(argv: list[str], env: dict[str, str] | None = None) -> argparse.Namespace:
