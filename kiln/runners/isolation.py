@@ -96,20 +96,35 @@ def _probe_unshare() -> tuple[str | None, str]:
     if os.geteuid() != 0:
         return None, "unshare needs root to make mount and network namespaces here"
     probe = tempfile.mkdtemp(prefix="kiln-isolation-")
+    work = os.path.join(probe, "work")
+    os.mkdir(work)
+    # the steps' own setup: its folder writable, /tmp and /var/tmp its own, the rest
+    # read-only (a write that passes is undone, and fails it)
+    private = f".{os.path.basename(probe)}"
+    check = (
+        f"touch {work}/ok /tmp/{private} /var/tmp/{private} && "
+        "if touch /.kiln-probe; then rm -f /.kiln-probe; exit 1; fi"
+    )
+    leaked = [os.path.join(d, private) for d in PRIVATE]
     try:
-        # its folder writable, the rest not (a write that passes is undone, and fails it)
-        check = f"touch {probe}/ok && if touch /.kiln-probe; then rm -f /.kiln-probe; exit 1; fi"
         res = subprocess.run(
-            _unshare_argv(unshare, ["bind", "rw", probe, probe], ["sh", "-c", check]),
+            _unshare_argv(unshare, _unshare_setup([("rw", work)], probe), ["sh", "-c", check]),
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
+        shared = [p for p in leaked if os.path.exists(p)]
+        made = os.path.exists(os.path.join(work, "ok"))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"unshare could not run ({exc})"
     finally:
         shutil.rmtree(probe, ignore_errors=True)
-    if res.returncode == 0:
+        for path in leaked:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+    if res.returncode == 0 and made and not shared:
         return unshare, ""
     last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1]
+    if res.returncode == 0:
+        last = f"{shared[0]} written on the machine" if shared else "its folder not written"
     return None, f"unshare cannot make namespaces here ({last})"
 
 

@@ -86,8 +86,8 @@ class LocalRunner:
         # The step's memory limit, as the Docker runner's container has: a cgroup of its
         # own, so an OOM kill is named as such (kiln.memlimit).
         # No network unless the command asks for it (issue 41): as the Docker runner's
-        # kiln's own venv and cache stay read-only (they may lie under /tmp, which steps
-        # write), but for what of them the step writes (its compiler cache)
+        # kiln's own venv and cache stay read-only (also where they lie under /tmp, which
+        # a step sees its own of), but for what of them the step writes (its compiler cache)
         protected = [Path(sys.prefix), Path(sys.base_prefix), self._cache]
         if cmd.network or not isolation.isolates():
             return self._limited(cmd, cmd.argv, cmd.env)

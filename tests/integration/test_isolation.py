@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import urllib.request
@@ -298,3 +299,65 @@ def test_each_step_has_a_tmp_and_var_tmp_of_its_own(
         "b": (0, "private"),
     }
     assert not any(Path(d, "kiln-fixed-name").exists() for d in ("/tmp", "/var/tmp"))
+
+
+# A util-linux unshare that makes its namespaces and binds but never the step's own /tmp:
+# the setup's ``tmpfs STAGE`` and ``move STAGE ROOT`` tokens dropped on the way.
+NO_PRIVATE_TMP_UNSHARE = """\
+#!/usr/bin/env python3
+import os, sys
+args, out = sys.argv[1:], []
+while args:
+    if args[0] == "tmpfs":
+        args = args[2:]
+    elif args[0] == "move":
+        args = args[3:]
+    else:
+        out.append(args.pop(0))
+os.execv("UNSHARE", ["unshare", *out])
+"""
+
+
+def test_an_unshare_that_cannot_give_steps_their_own_tmp_is_no_isolation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe runs the steps' own setup, private /tmp and /var/tmp included: an unshare
+    that makes the namespaces but not the private folders (a step's /tmp the machine's,
+    or read-only) is refused, with why, so the build stops before its first step instead
+    of every step failing or writing into the machine's /tmp; the real one passes."""
+    real = shutil.which("unshare")
+    if real is None or os.geteuid() != 0:
+        missing("ROOT", "unshare makes mount and network namespaces as root only")
+    fake = tmp_path / "unshare"
+    fake.write_text(NO_PRIVATE_TMP_UNSHARE.replace("UNSHARE", real))
+    fake.chmod(0o755)
+    monkeypatch.setenv("KILN_UNSHARE", str(fake))
+    program, why = isolation._probe_unshare()
+    assert program is None and why.startswith("unshare cannot make namespaces here ("), why
+    assert not list(Path("/tmp").glob(".kiln-isolation-*")), "the probe left a file"
+    monkeypatch.setenv("KILN_UNSHARE", real)
+    assert isolation._probe_unshare() == (real, "")
+
+
+def test_a_step_whose_temporary_folder_cannot_be_made_names_tmpdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the step's own temporary folder cannot be made (TMPDIR is not a folder, or
+    full), the step stops in one line naming the folder and the fix, and the fix applied
+    (TMPDIR a writable folder) runs it."""
+    if not isolation.isolates():
+        missing("FLEET", "no step can be isolated here")
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(not_a_folder))
+    with pytest.raises(BuildError) as info, isolation.isolated(["true"], dict(os.environ)):
+        pass
+    said = str(info.value)
+    assert said.startswith(f"cannot make a build step's temporary folder in {not_a_folder} (")
+    assert said.endswith("point TMPDIR at a writable folder with room, and rerun")
+    room = tmp_path / "room"
+    room.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(room))  # the fix, applied
+    with isolation.isolated(["true"], dict(os.environ)) as (argv, env):
+        assert subprocess.run(argv, env=env, check=False).returncode == 0
+        assert Path(env["TMPDIR"]).parent.parent == room
