@@ -23,6 +23,7 @@ against the manifest, and no file in the folder that no subject names.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.parse
@@ -257,14 +258,6 @@ def sums_text(folder: Path) -> str:
     )
 
 
-def _sign_sums(folder: Path, signer: Signer) -> None:
-    """``SHA256SUMS`` and its signature alone (raw bytes), beside the release's files."""
-    text = sums_text(folder).encode()
-    (folder / SUMS_FILE).write_bytes(text)
-    signature = signer.sign(text)
-    (folder / SUMS_SIGNATURE_FILE).write_bytes(bytes.fromhex(signature.signature))
-
-
 def statement_bytes(folder: Path, m: Manifest) -> bytes:
     """The statement signed: the provenance statement, its subjects every file."""
     subjects = [
@@ -275,23 +268,37 @@ def statement_bytes(folder: Path, m: Manifest) -> bytes:
     return json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
 
 
-def sign(folder: Path, m: Manifest, key: SigningKey) -> Path:
-    """The DSSE envelope of ``folder`` (every file in it now), written beside them; for a
-    key (not keyless: openssl cannot check a Sigstore identity) first ``SHA256SUMS`` and
-    its signature, which the envelope then vouches for too."""
+@contextlib.contextmanager
+def _key_store_said(folder: Path, key: SigningKey) -> Iterator[None]:
+    """A signer's own failure, after the probe passed (a token pulled), said in one line;
+    a keyless job's fresh token refused is said as loading says it."""
     try:
-        signer = signer_now(key)
-        if not key.identity:
-            _sign_sums(folder, signer)
-        envelope = dsse.Envelope(statement_bytes(folder, m), PAYLOAD_TYPE, {})
-        envelope.sign(signer)
-    except SignatureError:  # a keyless job's fresh token refused: said as loading says it
+        yield
+    except SignatureError:
         raise
-    except Exception as exc:  # the key store's own, after the probe passed (a token pulled)
+    except Exception as exc:
         raise SignatureError(
             f"{folder / ENVELOPE_FILE}: the key {key.keyid[:16]} could not sign: "
             f"{_backend_said(exc)}"
         ) from None
+
+
+def sign(folder: Path, m: Manifest, key: SigningKey) -> Path:
+    """The DSSE envelope of ``folder`` (every file in it now), written beside them; for a
+    key (not keyless: openssl cannot check a Sigstore identity) first ``SHA256SUMS`` and
+    its signature alone (raw bytes), which the envelope then vouches for too. Only the
+    signer's calls are said as the key's failure (a full disk is the disk's)."""
+    with _key_store_said(folder, key):
+        signer = signer_now(key)
+    if not key.identity:
+        sums = sums_text(folder).encode()
+        with _key_store_said(folder, key):
+            signature = signer.sign(sums)
+        (folder / SUMS_FILE).write_bytes(sums)
+        (folder / SUMS_SIGNATURE_FILE).write_bytes(bytes.fromhex(signature.signature))
+    envelope = dsse.Envelope(statement_bytes(folder, m), PAYLOAD_TYPE, {})
+    with _key_store_said(folder, key):
+        envelope.sign(signer)
     path = folder / ENVELOPE_FILE
     path.write_text(json.dumps(envelope.to_dict(), indent=2, sort_keys=True) + "\n")
     return path
