@@ -385,7 +385,12 @@ def _extract_shared_objects(members: dict[str, bytes], dest: Path) -> dict[str, 
 
 def land_wheel(ctx: Context, env: ConsumerEnv, wheel: Path, root: Path, log_file: Path) -> Landed:
     with zipfile.ZipFile(wheel) as zf:
-        own = frozenset(name.split("/")[0] for name in zf.namelist())
+        names = zf.namelist()
+        sos = {m: zf.read(m) for m in names if m.endswith(".so") or ".so." in m}
+        info = [m for m in names if m.count("/") == 1 and m.split("/")[0].endswith(".dist-info")]
+        meta = next((zf.read(m).decode() for m in info if m.endswith("/METADATA")), "")
+        tops = next((zf.read(m).decode() for m in info if m.endswith("/top_level.txt")), None)
+    own = frozenset(name.split("/")[0] for name in names)
     python, site = _overlay(ctx, env, root / "venv", log_file, own)
     # install.sh's own line (`pip install --no-deps --no-index WHEELS`), by the build
     # Python's pip: the environment has no pip of its own where it installs nothing else
@@ -409,12 +414,6 @@ def land_wheel(ctx: Context, env: ConsumerEnv, wheel: Path, root: Path, log_file
         writable=[root],
         readonly=[wheel, env.root],
     )
-    with zipfile.ZipFile(wheel) as zf:
-        names = zf.namelist()
-        sos = {m: zf.read(m) for m in names if m.endswith(".so") or ".so." in m}
-        info = [m for m in names if m.count("/") == 1 and m.split("/")[0].endswith(".dist-info")]
-        meta = next((zf.read(m).decode() for m in info if m.endswith("/METADATA")), "")
-        tops = next((zf.read(m).decode() for m in info if m.endswith("/top_level.txt")), None)
     shared = _extract_shared_objects(sos, root / "objects")
     return Landed(
         python,
