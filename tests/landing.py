@@ -128,6 +128,20 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
             )
         },
     ),
+    # kiln_scale calls cuBLAS (cublasGetProperty: the library's version, no GPU needed),
+    # declared by hand (no cuBLAS headers here), and the link names no -lcublas: setuptools
+    # links it (undefined symbols are allowed in a shared object), the import does not
+    # (tests/faults/test_fixes_applied.py: the real libcublas.so.13 of torch's nvidia-cublas)
+    "cublas-unlinked": (
+        {"sources": ["csrc/module.cpp", "csrc/ops.cpp"]},
+        {
+            "csrc/ops.cpp": (
+                '#include "ops.h"\nextern "C" int cublasGetProperty(int type, int* value);\n'
+                "int kiln_scale(int x) {\n  int major = 0;  // MAJOR_VERSION\n"
+                "  return cublasGetProperty(0, &major) == 0 && major >= 13 ? 2 * x : 0;\n}\n"
+            )
+        },
+    ),
     # kiln_scale is declared, called, defined in csrc/ops.cpp: which the source list forgot
     "undefined-symbol": ({"sources": ["csrc/module.cpp"]}, {}),
     # linked against the CUDA runtime's shared library, which nothing where it lands ships

@@ -44,7 +44,7 @@ from tests import broken, landing
 from tests.conftest import build_args, run_kiln, shared_cache
 from tests.integration.test_import_proof import PROFILE_NO_TORCH, _build
 from tests.integration.test_inplace import make_wheel
-from tests.workspace import write
+from tests.workspace import PROFILE, write
 
 GUARDED = """\
 __global__ void k() {
@@ -267,6 +267,56 @@ def test_the_import_proofs_printed_fixes_applied_release(
         '[[patch]]\nfile = "declare-dep.patch"\ntarget = "undeclared-dep"\n'
     )
     again = _build(tmp_path, ws, cases.mirrors, build_python, env=offline_pip)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "release ready" in again.stderr
+
+
+def test_a_cublas_call_left_unlinked_releases_with_the_link_and_runpath_as_printed(
+    tmp_path: Path, build_python: Path
+) -> None:
+    """Issue 55 (3), cuBLAS unlinked: an extension calls cublasGetProperty and its link
+    names no -lcublas. It links (setuptools allows undefined symbols) and verifies; the
+    import proof, in the torch profile's consumer environment (torch's nvidia-cublas: the
+    real libcublas.so.13 under nvidia/cu13/lib), fails with the undefined symbol and
+    library-left-off-link prints the link and the RUNPATH to where cuBLAS lands. Applied
+    as printed (a patch of setup.py: not mechanical, so by hand), the next build releases:
+    the module calls cuBLAS at import."""
+    cases = landing.make(tmp_path / "landing")
+    profile = {**PROFILE_NO_TORCH, "torch": PROFILE["torch"]}
+    case = "cublas-unlinked"
+    ws = write(tmp_path / "ws", {case: landing.vendor(case, cases.commits[case])}, profile=profile)
+    res = _build(tmp_path, ws, cases.mirrors, build_python)
+    assert res.returncode == 18, res.stderr[-3000:]
+    assert "undefined symbol: cublasGetProperty" in res.stderr, res.stderr[-3000:]
+    fix = printed_fixes(res.stderr)[case]
+    assert fix.startswith(
+        "link it and let the loader find it where it lands, in one patch (patches/): add "
+        "'cublas' to the extension's libraries in setup.py (-lcublas, NEEDED libcublas.so.13) "
+        "and '-Wl,-rpath,$ORIGIN/../nvidia/cu13/lib' to its extra_link_args"
+    ), fix
+    name = fix.split("add '", 1)[1].split("'", 1)[0]
+    link_arg = fix.split("and '", 1)[1].split("' to its extra_link_args", 1)[0]
+    before = landing.SETUP_PY.splitlines(keepends=True)
+    after = (
+        "".join(before)
+        .replace(
+            '["cudart_static", "rt", "pthread", "dl"])',
+            f'["cudart_static", "rt", "pthread", "dl"]) + [{name!r}]',
+        )
+        .replace(
+            'ext.extra_link_args = SPEC.get("link_args", [])',
+            f'ext.extra_link_args = SPEC.get("link_args", []) + [{link_arg!r}]',
+        )
+    )
+    assert after.count(name) == 1 and after.count(link_arg) == 1, after
+    patch = "".join(
+        difflib.unified_diff(before, after.splitlines(keepends=True), "a/setup.py", "b/setup.py")
+    )
+    (ws / "patches" / "link-cublas.patch").write_text(patch)
+    (ws / "patches" / "series.toml").write_text(
+        f'[[patch]]\nfile = "link-cublas.patch"\ntarget = "{case}"\n'
+    )
+    again = _build(tmp_path / "again", ws, cases.mirrors, build_python)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "release ready" in again.stderr
 
