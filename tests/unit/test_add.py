@@ -897,6 +897,27 @@ def test_a_gpu_probe_with_its_own_switch_drafts_the_switch(tmp_path: Path) -> No
     assert _setup(tmp_path, "import os\n").gpu_probe is None
 
 
+def test_a_gpu_probe_whose_else_builds_the_same_cuda_decides_nothing(tmp_path: Path) -> None:
+    """rahul-goel/fused-ssim's shape: ``if torch.cuda.is_available(): cuda()``, other
+    backends in ``elif``s, and ``else: cuda()``: with no GPU the CUDA code is built all the
+    same, so the draft does not say it builds none (it did); an ``else`` that builds
+    something else keeps the probe."""
+    chain = """\
+        import torch
+        def cuda(): return 1
+        def mps(): return 2
+        if torch.cuda.is_available():
+            x = cuda()
+        elif torch.backends.mps.is_available():
+            x = mps()
+        else:
+            x = {other}()
+        """
+    assert _setup(tmp_path, chain.format(other="cuda")).gpu_probe is None
+    kept = _setup(tmp_path, chain.format(other="mps")).gpu_probe
+    assert kept is not None and kept.line == 4
+
+
 def test_a_torch_extension_named_through_the_module_is_one(tmp_path: Path) -> None:
     """``from torch.utils import cpp_extension`` then ``cpp_extension.CUDAExtension(...)``
     (IST-DASLab/marlin's setup.py): a torch extension, so add's check compiles its units

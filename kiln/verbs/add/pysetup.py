@@ -438,8 +438,27 @@ class _Reader:
             current = nxt[0] if len(nxt) == 1 and isinstance(nxt[0], ast.If) else None
         return tuple(dict.fromkeys(found))
 
+    def _probes_deciding_nothing(self) -> set[int]:
+        """The calls in the test of an ``if``/``elif`` chain whose last ``else`` does what
+        its first branch does (rahul-goel/fused-ssim: ``if torch.cuda.is_available():
+        configure_cuda()`` ... ``else: configure_cuda()``): where no GPU answers, the
+        CUDA code is built all the same, so such a probe decides nothing."""
+        found: set[int] = set()
+        for node in self._walk():
+            if not isinstance(node, ast.If):
+                continue
+            last: ast.If = node
+            while len(last.orelse) == 1 and isinstance(last.orelse[0], ast.If):
+                last = last.orelse[0]
+            if last.orelse and [ast.dump(st) for st in last.orelse] == [
+                ast.dump(st) for st in node.body
+            ]:
+                found |= {id(sub) for sub in ast.walk(node.test) if isinstance(sub, ast.Call)}
+        return found
+
     def _imports(self) -> None:
         seen_imports: set[str] = set()
+        deciding_nothing = self._probes_deciding_nothing()
         for node in self._walk():
             names = (
                 [a.name for a in node.names]
@@ -472,6 +491,7 @@ class _Reader:
                 and isinstance(node.func.value, ast.Attribute | ast.Name)
                 and ast.unparse(node.func.value).endswith("cuda")
                 and not self.out.gpu_probe
+                and id(node) not in deciding_nothing
             ):
                 self.out.gpu_probe = self.seen(node)
             if isinstance(node, ast.Call) and _called(node).endswith("Extension"):
