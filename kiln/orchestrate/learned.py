@@ -111,9 +111,21 @@ def open_store(
     store = schedule.PeakStore(cache / "peaks.json")
     committed = workspace / FILE_NAME
     if committed.is_file():
-        taken = store.adopt(read(committed, "learned data"), vendors, override=False)
+        entries = read(committed, "learned data")
+        taken = store.adopt(entries, vendors, override=False)
         if taken:
             log.info("learned data for %s from %s", ", ".join(taken), committed)
+        stale = stale_entries(entries, store, vendors)
+        if stale:
+            # a committed file that silently stopped matching (the recipe changed since
+            # it was saved) cost examples/public's CI build its schedule: say so
+            log.warning(
+                "%s: the figures of %s were learned with another recipe: not used, so "
+                "this build is planned from the recipe's guesses (refresh the file: kiln "
+                "build --save-learned, or --learned-from a run.json of this recipe)",
+                committed,
+                ", ".join(stale),
+            )
     if learned_from is not None:
         offered = read(learned_from, "--learned-from")
         taken = store.adopt(offered, vendors, override=True)
@@ -129,6 +141,20 @@ def open_store(
                 "this cache's figures or the recipe",
             )
     return store
+
+
+def stale_entries(
+    entries: dict[str, schedule.LearnedEntry], store: schedule.PeakStore, vendors: list[Vendor]
+) -> list[str]:
+    """The vendors of this build whose entry in ``entries`` is for another recipe than
+    theirs, where ``store`` knows nothing of their current one either."""
+    return [
+        v.name
+        for v in vendors
+        if v.name in entries
+        and entries[v.name].get("recipe") != schedule.recipe_fingerprint(v)
+        and store.entry(v) is None
+    ]
 
 
 def save(workspace: Path, store: schedule.PeakStore, vendors: list[Vendor]) -> Path:

@@ -5,6 +5,7 @@ build prints (the critical path, the CPU floor)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,9 @@ def _learn(store: schedule.PeakStore, vendor, cpu: float, rss_gib: float) -> Non
     store.remember(vendor, rss_gib, schedule.learned_units(stats), 4.0)
 
 
-def test_learned_json_round_trips_and_fills_what_the_cache_does_not_know(tmp_path: Path) -> None:
+def test_learned_json_round_trips_and_fills_what_the_cache_does_not_know(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     v, other = _vendor("v"), _vendor("w")
     elsewhere = schedule.PeakStore(tmp_path / "elsewhere" / "peaks.json")
     _learn(elsewhere, v, 170.0, 5.0)
@@ -56,9 +59,33 @@ def test_learned_json_round_trips_and_fills_what_the_cache_does_not_know(tmp_pat
     named = learned.open_store(tmp_path / "mine", tmp_path / "none", written, [v, other])
     assert named.units(v)["csrc/k.cu"]["cpu_s"] == 170.0
 
-    # Another recipe (other archs): its figures are not used.
+    # Another recipe (other archs): its figures are not used, and the build says so.
     narrowed = _vendor("v", archs=["sm_100a"])
-    assert learned.open_store(tmp_path / "fresh2", ws, None, [narrowed]).units(narrowed) == {}
+    with caplog.at_level(logging.WARNING, logger="kiln.orchestrate.learned"):
+        assert learned.open_store(tmp_path / "fresh2", ws, None, [narrowed]).units(narrowed) == {}
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"{written}: the figures of v were learned with another recipe")
+    assert "kiln build --save-learned" in said
+    caplog.clear()
+    learned.open_store(tmp_path / "fresh3", ws, None, [v, other])
+    assert caplog.records == []  # current figures: nothing said
+
+
+def test_examples_public_learned_json_is_for_the_recipes_ci_builds() -> None:
+    """.ci/run builds examples/public with --profile sm100 and a cold cache: its
+    committed learned.json is all the schedule knows there (the longest units first, each
+    unit's own memory at the gate). A recipe changed since it was saved leaves it unused
+    (it was, silently: FlashMLA's 24 units one at a time at the recipe's 10 GiB each, a
+    DeepGEMM unit waiting 954 s behind them): refresh it from a run of the changed recipe
+    (`kiln build --profile sm100 --save-learned`, or from CI's run.json)."""
+    from kiln.config.workspace import Workspace
+    from tests import public
+
+    vendors = list(Workspace(public.WORKSPACE, "sm100").vendors.values())
+    entries = learned.read(public.WORKSPACE / learned.FILE_NAME, "learned data")
+    empty = schedule.PeakStore(Path("/nonexistent/peaks.json"))
+    assert learned.stale_entries(entries, empty, vendors) == []
+    assert sorted(entries) == sorted(v.name for v in vendors)
 
 
 @pytest.mark.parametrize(
