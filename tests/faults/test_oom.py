@@ -189,10 +189,10 @@ def test_docker_build_over_its_limit_reports_out_of_memory(
     assert "release ready" in res.stderr
 
 
-# Two C++ units whose compiles each take about 0.75 GiB (a constexpr table GCC builds in
+# Two C++ units whose compiles each take about 0.5 GiB (a constexpr table GCC builds in
 # memory), compiled side by side through kiln's wrapper ($CXX), then linked.
 HOG_UNIT = """#include <array>
-constexpr int N = 900000;
+constexpr int N = 550000;
 constexpr std::array<long long, N> make() {{
   std::array<long long, N> a{{}};
   for (int i = 0; i < N; i++) a[i] = i * 3LL + (i >> 2) + {salt};
@@ -217,8 +217,8 @@ subprocess.check_call([os.environ["CXX"], "-shared", "-o", "libtiny.so", "hog_a.
 def test_a_compile_killed_for_memory_beside_another_is_compiled_again_alone(
     cgroups, tmp_path: Path
 ) -> None:
-    """Issue 53 (1): two units the recipe guesses at 0.25 GiB each take 0.75 GiB; the
-    gate, told of 4 GiB, admits both at once, and the step's 1.2 GiB limit is where the
+    """Issue 53 (1): two units the recipe guesses at 0.25 GiB each take 0.5 GiB; the
+    gate, told of 4 GiB, admits both at once, and the step's 0.8 GiB limit is where the
     kernel kills one of them. The wrapper compiles the killed one again alone (it
     reserves the whole budget and goes first) and the build goes on to its release: the
     killed compile is recorded as such, the units compiled once each after it, and the
@@ -234,7 +234,7 @@ def test_a_compile_killed_for_memory_beside_another_is_compiled_again_alone(
     commit = make_tiny(up, files=files)
     ws = tiny_workspace(tmp_path / "ws", commit, mem_per_job_gib=0.25)
     mirrors = mirrors_file(up / "mirrors.toml", f"{up}/")
-    extra = ("--offline", "--mem-budget", "4", "--mem-limit", "1.2", "--jobs", "2")
+    extra = ("--offline", "--mem-budget", "4", "--mem-limit", "0.8", "--jobs", "2")
     res = run_kiln(*tiny_build_args(ws, tmp_path, mirrors, *extra), "-v")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "release ready" in res.stderr
