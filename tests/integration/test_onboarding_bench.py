@@ -206,5 +206,5 @@ def test_a_scikit_build_core_project_onboards_with_both_archs(
     assert row["repeated"] == 0 and row["compiles"] >= 1, row
     assert row["archs"] and all(v == ["sm_100a", "sm_103a"] for v in row["archs"].values()), row
     recipe = tomlkit.parse((tmp_path / "root" / "skb" / "vendors" / "skb.toml").read_text())
-    tools = [str(t) for t in recipe["build"]["build_tools"]]  # type: ignore[index]
+    tools = [str(t) for t in recipe["build"]["build_tools"]]
     assert any(t.startswith("scikit-build-core==") for t in tools), tools
