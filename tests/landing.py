@@ -298,3 +298,12 @@ def setup_helper_workspace(tmp: Path, profile: dict[str, Any]) -> tuple[Landing,
         profile=profile,
     )
     return cases, ws, wheelhouse
+
+
+def printed_link(fix: str) -> tuple[str, str]:
+    """The library name and the link argument a printed "link it and let the loader find
+    it" fix names: ``add 'NAME' to the extension's libraries ... and 'ARG' to its
+    extra_link_args``."""
+    name = fix.split("add '", 1)[1].split("'", 1)[0]
+    link_arg = fix.split("and '", 1)[1].split("' to its extra_link_args", 1)[0]
+    return name, link_arg

@@ -16,7 +16,7 @@ import tomlkit
 from kiln.config.workspace import Workspace
 from kiln.inside.causes.cause import Diagnosis
 from kiln.plan import schedule
-from tests import broken, fleet, public, require
+from tests import broken, fleet, landing, public, require
 from tests.conftest import REPO, artifacts_files, build_args, run_kiln, shared_cache
 from tests.upstreams import Upstreams
 from tests.workspace import plain_vendor, write
@@ -369,8 +369,7 @@ def test_an_undefined_symbols_printed_fix_links_and_loads_in_one_round(tmp_path:
         "'kilnops' to the extension's libraries in setup.py (-lkilnops) and "
         "'-Wl,-rpath,$ORIGIN/../kilnops/lib' to its extra_link_args"
     ), fix
-    name = fix.split("add '", 1)[1].split("'", 1)[0]
-    link_arg = fix.split("and '", 1)[1].split("' to its extra_link_args", 1)[0]
+    name, link_arg = landing.printed_link(fix)
 
     def load(so: Path) -> subprocess.CompletedProcess[str]:
         """The extension where it lands (site-packages/pkg), loaded with every symbol bound."""

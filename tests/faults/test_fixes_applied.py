@@ -294,8 +294,7 @@ def test_a_cublas_call_left_unlinked_releases_with_the_link_and_runpath_as_print
         "'cublas' to the extension's libraries in setup.py (-lcublas, NEEDED libcublas.so.13) "
         "and '-Wl,-rpath,$ORIGIN/../nvidia/cu13/lib' to its extra_link_args"
     ), fix
-    name = fix.split("add '", 1)[1].split("'", 1)[0]
-    link_arg = fix.split("and '", 1)[1].split("' to its extra_link_args", 1)[0]
+    name, link_arg = landing.printed_link(fix)
     before = landing.SETUP_PY.splitlines(keepends=True)
     after = (
         "".join(before)

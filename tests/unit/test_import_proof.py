@@ -17,6 +17,7 @@ from kiln.inside import import_child as inside_proof
 from kiln.inside.causes import table
 from kiln.inside.causes.cause import LoadFailure
 from kiln.verify import imports, loadfacts
+from tests import landing
 from tests.landing import MODULE_CPP, OPS_CPP, OPS_H
 
 PY_INCLUDE = sysconfig.get_paths()["include"]
@@ -298,8 +299,7 @@ def test_a_left_off_link_to_a_site_packages_library_is_fixed_with_its_load_in_on
     alone = _import(site, "pkg._C")
     assert alone.returncode != 0 and "libkilnops.so.1: cannot open shared object" in alone.stderr
     # the printed fix, applied as printed: the libraries and the extra_link_args it names
-    name = cause.fix.split("add '", 1)[1].split("'", 1)[0]
-    link_arg = cause.fix.split("and '", 1)[1].split("' to its extra_link_args", 1)[0]
+    name, link_arg = landing.printed_link(cause.fix)
     _so(site, rel, [tree / "csrc/module.cpp"], f"-L{libdir}", f"-l{name}", link_arg)
     fixed = _import(site, "pkg._C")
     assert fixed.returncode == 0, fixed.stderr
