@@ -110,22 +110,11 @@ def open_store(
     it does not know and ``--learned-from`` in place of both, for ``vendors``."""
     store = schedule.PeakStore(cache / "peaks.json")
     committed = workspace / FILE_NAME
-    if committed.is_file():
-        entries = read(committed, "learned data")
+    entries = read(committed, "learned data") if committed.is_file() else {}
+    if entries:
         taken = store.adopt(entries, vendors, override=False)
         if taken:
             log.info("learned data for %s from %s", ", ".join(taken), committed)
-        stale = stale_entries(entries, store, vendors)
-        if stale:
-            # a committed file that silently stopped matching (the recipe changed since
-            # it was saved) cost examples/public's CI build its schedule: say so
-            log.warning(
-                "%s: the figures of %s were learned with another recipe: not used, so "
-                "this build is planned from the recipe's guesses (refresh the file: kiln "
-                "build --save-learned, or --learned-from a run.json of this recipe)",
-                committed,
-                ", ".join(stale),
-            )
     if learned_from is not None:
         offered = read(learned_from, "--learned-from")
         taken = store.adopt(offered, vendors, override=True)
@@ -140,6 +129,18 @@ def open_store(
                 "another recipe or archs there" if set(missed) & set(offered) else "not in it",
                 "this cache's figures or the recipe",
             )
+    # a committed file that silently stopped matching (the recipe changed since it was
+    # saved) cost examples/public's CI build its schedule: said, unless --learned-from or
+    # this cache knows the recipe as it is now
+    stale = stale_entries(entries, store, vendors)
+    if stale:
+        log.warning(
+            "%s: the figures of %s were learned with another recipe: not used, so this "
+            "build is planned from the recipe's guesses (refresh the file: kiln build "
+            "--save-learned, or --learned-from a run.json of this recipe)",
+            committed,
+            ", ".join(stale),
+        )
     return store
 
 

@@ -79,6 +79,16 @@ def test_learned_json_round_trips_and_fills_what_the_cache_does_not_know(
     caplog.clear()
     learned.open_store(tmp_path / "fresh3", ws, None, [v, other])
     assert warned() == []  # current figures: nothing said
+    # nor where --learned-from brings the figures of the recipe as it is now
+    ws_narrowed = tmp_path / "ws-narrowed"
+    ws_narrowed.mkdir()
+    narrowed_store = schedule.PeakStore(tmp_path / "narrowed" / "peaks.json")
+    _learn(narrowed_store, narrowed, 90.0, 2.0)
+    now = learned.save(ws_narrowed, narrowed_store, [narrowed])
+    with caplog.at_level(logging.WARNING, logger="kiln.orchestrate.learned"):
+        given = learned.open_store(tmp_path / "fresh4", ws, now, [narrowed])
+    assert given.units(narrowed)["csrc/k.cu"]["cpu_s"] == 90.0
+    assert warned() == []
 
 
 def test_examples_public_learned_json_is_for_the_recipes_ci_builds() -> None:
